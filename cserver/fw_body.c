@@ -1,0 +1,336 @@
+/* fw_body: request bodies, as the app's wsgi.input sees them.
+ *
+ * Three ways a body reaches the app, chosen when the head is parsed:
+ *  - in place: a Content-Length body up to spool_threshold is read by the
+ *    loop into `in` behind the head; the app reads that span (no copy);
+ *  - pre-read: chunked or larger bodies are decoded by the loop into memory,
+ *    spilling into an unlinked temp file past spool_threshold, so a 512 MB
+ *    upload costs bounded memory and never ties up the app while it trickles in;
+ *  - live: with "Expect: 100-continue" the app runs first and its first read
+ *    sends "100 Continue" and then pulls the body from the socket. */
+#define _GNU_SOURCE
+#include "fw_conn.h"
+#include "fw_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FILE_WINDOW (64 * 1024)
+
+/* Move the head out of `in` (so the body can stream through it) and re-parse
+ * it from its new home. */
+static int head_detach(fw_conn *c)
+{
+    c->head_copy = malloc(c->head_len);
+    if (!c->head_copy)
+        return -1;
+    memcpy(c->head_copy, c->head, c->head_len);
+    fw_buf_consume(&c->in, c->head_len);
+    c->head = c->head_copy;
+    c->req.headers = c->hdrs;
+    return fw_http_parse_head(c->head, c->head_len, &c->srv->cfg.limits, &c->req) == 0 ? 0 : -1;
+}
+
+int fw_body_setup(fw_conn *c)
+{
+    fw_body *b = &c->body;
+    const fw_request *r = &c->req;
+    memset(b, 0, sizeof(*b));
+    b->fd = -1;
+    if (!r->has_body) {
+        b->src = FW_B_NONE;
+        b->done = 1;
+        c->consume_at_end = c->head_len;
+        fw_conn_body_ready(c);
+        return 0;
+    }
+    b->chunked = r->chunked;
+    b->cl_left = r->chunked ? 0 : r->content_length;
+    if (r->expect_continue) {
+        if (head_detach(c) != 0)
+            return -1;
+        b->src = FW_B_LIVE;
+        fw_conn_body_ready(c);
+        return 0;
+    }
+    b->src = FW_B_MEM;
+    if (!r->chunked && r->content_length <= c->srv->cfg.spool_threshold) {
+        b->inplace = 1;
+        c->consume_at_end = c->head_len + (size_t)r->content_length;
+    } else if (head_detach(c) != 0) {
+        return -1;
+    }
+    fw_conn_body_wait(c);
+    return 0;
+}
+
+/* Next decoded span from `in` (consumed from `in`; the span stays valid
+ * until the next read into `in`). FW_CHUNK_DATA, FW_CHUNK_DONE,
+ * FW_HTTP_INCOMPLETE, or an HTTP status. */
+static int decode_step(fw_conn *c, const char **p, size_t *n)
+{
+    fw_body *b = &c->body;
+    size_t used = fw_buf_used(&c->in);
+    if (b->chunked) {
+        if (used == 0)
+            return FW_HTTP_INCOMPLETE;
+        size_t u;
+        int rc = fw_chunked_feed(&b->ck, fw_buf_head(&c->in), used, &u, p, n, &c->srv->cfg.limits);
+        fw_buf_consume(&c->in, u);
+        if (rc == FW_CHUNK_DATA)
+            b->total += *n;
+        return rc;
+    }
+    if (b->cl_left == 0)
+        return FW_CHUNK_DONE;
+    if (used == 0)
+        return FW_HTTP_INCOMPLETE;
+    size_t k = used < b->cl_left ? used : (size_t)b->cl_left;
+    *p = fw_buf_head(&c->in);
+    *n = k;
+    fw_buf_consume(&c->in, k);
+    b->cl_left -= k;
+    b->total += k;
+    return FW_CHUNK_DATA;
+}
+
+static int spool_open(fw_conn *c)
+{
+    const char *dir = c->srv->cfg.spool_dir ? c->srv->cfg.spool_dir : "/tmp";
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        /* Filesystems without O_TMPFILE: a named file, unlinked at once. */
+        char path[4096];
+        if (snprintf(path, sizeof(path), "%s/forkwsgi-body-XXXXXX", dir) >= (int)sizeof(path))
+            return -1;
+        fd = mkostemp(path, O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        if (unlink(path) != 0) {
+            close(fd);
+            return -1;
+        }
+    }
+    return fd;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int spool_append(fw_conn *c, const char *p, size_t n)
+{
+    fw_body *b = &c->body;
+    if (b->fd < 0) {
+        if (fw_buf_append(&b->mem, p, n) != 0)
+            return -1;
+        if (fw_buf_used(&b->mem) <= c->srv->cfg.spool_threshold)
+            return 0;
+        b->fd = spool_open(c);
+        if (b->fd < 0) {
+            fw_server_log(c->srv, FW_LOG_ERROR, "cannot create a spool file: %s", strerror(errno));
+            return -1;
+        }
+        if (write_all(b->fd, fw_buf_head(&b->mem), fw_buf_used(&b->mem)) != 0)
+            goto fail;
+        fw_buf_free(&b->mem);
+        return 0;
+    }
+    if (write_all(b->fd, p, n) == 0)
+        return 0;
+fail:
+    fw_server_log(c->srv, FW_LOG_ERROR, "cannot write a spool file: %s", strerror(errno));
+    return -1;
+}
+
+int fw_body_preread(fw_conn *c)
+{
+    fw_body *b = &c->body;
+    if (b->inplace) {
+        size_t need = c->head_len + (size_t)c->req.content_length;
+        size_t used = fw_buf_used(&c->in);
+        if (used < need) {
+            if (fw_buf_reserve(&c->in, need - used) != 0)
+                return 500;
+            return FW_HTTP_INCOMPLETE;
+        }
+        if (fw_buf_head(&c->in) != c->head) {
+            /* `in` grew and moved: point the request at its new home. */
+            c->head = fw_buf_head(&c->in);
+            c->req.headers = c->hdrs;
+            if (fw_http_parse_head(c->head, c->head_len, &c->srv->cfg.limits, &c->req) != 0)
+                return 500;
+        }
+        b->span = c->head + c->head_len;
+        b->span_len = (size_t)c->req.content_length;
+        b->total = c->req.content_length;
+        b->done = 1;
+        fw_conn_body_ready(c);
+        return 0;
+    }
+    for (;;) {
+        const char *p;
+        size_t n;
+        int rc = decode_step(c, &p, &n);
+        if (rc == FW_CHUNK_DATA) {
+            if (spool_append(c, p, n) != 0)
+                return 500;
+            continue;
+        }
+        if (rc != FW_CHUNK_DONE)
+            return rc;          /* INCOMPLETE, or 400/413 */
+        b->done = 1;
+        if (b->fd >= 0) {
+            b->src = FW_B_FILE;
+            b->file_size = b->total;
+            b->file_pos = 0;
+        } else {
+            b->span = fw_buf_head(&b->mem);
+            b->span_len = fw_buf_used(&b->mem);
+        }
+        fw_conn_body_ready(c);
+        return 0;
+    }
+}
+
+void fw_body_release(fw_conn *c)
+{
+    fw_body *b = &c->body;
+    if (b->fd >= 0 && close(b->fd) != 0)
+        fw_server_log(c->srv, FW_LOG_DEBUG, "close(spool): %s", strerror(errno));
+    b->fd = -1;
+    fw_buf_free(&b->mem);
+    fw_buf_free(&b->fbuf);
+    b->span = NULL;
+    b->span_len = 0;
+}
+
+int fw_body_ready(const fw_conn *c)
+{
+    const fw_body *b = &c->body;
+    return b->span_len > 0 || b->src == FW_B_NONE || b->src == FW_B_MEM ||
+           (b->src == FW_B_LIVE && (b->done || b->error));
+}
+
+static int live_fail(fw_conn *c, int err)
+{
+    c->body.error = err;
+    c->must_close = 1;
+    return err;
+}
+
+static int live_peek(fw_conn *c, const char **p, size_t *n)
+{
+    fw_body *b = &c->body;
+    if (b->error)
+        return b->error;
+    if (b->done)
+        return FW_IO_DONE;
+    if (!b->continue_sent) {
+        b->continue_sent = 1;
+        /* Only while the client is still waiting for it: if body bytes are
+         * already here, or the response has begun, it is too late to matter. */
+        if (fw_buf_used(&c->in) == 0 && !c->resp.started) {
+            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            if (fw_buf_append(&c->out, cont, sizeof(cont) - 1) != 0)
+                return live_fail(c, FW_IO_ERR);
+            int rc = fw_conn_flush_wait(c);
+            if (rc != FW_IO_DONE)
+                return live_fail(c, rc);
+        }
+    }
+    for (;;) {
+        int rc = decode_step(c, p, n);
+        if (rc == FW_CHUNK_DATA) {
+            b->span = *p;
+            b->span_len = *n;
+            return FW_IO_DONE;
+        }
+        if (rc == FW_CHUNK_DONE) {
+            b->done = 1;
+            return FW_IO_DONE;
+        }
+        if (rc != FW_HTTP_INCOMPLETE)
+            return live_fail(c, FW_IO_BAD);
+        struct pollfd pfd = { .fd = c->w.fd, .events = POLLIN };
+        int timeout = c->srv->cfg.body_timeout_ms > 0 ? c->srv->cfg.body_timeout_ms : -1;
+        int k = poll(&pfd, 1, timeout);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return live_fail(c, FW_IO_ERR);
+        if (k == 0)
+            return live_fail(c, FW_IO_TIMEOUT);
+        k = fw_conn_read(c, 64 * 1024);
+        if (k < 0)
+            return live_fail(c, FW_IO_ERR);
+    }
+}
+
+int fw_body_peek(fw_conn *c, const char **p, size_t *n)
+{
+    fw_body *b = &c->body;
+    *n = 0;
+    *p = NULL;
+    if (b->span_len > 0) {
+        *p = b->span;
+        *n = b->span_len;
+        return FW_IO_DONE;
+    }
+    switch (b->src) {
+    case FW_B_FILE: {
+        if (b->file_pos >= b->file_size)
+            return FW_IO_DONE;
+        uint64_t left = b->file_size - b->file_pos;
+        size_t want = left < FILE_WINDOW ? (size_t)left : FILE_WINDOW;
+        fw_buf_reset(&b->fbuf, FILE_WINDOW);
+        if (fw_buf_reserve(&b->fbuf, want) != 0)
+            return FW_IO_ERR;
+        ssize_t k;
+        do {
+            k = pread(b->fd, b->fbuf.data, want, (off_t)b->file_pos);
+        } while (k < 0 && errno == EINTR);
+        if (k <= 0)
+            return FW_IO_ERR;
+        b->file_pos += (uint64_t)k;
+        b->span = b->fbuf.data;
+        b->span_len = (size_t)k;
+        *p = b->span;
+        *n = b->span_len;
+        return FW_IO_DONE;
+    }
+    case FW_B_LIVE: {
+        int rc = live_peek(c, p, n);
+        if (rc == FW_IO_DONE && b->span_len == 0)
+            *n = 0;
+        return rc;
+    }
+    default:
+        return FW_IO_DONE;
+    }
+}
+
+void fw_body_consume(fw_conn *c, size_t n)
+{
+    fw_body *b = &c->body;
+    if (n > b->span_len)
+        n = b->span_len;
+    b->span += n;
+    b->span_len -= n;
+}

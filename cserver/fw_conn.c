@@ -1,0 +1,424 @@
+/* fw_conn: the per-connection state machine. See fw_conn.h.
+ *
+ * conn_drive() is the only place that moves a connection between states; the
+ * event callbacks just feed it. Pipelined requests are served by the same
+ * loop in order, without waiting for another EPOLLIN. */
+#include "fw_conn.h"
+#include "fw_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define READ_CHUNK (16 * 1024)
+#define BODY_CHUNK (64 * 1024)
+#define IDLE_KEEP_BYTES (16 * 1024)   /* an idle connection keeps at most this much buffer */
+
+#define CONN_OF(wp) ((fw_conn *)((char *)(wp) - offsetof(fw_conn, w)))
+
+static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events);
+static void conn_drive(fw_conn *c);
+
+fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
+                     const struct sockaddr *sa, socklen_t salen)
+{
+    fw_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->hdrs = calloc(srv->cfg.limits.max_headers ? srv->cfg.limits.max_headers : 1, sizeof(fw_header));
+    if (!c->hdrs) {
+        free(c);
+        return NULL;
+    }
+    c->w.fd = fd;
+    c->w.cb = conn_cb;
+    c->srv = srv;
+    c->lst = lst;
+    if (salen > sizeof(c->peer))
+        salen = sizeof(c->peer);
+    memcpy(&c->peer, sa, salen);
+    c->peer_len = salen;
+    c->body.fd = -1;
+    c->resp.sf_fd = -1;
+    c->state = FW_C_READ_HEAD;
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    srv->nconns++;
+    /* A fresh connection gets the header timeout from accept: a client that
+     * connects and sends nothing is a slowloris too. */
+    c->head_started = srv->now;
+    fw_timer_start(&srv->t_head, &c->timer, srv->now);
+    /* The request is often already in the socket: try it before epoll. */
+    conn_drive(c);
+    return c;
+}
+
+void fw_conn_free(fw_conn *c)
+{
+    fw_buf_free(&c->in);
+    fw_buf_free(&c->out);
+    fw_body_release(c);
+    free(c->head_copy);
+    free(c->hdrs);
+    free(c);
+}
+
+void fw_conn_close(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    if (c->state == FW_C_CLOSED)
+        return;
+    if (c->app_state && srv->ops->on_drop)
+        srv->ops->on_drop(srv->app, c);
+    c->app_state = NULL;
+    c->state = FW_C_CLOSED;
+    fw_timer_stop(&c->timer);
+    if (close(c->w.fd) != 0 && errno != EINTR)
+        fw_server_log(srv, FW_LOG_DEBUG, "close(%d): %s", c->w.fd, strerror(errno));
+    fw_loop_forget(&c->w);
+    c->w.fd = -1;
+    if (c->prev) c->prev->next = c->next; else srv->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    /* Freed after the current loop pass: an event for it may still be pending. */
+    c->next = srv->graveyard;
+    c->prev = NULL;
+    srv->graveyard = c;
+    fw_server_conn_closed(srv);
+}
+
+static void conn_watch(fw_conn *c, uint32_t mask)
+{
+    if (fw_loop_watch(&c->srv->loop, &c->w, mask) != 0) {
+        fw_server_log(c->srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(errno));
+        fw_conn_close(c);
+    }
+}
+
+/* Stop reading and close after what is queued has been sent. */
+static void conn_linger(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    /* Half-close and drain, so unread request bytes do not make the kernel
+     * send RST and destroy the response we just wrote. */
+    if (shutdown(c->w.fd, SHUT_WR) != 0) {
+        fw_conn_close(c);
+        return;
+    }
+    c->state = FW_C_LINGER;
+    fw_timer_start(&srv->t_linger, &c->timer, srv->now);
+    conn_watch(c, EPOLLIN | EPOLLRDHUP);
+}
+
+void fw_conn_queue_error(fw_conn *c, int status)
+{
+    c->must_close = 1;
+    if (c->resp.started)
+        return;     /* too late for a clean answer: the close says it */
+    fw_resp_error_head(c, status);
+}
+
+/* Answer a protocol error and close. */
+static void conn_fail(fw_conn *c, int status)
+{
+    fw_server_log(c->srv, FW_LOG_DEBUG, "fd %d: answering %d", c->w.fd, status);
+    fw_conn_queue_error(c, status);
+    c->app_active = 0;
+    c->state = FW_C_WRITE;
+}
+
+/* The response is on the wire: recycle the connection for the next request. */
+static void request_end(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    int unread = 0;
+    if (c->body.src == FW_B_LIVE && !c->body.done)
+        unread = 1;               /* the app did not read the whole body */
+    fw_body_release(c);
+    memset(&c->body, 0, sizeof(c->body));
+    c->body.fd = -1;
+    free(c->head_copy);
+    c->head_copy = NULL;
+    if (c->consume_at_end)
+        fw_buf_consume(&c->in, c->consume_at_end);
+    c->consume_at_end = 0;
+    c->head = NULL;
+    c->head_len = 0;
+    c->head_scan = 0;
+    memset(&c->resp, 0, sizeof(c->resp));
+    c->resp.sf_fd = -1;
+    c->requests++;
+    c->app_active = 0;
+    c->app_state = NULL;
+
+    if (c->must_close || !c->keep_alive || srv->stopping || unread) {
+        if (unread || fw_buf_used(&c->in) > 0)
+            conn_linger(c);
+        else
+            fw_conn_close(c);
+        return;
+    }
+    c->state = FW_C_READ_HEAD;
+    c->head_started = 0;
+    if (fw_buf_used(&c->in) == 0) {
+        fw_buf_reset(&c->in, IDLE_KEEP_BYTES);
+        fw_buf_reset(&c->out, IDLE_KEEP_BYTES);
+    }
+    fw_timer_start(&srv->t_idle, &c->timer, srv->now);
+}
+
+/* READ_HEAD: try to parse a head from `in`. Returns 1 to keep driving, 0 to wait. */
+static int step_head(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    size_t used = fw_buf_used(&c->in);
+    if (c->head_scan == 0 && used > 0) {
+        size_t k = fw_http_skip_crlf(fw_buf_head(&c->in), used);
+        fw_buf_consume(&c->in, k);
+        used -= k;
+    }
+    if (used == 0)
+        return 0;
+    if (!c->head_started) {
+        /* First byte of a request on a kept-alive connection: the idle
+         * timer gives way to the header timer. */
+        c->head_started = srv->now;
+        fw_timer_start(&srv->t_head, &c->timer, srv->now);
+    }
+    const char *buf = fw_buf_head(&c->in);
+    size_t end = fw_http_head_end(buf, used, &c->head_scan);
+    int rc;
+    if (!end) {
+        rc = fw_http_check_partial(buf, used, &srv->cfg.limits);
+        if (rc == FW_HTTP_INCOMPLETE)
+            return 0;
+        conn_fail(c, rc);
+        return 1;
+    }
+    if (end > srv->cfg.limits.max_head) {
+        /* The request line alone may be what is too long. */
+        rc = fw_http_check_partial(buf, end, &srv->cfg.limits);
+        conn_fail(c, rc == 414 ? 414 : 431);
+        return 1;
+    }
+    c->req.headers = c->hdrs;
+    rc = fw_http_parse_head(buf, end, &srv->cfg.limits, &c->req);
+    if (rc != 0) {
+        conn_fail(c, rc);
+        return 1;
+    }
+    c->head = buf;
+    c->head_len = end;
+    c->head_scan = 0;
+    c->keep_alive = c->req.keep_alive && srv->cfg.keepalive_timeout_ms > 0 && !srv->stopping;
+    if (fw_body_setup(c) != 0) {
+        conn_fail(c, 500);
+        return 1;
+    }
+    return 1;
+}
+
+static void conn_drive(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    for (;;) {
+        switch (c->state) {
+        case FW_C_READ_HEAD:
+            if (!step_head(c)) {
+                conn_watch(c, EPOLLIN);
+                return;
+            }
+            break;
+        case FW_C_READ_BODY: {
+            int rc = fw_body_preread(c);
+            if (rc == FW_HTTP_INCOMPLETE) {
+                conn_watch(c, EPOLLIN);
+                return;
+            }
+            if (rc != 0)
+                conn_fail(c, rc);
+            break;
+        }
+        case FW_C_APP: {
+            fw_timer_stop(&c->timer);
+            if (c->w.mask)
+                conn_watch(c, 0);       /* the app owns the socket now */
+            if (c->state != FW_C_APP)
+                return;
+            int rc = c->app_active ? srv->ops->on_writable(srv->app, c)
+                                   : srv->ops->on_request(srv->app, c);
+            if (c->state == FW_C_CLOSED)
+                return;
+            if (rc == FW_APP_CLOSE) {
+                fw_conn_close(c);
+                return;
+            }
+            c->app_active = rc == FW_APP_WAIT;
+            if (!c->app_active)
+                c->app_state = NULL;
+            c->state = FW_C_WRITE;
+            fw_timer_start(&srv->t_write, &c->timer, srv->now);
+            break;
+        }
+        case FW_C_WRITE: {
+            int rc = fw_conn_flush(c);
+            if (rc == FW_IO_AGAIN) {
+                if (c->timer.list != &srv->t_write)
+                    fw_timer_start(&srv->t_write, &c->timer, srv->now);
+                conn_watch(c, EPOLLOUT);
+                return;
+            }
+            if (rc != FW_IO_DONE) {
+                fw_conn_close(c);
+                return;
+            }
+            if (c->app_active)
+                c->state = FW_C_APP;
+            else
+                request_end(c);
+            break;
+        }
+        case FW_C_LINGER:
+        case FW_C_CLOSED:
+            return;
+        }
+    }
+}
+
+/* Read once from the socket into `in`. Returns 1 on data, 0 on EAGAIN, -1 on
+ * EOF or error (the caller decides how to close). */
+int fw_conn_read(fw_conn *c, size_t want)
+{
+    if (fw_buf_reserve(&c->in, want) != 0)
+        return -1;
+    for (;;) {
+        ssize_t n = read(c->w.fd, fw_buf_tail(&c->in), fw_buf_room(&c->in));
+        if (n > 0) {
+            c->in.len += (size_t)n;
+            return 1;
+        }
+        if (n == 0)
+            return -1;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        return -1;
+    }
+}
+
+static void linger_read(fw_conn *c)
+{
+    char junk[4096];
+    for (int i = 0; i < 16; i++) {
+        ssize_t n = read(c->w.fd, junk, sizeof(junk));
+        if (n > 0)
+            continue;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        fw_conn_close(c);
+        return;
+    }
+}
+
+static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
+{
+    (void)loop;
+    fw_conn *c = CONN_OF(w);
+    fw_server *srv = c->srv;
+    switch (c->state) {
+    case FW_C_READ_HEAD:
+    case FW_C_READ_BODY: {
+        size_t want = c->state == FW_C_READ_BODY ? BODY_CHUNK : READ_CHUNK;
+        int rc = fw_conn_read(c, want);
+        if (rc < 0) {
+            /* EOF or reset: never answer a request that was not fully sent. */
+            fw_conn_close(c);
+            return;
+        }
+        if (rc == 0)
+            return;
+        if (c->state == FW_C_READ_BODY)
+            fw_timer_start(&srv->t_body, &c->timer, srv->now);
+        conn_drive(c);
+        return;
+    }
+    case FW_C_WRITE:
+        if (events & (EPOLLERR)) {
+            fw_conn_close(c);
+            return;
+        }
+        fw_timer_start(&srv->t_write, &c->timer, srv->now);
+        conn_drive(c);
+        return;
+    case FW_C_LINGER:
+        linger_read(c);
+        return;
+    default:
+        return;
+    }
+}
+
+void fw_conn_on_timeout(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    switch (c->state) {
+    case FW_C_READ_HEAD:
+        /* Bytes of a request arrived but not a whole head: 408. A connection
+         * that sent nothing (or is idle between requests) just closes. */
+        if (fw_buf_used(&c->in) > 0 && c->head_started) {
+            fw_server_log(srv, FW_LOG_DEBUG, "fd %d: header timeout", c->w.fd);
+            conn_fail(c, 408);
+            conn_drive(c);
+        } else {
+            fw_conn_close(c);
+        }
+        return;
+    case FW_C_READ_BODY:
+        fw_server_log(srv, FW_LOG_DEBUG, "fd %d: body timeout", c->w.fd);
+        conn_fail(c, 408);
+        conn_drive(c);
+        return;
+    case FW_C_WRITE:
+        fw_server_log(srv, FW_LOG_INFO, "fd %d: client stopped reading, closing", c->w.fd);
+        fw_conn_close(c);
+        return;
+    default:
+        fw_conn_close(c);
+        return;
+    }
+}
+
+void fw_conn_start_stop(fw_conn *c)
+{
+    switch (c->state) {
+    case FW_C_READ_HEAD:
+        fw_conn_close(c);       /* nothing in flight */
+        return;
+    case FW_C_LINGER:
+        fw_conn_close(c);
+        return;
+    default:
+        c->keep_alive = 0;      /* finish this response, then close */
+        return;
+    }
+}
+
+/* Used by fw_body.c when a pre-read body is complete. */
+void fw_conn_body_ready(fw_conn *c)
+{
+    c->state = FW_C_APP;
+    c->app_active = 0;
+}
+
+/* Used by fw_body.c to move to READ_BODY. */
+void fw_conn_body_wait(fw_conn *c)
+{
+    c->state = FW_C_READ_BODY;
+    fw_timer_start(&c->srv->t_body, &c->timer, c->srv->now);
+}

@@ -1,0 +1,153 @@
+/* fw_conn: one client connection and the request/response on it.
+ *
+ * States: READ_HEAD -> [READ_BODY] -> APP -> [WRITE] -> READ_HEAD (keep-alive)
+ * or -> LINGER/close. Ownership: between on_request and the end of the
+ * response the app layer owns the request (app_state, the body reader and
+ * the response writer below); the loop owns everything else. Only one thread
+ * touches a connection at a time.
+ *
+ * Buffers: `in` (raw bytes from the socket; the parsed head points into it
+ * or into head_copy), `out` (bytes queued for the socket), `body.mem`
+ * (a pre-read body that is not a plain span of `in`) are all owned here. */
+#ifndef FW_CONN_H
+#define FW_CONN_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "fw_buf.h"
+#include "fw_http.h"
+#include "fw_server.h"
+#include "fw_timer.h"
+
+enum fw_conn_state {
+    FW_C_READ_HEAD,
+    FW_C_READ_BODY,     /* pre-reading a body before the app runs */
+    FW_C_APP,           /* the app layer owns the request */
+    FW_C_WRITE,         /* waiting for the socket to drain `out` */
+    FW_C_LINGER,        /* answered an error: discard input until EOF, then close */
+    FW_C_CLOSED
+};
+
+enum fw_body_src { FW_B_NONE, FW_B_MEM, FW_B_FILE, FW_B_LIVE };
+
+/* Return codes of the I/O helpers below. */
+enum { FW_IO_DONE = 0, FW_IO_AGAIN = 1, FW_IO_ERR = -1, FW_IO_TIMEOUT = -2, FW_IO_BAD = -3 };
+
+typedef struct fw_body {
+    int src;                 /* enum fw_body_src */
+    const char *span;        /* decoded bytes ready for the reader (into in/mem/fbuf) */
+    size_t span_len;
+    uint64_t cl_left;        /* Content-Length bytes not yet decoded */
+    int chunked;
+    fw_chunked ck;
+    int done;                /* every body byte has been decoded */
+    int error;               /* FW_IO_* or an HTTP status from the decoder */
+    uint64_t total;          /* decoded size so far */
+    fw_buf mem;              /* owned: pre-read chunked/spilled body */
+    int fd;                  /* owned: spool file, -1 if none */
+    uint64_t file_size, file_pos;
+    fw_buf fbuf;             /* owned: read window over the spool file */
+    int continue_sent;
+    int inplace;             /* the body is a span of `in` right after the head */
+} fw_body;
+
+typedef struct fw_resp {
+    int started;             /* status line and headers queued */
+    int status;
+    int no_body;             /* HEAD, 1xx, 204, 304 */
+    int chunked;
+    int fixed;               /* app gave Content-Length */
+    uint64_t left;           /* fixed: bytes still owed */
+    int crlf_owed;           /* chunked: CRLF owed before the next size line */
+    int app_close;           /* app sent Connection: close */
+    size_t head_start;       /* out length before the head, to roll back a bad head */
+    int sf_fd;               /* sendfile source (not owned), -1 if none */
+    uint64_t sf_off, sf_left;
+} fw_resp;
+
+struct fw_conn {
+    fw_watch w;                       /* the socket; owned, closed on close */
+    fw_server *srv;
+    fw_listener *lst;
+    fw_conn *prev, *next;             /* srv->conns */
+    int state;
+    fw_tnode timer;
+
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+
+    fw_buf in;
+    fw_buf out;
+
+    /* Current request. */
+    fw_request req;
+    fw_header *hdrs;                  /* owned, limits.max_headers entries */
+    const char *head;                 /* where req's strings live: into in, or head_copy */
+    size_t head_len;
+    char *head_copy;                  /* owned when the head had to leave `in` */
+    size_t head_scan;                 /* fw_http_head_end progress */
+    size_t consume_at_end;            /* bytes of `in` to drop when the request ends */
+    int64_t head_started;             /* first byte of this request (ms) */
+    unsigned requests;                /* served on this connection */
+    int keep_alive;                   /* this response may keep the connection */
+    int must_close;
+
+    fw_body body;
+    fw_resp resp;
+    void *app_state;                  /* owned by the app layer while FW_C_APP/WRITE */
+    int app_active;                   /* on_writable wanted once out drains */
+};
+
+/* Called by the listener code for a freshly accepted socket. */
+fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
+                     const struct sockaddr *sa, socklen_t salen);
+void fw_conn_close(fw_conn *c);
+void fw_conn_free(fw_conn *c);
+void fw_conn_on_timeout(fw_conn *c);
+void fw_conn_start_stop(fw_conn *c);  /* server is stopping: finish or close */
+
+/* ---- for the app layer: request body (wsgi.input) ---------------------- */
+
+/* Make decoded body bytes available: p and n span them (n==0 at the end).
+ * May block on the socket (FW_B_LIVE, with the body timeout) or the spool
+ * file: call without holding an interpreter lock. Returns FW_IO_DONE, or
+ * FW_IO_ERR (client gone), FW_IO_TIMEOUT, FW_IO_BAD (malformed body). */
+int fw_body_peek(fw_conn *c, const char **p, size_t *n);
+void fw_body_consume(fw_conn *c, size_t n);
+/* Nonzero when the next peek would not block. */
+int fw_body_ready(const fw_conn *c);
+
+/* ---- for the app layer: response ---------------------------------------- */
+
+/* Queue the status line and headers. status_line is "200 OK" (validated by
+ * the caller); headers come in pairs. Returns 0, or -1 when a header is
+ * malformed or hop-by-hop (nothing is queued then). */
+int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len);
+int fw_resp_header(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen);
+/* known_len >= 0: the whole body size is known (used when the app gave no
+ * Content-Length), -1 otherwise. */
+int fw_resp_end_head(fw_conn *c, int64_t known_len);
+void fw_resp_abort_head(fw_conn *c);
+
+/* Frame and send body bytes: writes `out` and data together (writev) without
+ * copying data when the socket takes it; copies what it does not. Never
+ * blocks. Returns FW_IO_DONE (all on the wire), FW_IO_AGAIN (queued) or FW_IO_ERR. */
+int fw_resp_send(fw_conn *c, const char *data, size_t len);
+/* Frame and queue body bytes without writing (for bodies known to be ready). */
+int fw_resp_queue(fw_conn *c, const char *data, size_t len);
+/* Send from a file with sendfile() after what is queued. */
+void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count);
+/* The app has no more body: queue the chunked terminator, check lengths. */
+void fw_resp_finish(fw_conn *c);
+
+/* Write what is queued without blocking. */
+int fw_conn_flush(fw_conn *c);
+/* Write what is queued, waiting up to the write timeout (for write()). */
+int fw_conn_flush_wait(fw_conn *c);
+
+/* Queue a complete server-generated error response and mark the connection
+ * for closing. */
+void fw_conn_queue_error(fw_conn *c, int status);
+
+#endif

@@ -1,0 +1,107 @@
+/* fw_http: a strict HTTP/1.1 request parser (RFC 9112) over caller-owned bytes.
+ *
+ * The parser never allocates and never copies: every string in fw_request
+ * points into the buffer the caller passed, and stays valid as long as those
+ * bytes do. It is incremental in the picohttpparser sense: call it again with
+ * the same prefix plus new bytes; fw_http_head_end() finds the end of the head
+ * cheaply, so the full parse runs once per request, which is also why a
+ * request split at any byte boundary parses exactly as it does in one piece.
+ *
+ * Return convention of the parse functions: 0 = done, FW_HTTP_INCOMPLETE =
+ * need more bytes, otherwise the HTTP status code to answer with (400, 413,
+ * 414, 431, 501, 505), after which the connection must be closed. */
+#ifndef FW_HTTP_H
+#define FW_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FW_HTTP_INCOMPLETE (-1)
+
+typedef struct fw_http_limits {
+    size_t max_line;       /* request line, bytes (414 past it) */
+    size_t max_head;       /* whole head incl. request line (431 past it) */
+    size_t max_headers;    /* header field count (431 past it) */
+    uint64_t max_body;     /* Content-Length / decoded chunked body (413) */
+} fw_http_limits;
+
+typedef struct fw_header {
+    const char *name;
+    size_t name_len;
+    const char *value;     /* leading and trailing OWS removed */
+    size_t value_len;
+} fw_header;
+
+enum fw_target_form {
+    FW_TARGET_ORIGIN,      /* /path?query */
+    FW_TARGET_ABSOLUTE,    /* http://host/path?query */
+    FW_TARGET_AUTHORITY,   /* host:port, CONNECT only */
+    FW_TARGET_ASTERISK     /* *, OPTIONS only */
+};
+
+typedef struct fw_request {
+    const char *method;    size_t method_len;
+    const char *target;    size_t target_len;   /* raw request-target */
+    const char *path;      size_t path_len;     /* path part, not decoded */
+    const char *query;     size_t query_len;    /* after '?', without it */
+    int form;                                   /* enum fw_target_form */
+    int minor;                                  /* HTTP/1.<minor>: 0 or 1 */
+
+    fw_header *headers;    /* caller-owned array of limits->max_headers */
+    size_t num_headers;
+
+    /* Framing, decided by the parser from the headers. */
+    uint64_t content_length;
+    unsigned has_body : 1;         /* content_length > 0 or chunked */
+    unsigned chunked : 1;
+    unsigned keep_alive : 1;       /* by version and Connection tokens */
+    unsigned expect_continue : 1;
+    unsigned is_head : 1;
+} fw_request;
+
+/* Find the end of the head in buf[0..len): returns the head length including
+ * the blank line, or 0 if not there yet. *scan carries the position already
+ * searched between calls (start it at 0 for a new request).
+ * Leading empty lines are the caller's business (fw_http_skip_crlf). */
+size_t fw_http_head_end(const char *buf, size_t len, size_t *scan);
+
+/* Number of leading CRLF / LF bytes to ignore before a request line (RFC 9112 2.2). */
+size_t fw_http_skip_crlf(const char *buf, size_t len);
+
+/* Classify a head that has not ended yet: FW_HTTP_INCOMPLETE, or 414/431
+ * when it already broke a limit. */
+int fw_http_check_partial(const char *buf, size_t len, const fw_http_limits *lim);
+
+/* Parse a complete head of head_len bytes (from fw_http_head_end).
+ * req->headers must point at limits->max_headers entries. */
+int fw_http_parse_head(const char *buf, size_t head_len, const fw_http_limits *lim,
+                       fw_request *req);
+
+/* Incremental chunked-body decoder. Zero it to start. */
+typedef struct fw_chunked {
+    int state;
+    uint64_t left;         /* bytes left in the current chunk */
+    uint64_t total;        /* decoded bytes so far */
+    size_t line_len;       /* bytes of the current size/trailer line */
+    size_t trailer_len;    /* bytes of trailer section */
+    unsigned hex_digits;
+    unsigned line_has_data : 1;
+} fw_chunked;
+
+enum {
+    FW_CHUNK_DATA = 1,     /* data and data_len hold a span of body bytes */
+    FW_CHUNK_DONE = 2      /* the last chunk and the trailers were consumed */
+};
+
+/* Feed src[0..len). Sets *used to the bytes consumed (always set). Returns
+ * FW_CHUNK_DATA with a span pointing into src, FW_CHUNK_DONE, or
+ * FW_HTTP_INCOMPLETE (everything consumed, need more), or 400/413.
+ * Call repeatedly, advancing src by *used, until it returns INCOMPLETE or DONE. */
+int fw_chunked_feed(fw_chunked *d, const char *src, size_t len, size_t *used,
+                    const char **data, size_t *data_len, const fw_http_limits *lim);
+
+/* Helpers shared with the response side. */
+int fw_http_is_tchar(unsigned char c);
+int fw_http_token_eq(const char *s, size_t n, const char *lit);   /* ASCII case-insensitive */
+
+#endif

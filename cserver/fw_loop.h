@@ -1,0 +1,48 @@
+/* fw_loop: a thin epoll wrapper that remembers what each fd is registered for.
+ *
+ * Every watched fd is described by an fw_watch that the caller embeds in its
+ * own object (connection, listener, eventfd) and owns. The loop keeps the
+ * registered mask in the watch, so fw_loop_watch() can pick EPOLL_CTL_ADD,
+ * MOD or DEL itself and never issues a redundant syscall. */
+#ifndef FW_LOOP_H
+#define FW_LOOP_H
+
+#include <stdint.h>
+#include <sys/epoll.h>
+
+typedef struct fw_loop fw_loop;
+typedef struct fw_watch fw_watch;
+
+/* Called with the epoll events that fired for w. */
+typedef void fw_watch_fn(fw_loop *loop, fw_watch *w, uint32_t events);
+
+struct fw_watch {
+    int fd;
+    uint32_t mask;      /* events currently registered; 0 = not in the epoll set */
+    fw_watch_fn *cb;
+};
+
+struct fw_loop {
+    int epfd;
+    int nevents;
+    struct epoll_event *events;   /* owned, nevents long */
+};
+
+int fw_loop_init(fw_loop *loop, int nevents);
+void fw_loop_destroy(fw_loop *loop);
+
+/* Register w for `mask` (EPOLLIN, EPOLLOUT, ...; 0 removes it).
+ * Returns 0 or -1 with errno set. */
+int fw_loop_watch(fw_loop *loop, fw_watch *w, uint32_t mask);
+
+/* Forget w without a syscall: for an fd that is about to be closed
+ * (close() removes it from the epoll set). */
+static inline void fw_loop_forget(fw_watch *w) { w->mask = 0; }
+
+/* Wait up to timeout_ms (-1: forever). Returns the number of ready events,
+ * or -1 with errno (EINTR is returned to the caller so it can look at
+ * signals). Split from dispatch so the caller can refresh its clock between. */
+int fw_loop_wait(fw_loop *loop, int timeout_ms);
+void fw_loop_dispatch(fw_loop *loop, int n);
+
+#endif

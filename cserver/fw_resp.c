@@ -1,0 +1,335 @@
+/* fw_resp: response framing and writing. The server owns framing: the app
+ * says status, headers and body bytes; this file decides Content-Length vs
+ * chunked vs close-delimited, drops what must not be on the wire (bodies of
+ * HEAD/1xx/204/304, hop-by-hop headers) and writes with as few syscalls and
+ * copies as it can (headers and the first body chunk leave in one writev). */
+#define _GNU_SOURCE
+#include "fw_conn.h"
+#include "fw_internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+static const char *reason(int status)
+{
+    switch (status) {
+    case 400: return "Bad Request";
+    case 408: return "Request Timeout";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 417: return "Expectation Failed";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default:  return "Error";
+    }
+}
+
+static int append_str(fw_buf *b, const char *s)
+{
+    return fw_buf_append(b, s, strlen(s));
+}
+
+void fw_resp_error_head(fw_conn *c, int status)
+{
+    char head[256];
+    const char *r = reason(status);
+    size_t blen = strlen(r) + 1;
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n", status, r, blen);
+    c->out.len = c->out.off + c->resp.head_start;    /* drop a half-built head */
+    if (fw_buf_append(&c->out, head, (size_t)n) != 0 ||
+        fw_buf_append(&c->out, c->srv->date, c->srv->date_len) != 0 ||
+        append_str(&c->out, "\r\n") != 0 || append_str(&c->out, r) != 0 ||
+        append_str(&c->out, "\n") != 0)
+        c->out.len = c->out.off;                      /* out of memory: just close */
+    if (c->req.is_head && c->out.len > c->out.off)
+        c->out.len -= blen;                           /* HEAD: no body */
+    c->resp.started = 1;
+    c->resp.status = status;
+    c->resp.no_body = 1;
+    c->must_close = 1;
+}
+
+int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
+{
+    fw_resp *r = &c->resp;
+    int code = 0;
+    for (size_t i = 0; i < 3 && i < status_len; i++)
+        code = code * 10 + (status_line[i] - '0');
+    r->head_start = fw_buf_used(&c->out);
+    r->status = code;
+    r->no_body = c->req.is_head || code < 200 || code == 204 || code == 304;
+    r->fixed = r->chunked = r->app_close = r->crlf_owed = 0;
+    r->left = 0;
+    if (fw_buf_append(&c->out, "HTTP/1.1 ", 9) != 0 ||
+        fw_buf_append(&c->out, status_line, status_len) != 0 ||
+        fw_buf_append(&c->out, "\r\n", 2) != 0)
+        return -1;
+    return 0;
+}
+
+void fw_resp_abort_head(fw_conn *c)
+{
+    c->out.len = c->out.off + c->resp.head_start;
+}
+
+static int is_hop_by_hop(const char *n, size_t len)
+{
+    static const char *const hop[] = {
+        "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", NULL
+    };
+    for (int i = 0; hop[i]; i++)
+        if (fw_http_token_eq(n, len, hop[i]))
+            return 1;
+    return 0;
+}
+
+int fw_resp_header(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen)
+{
+    fw_resp *r = &c->resp;
+    if (nlen == 0)
+        return -1;
+    for (size_t i = 0; i < nlen; i++)
+        if (!fw_http_is_tchar((unsigned char)name[i]))
+            return -1;
+    for (size_t i = 0; i < vlen; i++) {
+        unsigned char ch = (unsigned char)value[i];
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+            return -1;                   /* CR, LF, NUL: never a split response */
+    }
+    if (nlen == 14 && fw_http_token_eq(name, nlen, "content-length")) {
+        uint64_t v = 0;
+        if (vlen == 0 || vlen > 19 || r->fixed)
+            return -1;
+        for (size_t i = 0; i < vlen; i++) {
+            if (value[i] < '0' || value[i] > '9')
+                return -1;
+            v = v * 10 + (uint64_t)(value[i] - '0');
+        }
+        r->fixed = 1;
+        r->left = v;
+        if (r->status < 200 || r->status == 204)
+            return 0;                    /* RFC 9110 8.6: never on 1xx/204 */
+    } else if (nlen == 10 && fw_http_token_eq(name, nlen, "connection")) {
+        /* Hop-by-hop and ours to decide; "close" is honoured. */
+        for (size_t i = 0; i + 5 <= vlen; i++)
+            if (fw_http_token_eq(value + i, 5, "close"))
+                r->app_close = 1;
+        return 0;
+    } else if (is_hop_by_hop(name, nlen)) {
+        return 0;                        /* PEP 3333: not the app's to send */
+    }
+    if (fw_buf_reserve(&c->out, nlen + vlen + 4) != 0)
+        return -1;
+    fw_buf_append(&c->out, name, nlen);
+    fw_buf_append(&c->out, ": ", 2);
+    fw_buf_append(&c->out, value, vlen);
+    fw_buf_append(&c->out, "\r\n", 2);
+    return 0;
+}
+
+int fw_resp_end_head(fw_conn *c, int64_t known_len)
+{
+    fw_resp *r = &c->resp;
+    fw_server *srv = c->srv;
+    char line[64];
+    int keep = c->keep_alive && !r->app_close && !c->must_close && !srv->stopping;
+
+    if (r->status < 200)
+        keep = 0;       /* a 1xx as the final answer leaves the client waiting: end it */
+    if (r->no_body) {
+        if (!r->fixed && known_len >= 0 && c->req.is_head && r->status != 204 && r->status >= 200) {
+            int n = snprintf(line, sizeof(line), "Content-Length: %lld\r\n", (long long)known_len);
+            if (fw_buf_append(&c->out, line, (size_t)n) != 0)
+                return -1;
+        }
+    } else if (r->fixed) {
+        /* the app's Content-Length, already queued */
+    } else if (known_len >= 0) {
+        int n = snprintf(line, sizeof(line), "Content-Length: %lld\r\n", (long long)known_len);
+        if (fw_buf_append(&c->out, line, (size_t)n) != 0)
+            return -1;
+        r->fixed = 1;
+        r->left = (uint64_t)known_len;
+    } else if (c->req.minor == 1) {
+        if (append_str(&c->out, "Transfer-Encoding: chunked\r\n") != 0)
+            return -1;
+        r->chunked = 1;
+    } else {
+        keep = 0;       /* HTTP/1.0 without a length: the close ends the body */
+    }
+    const char *conn = keep ? (c->req.minor == 0 ? "Connection: keep-alive\r\n" : "")
+                            : "Connection: close\r\n";
+    if (append_str(&c->out, conn) != 0 ||
+        fw_buf_append(&c->out, srv->date, srv->date_len) != 0 ||
+        fw_buf_append(&c->out, "\r\n", 2) != 0)
+        return -1;
+    if (!keep)
+        c->must_close = 1;
+    r->started = 1;
+    return 0;
+}
+
+/* Frame `len` body bytes: returns how many of them go on the wire (0 for
+ * bodiless responses; clamped to Content-Length) and queues a chunk header. */
+static size_t frame(fw_conn *c, size_t len)
+{
+    fw_resp *r = &c->resp;
+    if (r->no_body || len == 0)
+        return 0;
+    if (r->fixed) {
+        if (len > r->left) {
+            len = (size_t)r->left;
+            c->must_close = 1;           /* the app wrote past its Content-Length */
+        }
+        r->left -= len;
+        return len;
+    }
+    if (r->chunked) {
+        char hdr[32];
+        int n = snprintf(hdr, sizeof(hdr), "%s%zx\r\n", r->crlf_owed ? "\r\n" : "", len);
+        if (fw_buf_append(&c->out, hdr, (size_t)n) != 0)
+            return 0;
+        r->crlf_owed = 1;
+    }
+    return len;
+}
+
+int fw_resp_queue(fw_conn *c, const char *data, size_t len)
+{
+    len = frame(c, len);
+    if (len && fw_buf_append(&c->out, data, len) != 0)
+        return FW_IO_ERR;
+    return FW_IO_DONE;
+}
+
+static int io_error(int e)
+{
+    return e == EAGAIN || e == EWOULDBLOCK ? FW_IO_AGAIN : FW_IO_ERR;
+}
+
+int fw_resp_send(fw_conn *c, const char *data, size_t len)
+{
+    len = frame(c, len);
+    size_t queued = fw_buf_used(&c->out);
+    if (c->resp.sf_fd >= 0) {
+        if (fw_buf_append(&c->out, data, len) != 0)
+            return FW_IO_ERR;
+        return fw_conn_flush(c);
+    }
+    struct iovec iov[2] = {
+        { .iov_base = fw_buf_head(&c->out), .iov_len = queued },
+        { .iov_base = (void *)data, .iov_len = len },
+    };
+    struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
+    ssize_t n;
+    do {
+        n = sendmsg(c->w.fd, &mh, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        int rc = io_error(errno);
+        if (rc == FW_IO_ERR)
+            return rc;
+        n = 0;
+    }
+    size_t w = (size_t)n;
+    if (w < queued) {
+        fw_buf_consume(&c->out, w);
+        w = 0;
+    } else {
+        fw_buf_consume(&c->out, queued);
+        w -= queued;
+    }
+    if (w < len && fw_buf_append(&c->out, data + w, len - w) != 0)
+        return FW_IO_ERR;
+    return fw_buf_used(&c->out) ? FW_IO_AGAIN : FW_IO_DONE;
+}
+
+void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count)
+{
+    fw_resp *r = &c->resp;
+    if (r->no_body || count == 0)
+        return;
+    if (r->fixed) {
+        if (count > r->left) {
+            count = r->left;
+            c->must_close = 1;
+        }
+        r->left -= count;
+    }
+    r->sf_fd = fd;
+    r->sf_off = off;
+    r->sf_left = count;
+}
+
+void fw_resp_finish(fw_conn *c)
+{
+    fw_resp *r = &c->resp;
+    if (r->no_body)
+        return;
+    if (r->chunked) {
+        if (append_str(&c->out, r->crlf_owed ? "\r\n0\r\n\r\n" : "0\r\n\r\n") != 0)
+            c->must_close = 1;
+        r->crlf_owed = 0;
+    } else if (r->fixed && r->left > 0) {
+        c->must_close = 1;               /* shorter than its Content-Length */
+    }
+}
+
+int fw_conn_flush(fw_conn *c)
+{
+    fw_resp *r = &c->resp;
+    while (fw_buf_used(&c->out) > 0) {
+        ssize_t n = send(c->w.fd, fw_buf_head(&c->out), fw_buf_used(&c->out), MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return io_error(errno);
+        }
+        fw_buf_consume(&c->out, (size_t)n);
+    }
+    while (r->sf_fd >= 0 && r->sf_left > 0) {
+        off_t off = (off_t)r->sf_off;
+        size_t want = r->sf_left > (1u << 30) ? (1u << 30) : (size_t)r->sf_left;
+        ssize_t n = sendfile(c->w.fd, r->sf_fd, &off, want);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return io_error(errno);
+        }
+        if (n == 0) {
+            c->must_close = 1;           /* the file shrank under us */
+            return FW_IO_ERR;
+        }
+        r->sf_off += (uint64_t)n;
+        r->sf_left -= (uint64_t)n;
+    }
+    return FW_IO_DONE;
+}
+
+int fw_conn_flush_wait(fw_conn *c)
+{
+    int timeout = c->srv->cfg.write_timeout_ms > 0 ? c->srv->cfg.write_timeout_ms : -1;
+    for (;;) {
+        int rc = fw_conn_flush(c);
+        if (rc != FW_IO_AGAIN)
+            return rc;
+        struct pollfd pfd = { .fd = c->w.fd, .events = POLLOUT };
+        int k = poll(&pfd, 1, timeout);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return FW_IO_ERR;
+        if (k == 0)
+            return FW_IO_TIMEOUT;
+    }
+}

@@ -1,0 +1,330 @@
+/* fw_server: the loop around listeners and connections. See fw_server.h. */
+#define _GNU_SOURCE
+#include "fw_server.h"
+#include "fw_conn.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define LISTENER_OF(wp) ((fw_listener *)((char *)(wp) - offsetof(fw_listener, w)))
+#define SERVER_OF_STOP(wp) ((fw_server *)((char *)(wp) - offsetof(fw_server, stop_w)))
+#define CONN_OF_TIMER(tp) ((fw_conn *)((char *)(tp) - offsetof(fw_conn, timer)))
+
+void fw_config_defaults(fw_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->limits.max_line = 8190;
+    cfg->limits.max_head = 64 * 1024;
+    cfg->limits.max_headers = 100;
+    cfg->limits.max_body = 1024ull * 1024 * 1024;
+    cfg->header_timeout_ms = 10000;
+    cfg->body_timeout_ms = 30000;
+    cfg->keepalive_timeout_ms = 5000;
+    cfg->write_timeout_ms = 30000;
+    cfg->graceful_timeout_ms = 30000;
+    cfg->spool_threshold = 1024 * 1024;
+    cfg->spool_dir = NULL;
+    cfg->max_connections = 10000;
+    cfg->accept_batch = 64;
+}
+
+void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
+{
+    if (!srv->ops->log)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    srv->ops->log(srv->app, level, msg);
+}
+
+void fw_server_refresh_date(fw_server *srv)
+{
+    static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+    static const char months[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+    time_t now = time(NULL);
+    if (now == srv->date_sec && srv->date_len)
+        return;
+    struct tm tm;
+    if (!gmtime_r(&now, &tm))
+        return;
+    /* Formatted by hand: strftime would follow the process locale. */
+    int n = snprintf(srv->date, sizeof(srv->date), "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n",
+                     days[tm.tm_wday], tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec);
+    if (n > 0 && (size_t)n < sizeof(srv->date)) {
+        srv->date_len = (size_t)n;
+        srv->date_sec = now;
+    }
+}
+
+static void set_accepting(fw_server *srv, int on)
+{
+    if (srv->accepting == on)
+        return;
+    for (int i = 0; i < srv->nlisteners; i++) {
+        if (fw_loop_watch(&srv->loop, &srv->listeners[i].w, on ? EPOLLIN : 0) != 0)
+            fw_server_log(srv, FW_LOG_ERROR, "epoll_ctl(listener %d): %s",
+                          srv->listeners[i].w.fd, strerror(errno));
+    }
+    srv->accepting = on;
+}
+
+void fw_server_conn_closed(fw_server *srv)
+{
+    srv->nconns--;
+    if (!srv->accepting && !srv->stopping && srv->nconns < srv->cfg.max_connections &&
+        srv->now >= srv->accept_resume_at)
+        set_accepting(srv, 1);
+}
+
+static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
+{
+    (void)loop;
+    (void)events;
+    fw_listener *l = LISTENER_OF(w);
+    fw_server *srv = l->srv;
+    for (int i = 0; i < srv->cfg.accept_batch && srv->accepting; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd = accept4(w->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            switch (errno) {
+            case EAGAIN:
+#if EAGAIN != EWOULDBLOCK
+            case EWOULDBLOCK:
+#endif
+                return;
+            case EINTR:
+            case ECONNABORTED:
+            case EPROTO:
+                continue;
+            case EMFILE:
+            case ENFILE:
+            case ENOBUFS:
+            case ENOMEM:
+                /* Out of descriptors or memory: stop accepting for a moment
+                 * instead of spinning on a listener that stays readable. */
+                fw_server_log(srv, FW_LOG_ERROR, "accept: %s; pausing for 1 s", strerror(errno));
+                srv->accept_resume_at = srv->now + 1000;
+                set_accepting(srv, 0);
+                return;
+            default:
+                fw_server_log(srv, FW_LOG_ERROR, "accept: %s", strerror(errno));
+                return;
+            }
+        }
+        if (l->family == AF_INET || l->family == AF_INET6) {
+            int one = 1;
+            /* Responses leave in one write; Nagle would only delay them. */
+            if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
+                fw_server_log(srv, FW_LOG_DEBUG, "TCP_NODELAY: %s", strerror(errno));
+        }
+        if (!fw_conn_new(srv, l, fd, (struct sockaddr *)&ss, len)) {
+            fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
+            close(fd);
+        }
+        if (srv->nconns >= srv->cfg.max_connections) {
+            set_accepting(srv, 0);
+            return;
+        }
+    }
+}
+
+static void on_stop(fw_loop *loop, fw_watch *w, uint32_t events)
+{
+    (void)loop;
+    (void)events;
+    uint64_t v;
+    while (read(w->fd, &v, sizeof(v)) > 0)
+        ;
+    (void)SERVER_OF_STOP(w);
+}
+
+fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
+                         const fw_app_ops *ops, void *app)
+{
+    fw_server *srv = calloc(1, sizeof(*srv));
+    if (!srv)
+        return NULL;
+    srv->cfg = *cfg;
+    if (srv->cfg.limits.max_headers == 0)
+        srv->cfg.limits.max_headers = 1;
+    if (srv->cfg.accept_batch <= 0)
+        srv->cfg.accept_batch = 1;
+    srv->ops = ops;
+    srv->app = app;
+    srv->stop_w.fd = -1;
+    srv->loop.epfd = -1;
+    if (fw_loop_init(&srv->loop, 512) != 0)
+        goto fail;
+    srv->listeners = calloc((size_t)(nfds > 0 ? nfds : 1), sizeof(fw_listener));
+    if (!srv->listeners)
+        goto fail;
+    srv->nlisteners = nfds;
+    for (int i = 0; i < nfds; i++) {
+        fw_listener *l = &srv->listeners[i];
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        l->w.fd = fds[i];
+        l->w.cb = on_accept;
+        l->srv = srv;
+        if (getsockname(fds[i], (struct sockaddr *)&ss, &len) != 0)
+            goto fail;
+        l->family = ss.ss_family;
+    }
+    srv->stop_w.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (srv->stop_w.fd < 0)
+        goto fail;
+    srv->stop_w.cb = on_stop;
+    if (fw_loop_watch(&srv->loop, &srv->stop_w, EPOLLIN) != 0)
+        goto fail;
+    srv->t_head.timeout_ms = cfg->header_timeout_ms;
+    srv->t_body.timeout_ms = cfg->body_timeout_ms;
+    srv->t_idle.timeout_ms = cfg->keepalive_timeout_ms;
+    srv->t_write.timeout_ms = cfg->write_timeout_ms;
+    srv->t_linger.timeout_ms = 2000;
+    srv->now = fw_now_ms();
+    fw_server_refresh_date(srv);
+    return srv;
+fail: {
+        int e = errno;
+        fw_server_free(srv);
+        errno = e;
+        return NULL;
+    }
+}
+
+static void free_graveyard(fw_server *srv)
+{
+    while (srv->graveyard) {
+        fw_conn *c = srv->graveyard;
+        srv->graveyard = c->next;
+        fw_conn_free(c);
+    }
+}
+
+void fw_server_free(fw_server *srv)
+{
+    if (!srv)
+        return;
+    while (srv->conns)
+        fw_conn_close(srv->conns);
+    free_graveyard(srv);
+    if (srv->stop_w.fd >= 0)
+        close(srv->stop_w.fd);
+    fw_loop_destroy(&srv->loop);
+    free(srv->listeners);
+    free(srv);
+}
+
+void fw_server_stop(fw_server *srv, int graceful)
+{
+    int want = graceful ? 1 : 2;
+    if (srv->stop_requested < want)
+        srv->stop_requested = want;
+    uint64_t one = 1;
+    /* async-signal-safe; a full counter already means "wake up" */
+    ssize_t n = write(srv->stop_w.fd, &one, sizeof(one));
+    (void)n;
+}
+
+static void expire(fw_server *srv, fw_tlist *l)
+{
+    while (l->head && l->head->deadline <= srv->now) {
+        fw_tnode *n = l->head;
+        fw_timer_stop(n);
+        fw_conn_on_timeout(CONN_OF_TIMER(n));
+    }
+}
+
+static int next_timeout(fw_server *srv)
+{
+    int64_t next = srv->now + 1000;      /* at least once a second: date, resumes */
+    fw_tlist *lists[] = { &srv->t_head, &srv->t_body, &srv->t_idle, &srv->t_write, &srv->t_linger };
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
+        if (lists[i]->head && lists[i]->head->deadline < next)
+            next = lists[i]->head->deadline;
+    if (srv->stopping && srv->stop_deadline < next)
+        next = srv->stop_deadline;
+    int64_t d = next - srv->now;
+    return d < 0 ? 0 : (int)d;
+}
+
+static void begin_stop(fw_server *srv)
+{
+    srv->stopping = 1;
+    srv->stop_deadline = srv->now + (srv->cfg.graceful_timeout_ms > 0 ? srv->cfg.graceful_timeout_ms : 0);
+    set_accepting(srv, 0);
+    fw_conn *c = srv->conns;
+    while (c) {
+        fw_conn *next = c->next;
+        fw_conn_start_stop(c);
+        c = next;
+    }
+    fw_server_log(srv, FW_LOG_DEBUG, "stopping: %d connection(s) in flight", srv->nconns);
+}
+
+int fw_server_run(fw_server *srv)
+{
+    int rc = 0;
+    srv->now = fw_now_ms();
+    fw_server_refresh_date(srv);
+    srv->stopping = 0;
+    srv->stop_requested = 0;
+    set_accepting(srv, 1);
+    for (;;) {
+        if (srv->stop_requested && !srv->stopping)
+            begin_stop(srv);
+        if (srv->stopping) {
+            if (srv->stop_requested == 2 || srv->nconns == 0)
+                break;
+            if (srv->now >= srv->stop_deadline) {
+                fw_server_log(srv, FW_LOG_WARNING, "graceful timeout: closing %d connection(s)",
+                              srv->nconns);
+                break;
+            }
+        }
+        int n = fw_loop_wait(&srv->loop, next_timeout(srv));
+        srv->now = fw_now_ms();
+        if (n < 0) {
+            if (errno == EINTR) {
+                if (srv->ops->on_signal && srv->ops->on_signal(srv->app)) {
+                    rc = 1;
+                    break;
+                }
+                continue;
+            }
+            fw_server_log(srv, FW_LOG_ERROR, "epoll_wait: %s", strerror(errno));
+            rc = -1;
+            break;
+        }
+        fw_server_refresh_date(srv);
+        fw_loop_dispatch(&srv->loop, n);
+        expire(srv, &srv->t_head);
+        expire(srv, &srv->t_body);
+        expire(srv, &srv->t_idle);
+        expire(srv, &srv->t_write);
+        expire(srv, &srv->t_linger);
+        free_graveyard(srv);
+        if (!srv->accepting && !srv->stopping && srv->now >= srv->accept_resume_at &&
+            srv->nconns < srv->cfg.max_connections)
+            set_accepting(srv, 1);
+    }
+    set_accepting(srv, 0);
+    while (srv->conns)
+        fw_conn_close(srv->conns);
+    free_graveyard(srv);
+    srv->stopping = 0;
+    return rc;
+}

@@ -1,0 +1,118 @@
+/* fw_server: one event loop serving HTTP/1.1 on a set of listening sockets.
+ *
+ * A server is "this loop, on these listening sockets, calling this app": the
+ * application layer (the Python glue) plugs in through fw_app_ops and never
+ * sees epoll. The server owns its loop, connections and timers; the caller
+ * owns the listening fds (they are not closed by the server) and the config
+ * strings. No globals: several servers may run in one process, each on its
+ * own thread. */
+#ifndef FW_SERVER_H
+#define FW_SERVER_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "fw_http.h"
+#include "fw_loop.h"
+#include "fw_timer.h"
+
+typedef struct fw_conn fw_conn;
+typedef struct fw_server fw_server;
+
+typedef struct fw_config {
+    fw_http_limits limits;
+    int header_timeout_ms;     /* first byte to end of head (slowloris): 408 */
+    int body_timeout_ms;       /* longest pause while a body arrives: 408 */
+    int keepalive_timeout_ms;  /* idle kept-alive connection; 0 disables keep-alive */
+    int write_timeout_ms;      /* longest stall while the client does not read */
+    int graceful_timeout_ms;   /* stop(): how long in-flight responses may take */
+    size_t spool_threshold;    /* request bodies above this go to a temp file */
+    const char *spool_dir;     /* directory for spool files; not owned */
+    int max_connections;
+    int accept_batch;          /* accepts per listener wake-up */
+} fw_config;
+
+void fw_config_defaults(fw_config *cfg);
+
+enum fw_app_rc {
+    FW_APP_DONE = 0,    /* response complete (possibly still buffered in out) */
+    FW_APP_WAIT = 1,    /* call on_writable once the out buffer has drained */
+    FW_APP_CLOSE = 2    /* drop the connection now (response broken) */
+};
+
+enum fw_log_level { FW_LOG_DEBUG = 10, FW_LOG_INFO = 20, FW_LOG_WARNING = 30, FW_LOG_ERROR = 40 };
+
+typedef struct fw_app_ops {
+    /* A request head (and its body, unless it streams) is ready. */
+    int (*on_request)(void *app, fw_conn *c);
+    /* A response that returned FW_APP_WAIT may continue. */
+    int (*on_writable)(void *app, fw_conn *c);
+    /* The connection is going away while the app still holds request state
+     * (client gone, write timeout, server stop): release it. */
+    void (*on_drop)(void *app, fw_conn *c);
+    /* epoll_wait was interrupted by a signal: nonzero stops the loop now. */
+    int (*on_signal)(void *app);
+    void (*log)(void *app, int level, const char *msg);
+} fw_app_ops;
+
+typedef struct fw_listener {
+    fw_watch w;                /* fd owned by the caller */
+    fw_server *srv;
+    int family;                /* AF_INET, AF_INET6, AF_UNIX */
+    void *app_data;            /* for the app layer (e.g. cached SERVER_NAME) */
+} fw_listener;
+
+struct fw_server {
+    fw_config cfg;
+    fw_loop loop;
+    const fw_app_ops *ops;
+    void *app;
+
+    fw_listener *listeners;    /* owned array */
+    int nlisteners;
+    int accepting;             /* listeners currently in the epoll set */
+    int64_t accept_resume_at;  /* after EMFILE & co: pause accepting until then */
+
+    fw_watch stop_w;           /* eventfd: stop requests from any thread or signal handler */
+    volatile int stop_requested;   /* 1 graceful, 2 immediate */
+    int stopping;
+    int64_t stop_deadline;
+
+    /* Timeout lists; see fw_timer.h. */
+    fw_tlist t_head, t_body, t_idle, t_write, t_linger;
+
+    fw_conn *conns;            /* all open connections (doubly linked) */
+    int nconns;
+    fw_conn *graveyard;        /* closed during this loop pass, freed after it */
+
+    int64_t now;               /* monotonic ms, refreshed each pass */
+    time_t date_sec;
+    char date[40];             /* "Date: ...\r\n" for the current second */
+    size_t date_len;
+
+    int exit_code;             /* 0, or -1 when the loop failed */
+};
+
+/* Create a server over the given listening fds. Returns NULL on failure
+ * (errno set). The fds must be non-blocking listening sockets. */
+fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
+                         const fw_app_ops *ops, void *app);
+void fw_server_free(fw_server *srv);
+
+/* Run until stopped. Returns 0 on a requested stop, 1 if on_signal asked to
+ * stop, -1 on a loop failure. */
+int fw_server_run(fw_server *srv);
+
+/* Ask the loop to stop. Safe from any thread and from a signal handler.
+ * graceful: stop accepting, close idle connections, let in-flight responses
+ * finish (within graceful_timeout_ms). */
+void fw_server_stop(fw_server *srv, int graceful);
+
+void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Internal to cserver/: connection bookkeeping used by fw_conn.c. */
+void fw_server_refresh_date(fw_server *srv);
+void fw_server_conn_closed(fw_server *srv);
+
+#endif

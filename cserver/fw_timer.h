@@ -1,0 +1,55 @@
+/* fw_timer: deadline lists with a fixed timeout each.
+ *
+ * Every timeout kind (header, body, idle, write, linger) has one constant
+ * duration per server, so appending at the tail keeps a list sorted by
+ * deadline: insert, remove, refresh and expiry are all O(1), no heap needed.
+ * A node belongs to at most one list at a time; its owner embeds it. */
+#ifndef FW_TIMER_H
+#define FW_TIMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+typedef struct fw_tnode {
+    struct fw_tnode *prev, *next;
+    struct fw_tlist *list;      /* NULL when not armed */
+    int64_t deadline;           /* monotonic ms */
+} fw_tnode;
+
+typedef struct fw_tlist {
+    fw_tnode *head, *tail;
+    int64_t timeout_ms;         /* <= 0: never expires (nodes are still tracked) */
+} fw_tlist;
+
+static inline int64_t fw_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline void fw_timer_stop(fw_tnode *n)
+{
+    fw_tlist *l = n->list;
+    if (!l)
+        return;
+    if (n->prev) n->prev->next = n->next; else l->head = n->next;
+    if (n->next) n->next->prev = n->prev; else l->tail = n->prev;
+    n->prev = n->next = NULL;
+    n->list = NULL;
+}
+
+/* (Re)arm n on list l with deadline now + l->timeout_ms. */
+static inline void fw_timer_start(fw_tlist *l, fw_tnode *n, int64_t now)
+{
+    fw_timer_stop(n);
+    n->deadline = l->timeout_ms > 0 ? now + l->timeout_ms : INT64_MAX;
+    n->list = l;
+    n->next = NULL;
+    n->prev = l->tail;
+    if (l->tail) l->tail->next = n; else l->head = n;
+    l->tail = n;
+}
+
+#endif

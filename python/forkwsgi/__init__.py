@@ -1,0 +1,11 @@
+"""forkwsgi: a WSGI server with a C HTTP/1.1 core.
+
+Command line: ``forkwsgi MODULE:APP --bind 127.0.0.1:8000``.
+Embedded: ``forkwsgi.run(app, host="127.0.0.1", port=8000)`` or
+``forkwsgi.Server(app, bind=[...]).serve()``.
+"""
+__version__ = "0.1.0"
+
+from .server import Server, run  # noqa: E402
+
+__all__ = ["Server", "run", "__version__"]

@@ -1,0 +1,45 @@
+"""Import the WSGI app from 'MODULE:APP' or 'MODULE:factory(args)'."""
+import ast
+import importlib
+import sys
+
+
+class AppImportError(Exception):
+    pass
+
+
+def load(spec):
+    if not spec:
+        raise AppImportError("no app given: forkwsgi MODULE:APP (see --help)")
+    module, _, attr = spec.partition(":")
+    attr = attr or "application"
+    if not module:
+        raise AppImportError(f"invalid app {spec!r}: use MODULE:APP")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")     # the current directory is importable
+    call_args = None
+    if attr.endswith(")") and "(" in attr:
+        attr, _, rest = attr.partition("(")
+        try:
+            parsed = ast.parse(f"f({rest}", mode="eval").body
+            call_args = [ast.literal_eval(a) for a in parsed.args]
+            call_kwargs = {k.arg: ast.literal_eval(k.value) for k in parsed.keywords}
+        except (SyntaxError, ValueError):
+            raise AppImportError(f"invalid factory call in {spec!r}: only literal arguments are allowed") from None
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and (module == e.name or module.startswith(e.name + ".")):
+            raise AppImportError(f"no module named {module!r} (from app {spec!r})") from None
+        raise
+    obj = mod
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AppImportError(f"module {module!r} has no attribute {attr!r}") from None
+    if call_args is not None:
+        obj = obj(*call_args, **call_kwargs)
+    if not callable(obj):
+        raise AppImportError(f"{spec!r} is not callable (got {type(obj).__name__})")
+    return obj

@@ -1,0 +1,107 @@
+"""Listening sockets from --bind addresses.
+
+The master side binds everything before any worker exists, so a port in use
+is one clear error at start-up and never a half-started server.
+"""
+import os
+import socket
+import stat
+
+
+class BindError(Exception):
+    pass
+
+
+def parse(addr):
+    """'HOST:PORT', '[::1]:PORT', ':PORT', 'PORT', 'unix:/path' or 'fd://N' -> (kind, value)."""
+    a = addr.strip()
+    if a.startswith("unix:"):
+        path = a[5:]
+        if path.startswith("//"):
+            path = path[2:]
+        if not path:
+            raise BindError(f"invalid bind address {addr!r}: empty unix socket path")
+        return "unix", path
+    if a.startswith("fd://"):
+        try:
+            fd = int(a[5:])
+        except ValueError:
+            raise BindError(f"invalid bind address {addr!r}: fd://N needs a number") from None
+        return "fd", fd
+    if a.startswith("["):
+        host, sep, port = a[1:].partition("]")
+        if not sep or (port and not port.startswith(":")):
+            raise BindError(f"invalid bind address {addr!r}: use [ADDR]:PORT")
+        port = port[1:]
+        family = socket.AF_INET6
+    elif a.count(":") == 1:
+        host, _, port = a.partition(":")
+        family = socket.AF_INET
+    elif a.isdigit():
+        host, port, family = "0.0.0.0", a, socket.AF_INET
+    else:
+        raise BindError(f"invalid bind address {addr!r}: use HOST:PORT, [ADDR]:PORT, unix:/path or fd://N")
+    try:
+        port = int(port)
+        if not 0 <= port <= 65535:
+            raise ValueError
+    except ValueError:
+        raise BindError(f"invalid port in bind address {addr!r}") from None
+    host = host or ("0.0.0.0" if family == socket.AF_INET else "::")
+    if family == socket.AF_INET:
+        try:
+            infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+        except socket.gaierror as e:
+            raise BindError(f"cannot resolve {host!r} in bind address {addr!r}: {e.strerror}") from None
+        family = infos[0][0]
+        host = infos[0][4][0]
+    return "tcp", (family, host, port)
+
+
+def create(addr, backlog):
+    """Bind and listen; returns a non-blocking socket.socket."""
+    kind, value = parse(addr)
+    try:
+        if kind == "fd":
+            try:
+                sock = socket.socket(fileno=value)
+            except OSError as e:
+                raise BindError(f"fd://{value} is not a usable socket: {e.strerror}") from None
+            if sock.type != socket.SOCK_STREAM:
+                raise BindError(f"fd://{value} is not a stream socket")
+            sock.listen(backlog)
+        elif kind == "unix":
+            try:
+                if stat.S_ISSOCK(os.stat(value).st_mode):
+                    os.unlink(value)   # a stale socket of an earlier run
+            except FileNotFoundError:
+                pass
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.bind(value)
+            sock.listen(backlog)
+        else:
+            family, host, port = value
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((host, port))
+            sock.listen(backlog)
+    except BindError:
+        raise
+    except OSError as e:
+        raise BindError(f"cannot listen on {addr}: {e.strerror or e}") from None
+    sock.setblocking(False)
+    os.set_inheritable(sock.fileno(), True)
+    return sock
+
+
+def describe(sock):
+    """(SERVER_NAME, SERVER_PORT, printable URL) for a listening socket."""
+    name = sock.getsockname()
+    if sock.family == socket.AF_UNIX:
+        path = name if isinstance(name, str) else name.decode("latin-1")
+        return path, "", f"unix:{path}"
+    host, port = name[0], name[1]
+    url = f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
+    return host, str(port), url

@@ -1,0 +1,207 @@
+"""One registry of settings drives the CLI, the config file and the environment.
+
+Precedence, lowest first: defaults, config file (``-c FILE``, a Python file
+assigning settings by name), ``FORKWSGI_<NAME>`` environment variables, command
+line. ``forkwsgi --help`` lists every setting with its default.
+"""
+import argparse
+import os
+import runpy
+
+from . import __version__
+
+
+class ConfigError(Exception):
+    """A bad setting value: reported as one line, never a traceback."""
+
+
+def _positive_int(v):
+    n = int(v)
+    if n < 1:
+        raise ValueError("must be at least 1")
+    return n
+
+
+def _non_negative_int(v):
+    n = int(v)
+    if n < 0:
+        raise ValueError("must not be negative")
+    return n
+
+
+def _seconds(v):
+    x = float(v)
+    if x < 0:
+        raise ValueError("must not be negative")
+    return x
+
+
+def _size(v):
+    """Bytes, with an optional K/M/G suffix (powers of 1024)."""
+    s = str(v).strip().upper()
+    mult = 1
+    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if s.endswith(suffix) or s.endswith(suffix + "B") or s.endswith(suffix + "IB"):
+            s = s[: s.index(suffix)]
+            mult = m
+            break
+    n = int(s) * mult
+    if n < 0:
+        raise ValueError("must not be negative")
+    return n
+
+
+def _log_level(v):
+    s = str(v).upper()
+    if s not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ValueError("one of debug, info, warning, error, critical")
+    return s
+
+
+class Setting:
+    def __init__(self, name, flags, default, convert=str, help="", metavar=None,
+                 multiple=False, section="Server"):
+        self.name = name
+        self.flags = flags
+        self.default = default
+        self.convert = convert
+        self.help = help
+        self.metavar = metavar
+        self.multiple = multiple
+        self.section = section
+
+    def parse(self, value, origin):
+        try:
+            if self.multiple:
+                values = value if isinstance(value, (list, tuple)) else str(value).split(",")
+                return [self.convert(v) for v in values]
+            return self.convert(value)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"invalid value for {self.flags[0]} ({origin}): {value!r}: {e}") from None
+
+
+SETTINGS = [
+    Setting("config", ["-c", "--config"], None, help="Python config file assigning settings by name", metavar="FILE", section="General"),
+    Setting("bind", ["-b", "--bind"], ["127.0.0.1:8000"], multiple=True, metavar="ADDR",
+            help="where to listen, repeatable: HOST:PORT, [::1]:PORT, unix:/path, fd://N"),
+    Setting("backlog", ["--backlog"], 2048, _positive_int, "listen() backlog (capped by net.core.somaxconn)"),
+    Setting("chdir", ["--chdir"], None, help="change to this directory before loading the app", metavar="DIR", section="General"),
+    Setting("log_level", ["--log-level"], "INFO", _log_level, "debug, info, warning, error or critical", section="General"),
+    Setting("limit_request_line", ["--limit-request-line"], 8190, _positive_int,
+            "longest request line in bytes (414 past it)", section="Limits"),
+    Setting("limit_request_fields", ["--limit-request-fields"], 100, _positive_int,
+            "most header fields in a request (431 past it)", section="Limits"),
+    Setting("limit_request_head", ["--limit-request-head"], 65536, _size,
+            "largest request head (request line + headers) in bytes (431 past it)", section="Limits"),
+    Setting("limit_request_body", ["--limit-request-body"], 1 << 30, _size,
+            "largest request body in bytes, 1 GiB by default (413 past it)", section="Limits"),
+    Setting("max_connections", ["--max-connections"], 10000, _positive_int,
+            "open connections at most; past it new ones wait in the backlog", section="Limits"),
+    Setting("header_timeout", ["--header-timeout"], 10.0, _seconds,
+            "seconds from a request's first byte to the end of its head (408 past it)", section="Timeouts"),
+    Setting("body_timeout", ["--body-timeout"], 30.0, _seconds,
+            "longest pause in seconds while a request body arrives (408 past it)", section="Timeouts"),
+    Setting("keepalive", ["--keep-alive"], 5.0, _seconds,
+            "seconds an idle kept-alive connection stays open; 0 disables keep-alive", section="Timeouts"),
+    Setting("write_timeout", ["--write-timeout"], 30.0, _seconds,
+            "longest stall in seconds while the client does not read the response", section="Timeouts"),
+    Setting("graceful_timeout", ["--graceful-timeout"], 30.0, _seconds,
+            "seconds in-flight requests get to finish on SIGTERM", section="Timeouts"),
+    Setting("spool_threshold", ["--spool-threshold"], 1 << 20, _size,
+            "request bodies larger than this are buffered in a temp file", section="Limits"),
+    Setting("spool_dir", ["--spool-dir"], None, help="directory for spooled request bodies (default: the temp dir)", metavar="DIR", section="Limits"),
+    Setting("url_scheme", ["--url-scheme"], "http", help="wsgi.url_scheme (https behind a TLS proxy)"),
+]
+
+BY_NAME = {s.name: s for s in SETTINGS}
+
+# Settings the embedding API passes straight to the C server.
+CORE_OPTIONS = {
+    "limit_request_line": "max_line",
+    "limit_request_fields": "max_headers",
+    "limit_request_head": "max_head",
+    "limit_request_body": "max_body",
+    "header_timeout": "header_timeout",
+    "body_timeout": "body_timeout",
+    "keepalive": "keepalive_timeout",
+    "write_timeout": "write_timeout",
+    "graceful_timeout": "graceful_timeout",
+    "spool_threshold": "spool_threshold",
+    "spool_dir": "spool_dir",
+    "max_connections": "max_connections",
+}
+
+
+def defaults():
+    return {s.name: (list(s.default) if isinstance(s.default, list) else s.default) for s in SETTINGS}
+
+
+def resolve(options, origin="argument"):
+    """Validate a dict of settings (as keyword arguments of the embedding API)."""
+    cfg = defaults()
+    for k, v in options.items():
+        if k not in BY_NAME:
+            raise ConfigError(f"unknown setting {k!r}")
+        cfg[k] = v if v is None else BY_NAME[k].parse(v, origin)
+    return cfg
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ConfigError(message)
+
+
+def build_parser():
+    p = _Parser(
+        prog="forkwsgi",
+        description="Serve a WSGI app with forkwsgi's C HTTP/1.1 core.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="Every setting can also come from FORKWSGI_<NAME> (e.g. FORKWSGI_KEEP_ALIVE=2) "
+               "or a config file (-c).",
+    )
+    p.add_argument("app", metavar="MODULE:APP", nargs="?",
+                   help="the WSGI app, e.g. myproject.wsgi:application or pkg.app:create_app()")
+    p.add_argument("--version", action="version", version=f"forkwsgi {__version__}")
+    groups = {}
+    for s in SETTINGS:
+        g = groups.get(s.section) or groups.setdefault(s.section, p.add_argument_group(s.section))
+        kw = dict(dest=s.name, help=s.help, metavar=s.metavar, default=argparse.SUPPRESS)
+        if s.multiple:
+            kw["action"] = "append"
+        g.add_argument(*s.flags, **kw)
+    # argparse prints defaults only when they are set; show the registry's.
+    for action in p._actions:
+        if action.dest in BY_NAME:
+            d = BY_NAME[action.dest].default
+            action.help = f"{action.help} (default: {', '.join(d) if isinstance(d, list) else d})"
+    p.formatter_class = argparse.HelpFormatter
+    return p
+
+
+def load(argv, environ=None):
+    """Settings from defaults, config file, environment and argv. Returns (app_spec, cfg)."""
+    environ = os.environ if environ is None else environ
+    args = vars(build_parser().parse_args(argv))
+    app_spec = args.pop("app", None)
+    cfg = defaults()
+    config_file = args.get("config") or environ.get("FORKWSGI_CONFIG")
+    if config_file:
+        try:
+            values = runpy.run_path(config_file)
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {config_file}: {e.strerror}") from None
+        except Exception as e:  # the file is user code
+            raise ConfigError(f"error in config file {config_file}: {type(e).__name__}: {e}") from None
+        for k, v in values.items():
+            if k in BY_NAME:
+                cfg[k] = BY_NAME[k].parse(v, f"config file {config_file}")
+            elif k == "app" and isinstance(v, str) and not app_spec:
+                app_spec = v
+    for s in SETTINGS:
+        env = environ.get("FORKWSGI_" + s.name.upper())
+        if env is not None and s.name != "config":
+            cfg[s.name] = s.parse(env, "FORKWSGI_" + s.name.upper())
+    for k, v in args.items():
+        s = BY_NAME[k]
+        cfg[k] = s.parse(v, "command line") if k != "config" else v
+    return app_spec, cfg

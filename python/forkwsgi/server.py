@@ -1,0 +1,111 @@
+"""The embedding API: Server objects and run().
+
+A Server binds its sockets when created (so errors show at once), then
+serve() runs the C loop on the calling thread until stop(). Several servers
+may live in one process, each serving on its own thread; there is no
+module-level state.
+"""
+import logging
+import signal
+import sys
+import threading
+
+from . import _forkwsgi, binding, config
+
+log = logging.getLogger("forkwsgi")
+
+
+class Server:
+    """Serve `app` on `bind` addresses (or host/port, or ready sockets).
+
+    Options are the settings of ``forkwsgi --help`` by their Python names
+    (keepalive, header_timeout, limit_request_body, ...).
+    """
+
+    def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None, **options):
+        if not callable(app):
+            raise TypeError("app must be a WSGI callable")
+        if bind is not None and isinstance(bind, str):
+            bind = [bind]
+        if host is not None or port is not None:
+            h = host or "127.0.0.1"
+            bind = list(bind or []) + [f"[{h}]:{port or 8000}" if ":" in h else f"{h}:{port or 8000}"]
+        self.settings = config.resolve(options)
+        if bind:
+            self.settings["bind"] = list(bind)
+        self.log = logger or log
+        self._own_sockets = sockets is None
+        if sockets is None:
+            sockets = []
+            try:
+                for addr in self.settings["bind"]:
+                    sockets.append(binding.create(addr, self.settings["backlog"]))
+            except Exception:
+                for s in sockets:
+                    s.close()
+                raise
+        self.sockets = list(sockets)
+        described = [binding.describe(s) for s in self.sockets]
+        self.urls = [d[2] for d in described]
+        base = {
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": self.settings["url_scheme"],
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": False,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+            "wsgi.input_terminated": True,
+            "wsgi.file_wrapper": _forkwsgi.FileWrapper,
+            "SCRIPT_NAME": "",
+        }
+        core = {cname: self.settings[name] for name, cname in config.CORE_OPTIONS.items()
+                if self.settings[name] is not None}
+        self._core = _forkwsgi.Server(
+            app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],
+            self.log, **core)
+        self._stopped = threading.Event()
+
+    @property
+    def addresses(self):
+        return [s.getsockname() for s in self.sockets]
+
+    def serve(self):
+        """Run until stop(). Returns normally after a stop; re-raises
+        KeyboardInterrupt/SystemExit raised by the app or a signal handler."""
+        for url in self.urls:
+            self.log.info("Listening at: %s", url)
+        try:
+            self._core.serve()
+        finally:
+            self._stopped.set()
+            self.log.info("Stopped serving %s", ", ".join(self.urls))
+
+    def stop(self, graceful=True):
+        """Stop serving: gracefully (finish in-flight requests within the
+        graceful timeout, close idle connections) or at once. Safe from any
+        thread and from signal handlers."""
+        self._core.stop(graceful=graceful)
+
+    def close(self):
+        if self._own_sockets:
+            for s in self.sockets:
+                s.close()
+        self.sockets = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def run(app, host="127.0.0.1", port=8000, **options):
+    """Serve `app` until SIGTERM (graceful) or SIGINT (immediate)."""
+    server = Server(app, host=host, port=port, **options)
+    with server:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: server.stop(graceful=True))
+        try:
+            server.serve()
+        except KeyboardInterrupt:
+            pass

@@ -1,0 +1,251 @@
+/* environ: building the PEP 3333 environ dict from a parsed request.
+ *
+ * Cost matters here (it runs for every request), so constant entries come
+ * from a template dict copied in one go, and the environ keys of common
+ * headers are interned strings looked up instead of built. */
+#include "glue.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/un.h>
+
+static PyObject *k_method, *k_path, *k_query, *k_raw_uri, *k_proto, *k_server_name,
+    *k_server_port, *k_remote_addr, *k_remote_port, *k_ctype, *k_clen, *v_http11, *v_http10,
+    *v_empty, *s_comma;
+
+static struct { const char *lower; PyObject *key; size_t len; } common[] = {
+    { "host", NULL, 0 }, { "user-agent", NULL, 0 }, { "accept", NULL, 0 },
+    { "accept-encoding", NULL, 0 }, { "accept-language", NULL, 0 }, { "connection", NULL, 0 },
+    { "cookie", NULL, 0 }, { "referer", NULL, 0 }, { "cache-control", NULL, 0 },
+    { "authorization", NULL, 0 }, { "origin", NULL, 0 }, { "x-forwarded-for", NULL, 0 },
+    { "x-forwarded-proto", NULL, 0 }, { "x-request-id", NULL, 0 }, { "x-real-ip", NULL, 0 },
+    { "if-none-match", NULL, 0 }, { "if-modified-since", NULL, 0 }, { "pragma", NULL, 0 },
+    { "upgrade-insecure-requests", NULL, 0 }, { "expect", NULL, 0 }, { "transfer-encoding", NULL, 0 },
+    { "sec-fetch-mode", NULL, 0 }, { "sec-fetch-site", NULL, 0 }, { "sec-fetch-dest", NULL, 0 },
+};
+
+static struct { const char *name; PyObject *value; } methods[] = {
+    { "GET", NULL }, { "POST", NULL }, { "HEAD", NULL }, { "PUT", NULL },
+    { "DELETE", NULL }, { "OPTIONS", NULL }, { "PATCH", NULL },
+};
+
+#define NCOMMON (sizeof(common) / sizeof(common[0]))
+#define NMETHODS (sizeof(methods) / sizeof(methods[0]))
+
+int fw_environ_init(void)
+{
+#define INTERN(var, s) if (!(var = PyUnicode_InternFromString(s))) return -1
+    INTERN(k_method, "REQUEST_METHOD");
+    INTERN(k_path, "PATH_INFO");
+    INTERN(k_query, "QUERY_STRING");
+    INTERN(k_raw_uri, "RAW_URI");
+    INTERN(k_proto, "SERVER_PROTOCOL");
+    INTERN(k_server_name, "SERVER_NAME");
+    INTERN(k_server_port, "SERVER_PORT");
+    INTERN(k_remote_addr, "REMOTE_ADDR");
+    INTERN(k_remote_port, "REMOTE_PORT");
+    INTERN(k_ctype, "CONTENT_TYPE");
+    INTERN(k_clen, "CONTENT_LENGTH");
+    INTERN(v_http11, "HTTP/1.1");
+    INTERN(v_http10, "HTTP/1.0");
+    INTERN(v_empty, "");
+    INTERN(s_comma, ", ");
+    for (size_t i = 0; i < NCOMMON; i++) {
+        char key[64] = "HTTP_";
+        size_t n = strlen(common[i].lower);
+        for (size_t k = 0; k < n; k++) {
+            char ch = common[i].lower[k];
+            key[5 + k] = ch == '-' ? '_' : (char)(ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
+        }
+        key[5 + n] = 0;
+        common[i].len = n;
+        INTERN(common[i].key, key);
+    }
+    for (size_t i = 0; i < NMETHODS; i++)
+        INTERN(methods[i].value, methods[i].name);
+#undef INTERN
+    return 0;
+}
+
+static PyObject *latin1(const char *p, size_t n)
+{
+    return PyUnicode_DecodeLatin1(p, (Py_ssize_t)n, NULL);
+}
+
+static int set_new(PyObject *d, PyObject *k, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int rc = PyDict_SetItem(d, k, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* PATH_INFO: percent-decoded exactly once; an invalid escape stays literal. */
+static PyObject *decode_path(const char *p, size_t n)
+{
+    if (!memchr(p, '%', n))
+        return latin1(p, n);
+    char *out = PyMem_Malloc(n ? n : 1);
+    if (!out)
+        return PyErr_NoMemory();
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int hi, lo;
+        if (p[i] == '%' && i + 2 < n && (hi = hexval(p[i + 1])) >= 0 &&
+            (lo = hexval(p[i + 2])) >= 0) {
+            out[o++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            out[o++] = p[i];
+        }
+    }
+    PyObject *s = latin1(out, o);
+    PyMem_Free(out);
+    return s;
+}
+
+static int set_remote(PyObject *env, const fw_conn *c)
+{
+    char host[INET6_ADDRSTRLEN];
+    const struct sockaddr_storage *ss = &c->peer;
+    unsigned port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        if (!inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host)))
+            return 0;
+        port = ntohs(a->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+            if (!inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], host, sizeof(host)))
+                return 0;
+        } else if (!inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host))) {
+            return 0;
+        }
+        port = ntohs(a->sin6_port);
+    } else {
+        /* Unix socket: the peer's path if it bound one, else empty. */
+        const struct sockaddr_un *u = (const struct sockaddr_un *)ss;
+        size_t off = offsetof(struct sockaddr_un, sun_path);
+        size_t n = c->peer_len > off ? strnlen(u->sun_path, c->peer_len - off) : 0;
+        if (set_new(env, k_remote_addr, latin1(u->sun_path, n)) < 0)
+            return -1;
+        return PyDict_SetItem(env, k_remote_port, v_empty);
+    }
+    if (set_new(env, k_remote_addr, PyUnicode_FromString(host)) < 0)
+        return -1;
+    return set_new(env, k_remote_port, PyUnicode_FromFormat("%u", port));
+}
+
+static PyObject *header_key(const fw_header *h)
+{
+    for (size_t i = 0; i < NCOMMON; i++)
+        if (common[i].len == h->name_len && fw_http_token_eq(h->name, h->name_len, common[i].lower)) {
+            Py_INCREF(common[i].key);
+            return common[i].key;
+        }
+    char stackbuf[256];
+    char *key = h->name_len + 5 <= sizeof(stackbuf) ? stackbuf : PyMem_Malloc(h->name_len + 5);
+    if (!key)
+        return PyErr_NoMemory();
+    memcpy(key, "HTTP_", 5);
+    for (size_t k = 0; k < h->name_len; k++) {
+        char ch = h->name[k];
+        key[5 + k] = ch == '-' ? '_' : (char)(ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
+    }
+    PyObject *s = latin1(key, h->name_len + 5);
+    if (key != stackbuf)
+        PyMem_Free(key);
+    return s;
+}
+
+static int add_header(PyObject *env, PyObject *key, const fw_header *h)
+{
+    PyObject *val = latin1(h->value, h->value_len);
+    if (!val)
+        return -1;
+    PyObject *old = PyDict_GetItemWithError(env, key);
+    if (old) {
+        /* Repeated field: one value, joined with ", " (RFC 9110 5.3). */
+        PyObject *tmp = PyUnicode_Concat(old, s_comma);
+        PyObject *joined = tmp ? PyUnicode_Concat(tmp, val) : NULL;
+        Py_XDECREF(tmp);
+        Py_DECREF(val);
+        if (!joined)
+            return -1;
+        val = joined;
+    } else if (PyErr_Occurred()) {
+        Py_DECREF(val);
+        return -1;
+    }
+    int rc = PyDict_SetItem(env, key, val);
+    Py_DECREF(val);
+    return rc;
+}
+
+PyObject *fw_environ_build(ServerObject *s, fw_conn *c)
+{
+    const fw_request *r = &c->req;
+    PyObject *env = PyDict_Copy(s->base_environ);
+    if (!env)
+        return NULL;
+    PyObject *m = NULL;
+    for (size_t i = 0; i < NMETHODS; i++)
+        if (strlen(methods[i].name) == r->method_len && !memcmp(methods[i].name, r->method, r->method_len)) {
+            m = methods[i].value;
+            Py_INCREF(m);
+            break;
+        }
+    if (!m)
+        m = latin1(r->method, r->method_len);
+    if (set_new(env, k_method, m) < 0)
+        goto fail;
+    if (set_new(env, k_path, decode_path(r->path, r->path_len)) < 0 ||
+        set_new(env, k_query, latin1(r->query, r->query_len)) < 0 ||
+        set_new(env, k_raw_uri, latin1(r->target, r->target_len)) < 0 ||
+        PyDict_SetItem(env, k_proto, r->minor ? v_http11 : v_http10) < 0)
+        goto fail;
+    PyObject *li = PyList_GET_ITEM(s->listener_info, c->lst - s->srv->listeners);
+    if (PyDict_SetItem(env, k_server_name, PyTuple_GET_ITEM(li, 0)) < 0 ||
+        PyDict_SetItem(env, k_server_port, PyTuple_GET_ITEM(li, 1)) < 0)
+        goto fail;
+    if (set_remote(env, c) < 0)
+        goto fail;
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const fw_header *h = &r->headers[i];
+        /* X_Forwarded_For must never pose as X-Forwarded-For: both map to
+         * HTTP_X_FORWARDED_FOR, so names with '_' are dropped. */
+        if (memchr(h->name, '_', h->name_len))
+            continue;
+        PyObject *key;
+        if (h->name_len == 12 && fw_http_token_eq(h->name, 12, "content-type")) {
+            key = k_ctype;
+            Py_INCREF(key);
+        } else if (h->name_len == 14 && fw_http_token_eq(h->name, 14, "content-length")) {
+            key = k_clen;
+            Py_INCREF(key);
+        } else {
+            key = header_key(h);
+            if (!key)
+                goto fail;
+        }
+        int rc = add_header(env, key, h);
+        Py_DECREF(key);
+        if (rc < 0)
+            goto fail;
+    }
+    return env;
+fail:
+    Py_DECREF(env);
+    return NULL;
+}

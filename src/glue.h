@@ -1,0 +1,90 @@
+/* glue: the WSGI layer between the C core (cserver/) and Python.
+ *
+ * Threading: the loop thread never holds the GIL except inside the app
+ * callbacks below, and those release it around every syscall (writes, body
+ * reads that may block). Objects handed to the app (start_response,
+ * wsgi.input) point back at the request; the pointers are cleared when the
+ * request ends, so an app that keeps them gets an exception, not a crash. */
+#ifndef FW_GLUE_H
+#define FW_GLUE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "fw_conn.h"
+#include "fw_server.h"
+
+typedef struct fw_req fw_req;
+
+typedef struct {
+    PyObject_HEAD
+    fw_server *srv;
+    fw_config cfg;
+    PyObject *app;
+    PyObject *logger;
+    PyObject *base_environ;     /* constant environ entries, copied per request */
+    PyObject *listener_info;    /* list of (SERVER_NAME, SERVER_PORT), one per fd */
+    PyObject *pending_exc;      /* BaseException raised by the app: re-raised by serve() */
+    PyThreadState *tstate;      /* the serving thread's state while serve() runs */
+    char *spool_dir;
+    int serving;
+} ServerObject;
+
+typedef struct {
+    PyObject_HEAD
+    fw_req *req;                /* NULL once the request ended */
+    PyObject *status;           /* bytes, latin-1 */
+    PyObject *headers;          /* list of (bytes, bytes) */
+    int called;
+} StartResponseObject;
+
+typedef struct {
+    PyObject_HEAD
+    fw_conn *conn;              /* NULL once the request ended */
+} InputObject;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *filelike;
+    Py_ssize_t blksize;
+} FileWrapperObject;
+
+/* Per-request state, owned by the glue (conn->app_state). */
+struct fw_req {
+    ServerObject *server;
+    fw_conn *conn;
+    PyObject *environ;
+    StartResponseObject *sr;
+    InputObject *input;
+    PyObject *result;           /* what the app returned */
+    PyObject *iter;             /* iterator, or NULL on the list/tuple fast path */
+    Py_ssize_t index;           /* list/tuple fast path position */
+    int headers_sent;
+    int sendfile_pending;       /* the loop is sending the file; close it afterwards */
+};
+
+extern PyTypeObject StartResponse_Type;
+extern PyTypeObject Input_Type;
+extern PyTypeObject FileWrapper_Type;
+
+/* environ.c */
+int fw_environ_init(void);
+PyObject *fw_environ_build(ServerObject *s, fw_conn *c);
+PyObject *fw_environ_listener_info(int fd);
+
+/* request.c: the fw_app_ops callbacks */
+extern const fw_app_ops fw_glue_ops;
+/* Queue status line + headers from start_response. known_len as in fw_resp_end_head.
+ * Returns 0, or -1 with a Python exception set. */
+int fw_req_send_head(fw_req *r, int64_t known_len);
+
+/* input.c */
+InputObject *fw_input_new(fw_conn *c);
+
+/* start_response.c */
+StartResponseObject *fw_start_response_new(fw_req *r);
+
+/* module.c */
+void fw_glue_log_exception(ServerObject *s, const char *what, fw_conn *c);
+
+#endif

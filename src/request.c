@@ -1,0 +1,346 @@
+/* request: running the app for one request and streaming its response.
+ *
+ * on_request calls the app and iterates the result; when the socket cannot
+ * take more, it returns FW_APP_WAIT and the loop calls on_writable once the
+ * client has read, so one slow reader never blocks the loop. For a list or
+ * tuple (the common "return [body]") the whole body is known up front: it
+ * gets a Content-Length and leaves with the head in one write. */
+#include "glue.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define QUEUE_HIGH (256 * 1024)   /* list bodies: flush past this much queued */
+
+static PyObject *s_wsgi_input, *s_close, *s_fileno, *s_tell;
+
+int fw_request_init(void)
+{
+    s_wsgi_input = PyUnicode_InternFromString("wsgi.input");
+    s_close = PyUnicode_InternFromString("close");
+    s_fileno = PyUnicode_InternFromString("fileno");
+    s_tell = PyUnicode_InternFromString("tell");
+    return s_wsgi_input && s_close && s_fileno && s_tell ? 0 : -1;
+}
+
+/* End of the request for the app: call the iterable's close() (PEP 3333:
+ * on every path), detach the objects the app may have kept, free. */
+static void req_release(fw_req *r)
+{
+    if (r->result && !PyList_CheckExact(r->result) && !PyTuple_CheckExact(r->result)) {
+        PyObject *close = PyObject_GetAttr(r->result, s_close);
+        if (close) {
+            PyObject *x = PyObject_CallNoArgs(close);
+            Py_DECREF(close);
+            if (x)
+                Py_DECREF(x);
+            else
+                fw_glue_log_exception(r->server, "Error closing the response of", r->conn);
+        } else if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+        } else {
+            fw_glue_log_exception(r->server, "Error closing the response of", r->conn);
+        }
+    }
+    Py_CLEAR(r->iter);
+    Py_CLEAR(r->result);
+    if (r->sr) {
+        r->sr->req = NULL;
+        Py_CLEAR(r->sr);
+    }
+    if (r->input) {
+        r->input->conn = NULL;
+        Py_CLEAR(r->input);
+    }
+    Py_CLEAR(r->environ);
+    r->conn->app_state = NULL;
+    PyMem_Free(r);
+}
+
+int fw_req_send_head(fw_req *r, int64_t known_len)
+{
+    StartResponseObject *sr = r->sr;
+    fw_conn *c = r->conn;
+    if (!sr->called) {
+        PyErr_SetString(PyExc_RuntimeError, "the app did not call start_response()");
+        return -1;
+    }
+    if (fw_resp_begin(c, PyBytes_AS_STRING(sr->status), (size_t)PyBytes_GET_SIZE(sr->status)) < 0)
+        goto nomem;
+    Py_ssize_t n = PyList_GET_SIZE(sr->headers);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(sr->headers, i);
+        PyObject *k = PyTuple_GET_ITEM(pair, 0), *v = PyTuple_GET_ITEM(pair, 1);
+        if (fw_resp_header(c, PyBytes_AS_STRING(k), (size_t)PyBytes_GET_SIZE(k),
+                           PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v)) < 0) {
+            fw_resp_abort_head(c);
+            PyErr_Format(PyExc_ValueError, "invalid or duplicate response header %R", pair);
+            return -1;
+        }
+    }
+    if (fw_resp_end_head(c, known_len) < 0) {
+        fw_resp_abort_head(c);
+        goto nomem;
+    }
+    r->headers_sent = 1;
+    return 0;
+nomem:
+    PyErr_NoMemory();
+    return -1;
+}
+
+/* The app raised (or returned garbage). Before the head is out: 500. After:
+ * the response is broken, close the connection. Never fatal to the server. */
+static int app_failed(fw_req *r, const char *what)
+{
+    ServerObject *s = r->server;
+    fw_conn *c = r->conn;
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        /* KeyboardInterrupt, SystemExit: stop serving and re-raise from serve(). */
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_NormalizeException(&t, &v, &tb);
+        if (tb)
+            PyException_SetTraceback(v, tb);
+        Py_XDECREF(t);
+        Py_XDECREF(tb);
+        Py_XSETREF(s->pending_exc, v);
+        fw_server_stop(s->srv, 0);
+    } else {
+        fw_glue_log_exception(s, what, c);
+    }
+    int sent = r->headers_sent;
+    req_release(r);
+    if (sent)
+        return FW_APP_CLOSE;
+    fw_conn_queue_error(c, 500);
+    return FW_APP_DONE;
+}
+
+/* Whole-body size of a list/tuple of bytes, or -1. */
+static int64_t known_length(PyObject *seq)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyBytes_Check(b))
+            return -1;
+        total += PyBytes_GET_SIZE(b);
+    }
+    return total;
+}
+
+static int iterate(fw_req *r)
+{
+    fw_conn *c = r->conn;
+    if (r->sendfile_pending) {
+        /* The loop has finished sending the file: now it may be closed. */
+        req_release(r);
+        return FW_APP_DONE;
+    }
+    for (;;) {
+        PyObject *chunk;
+        if (!r->iter) {
+            if (r->index >= PySequence_Fast_GET_SIZE(r->result)) {
+                chunk = NULL;
+            } else {
+                chunk = PySequence_Fast_GET_ITEM(r->result, r->index);
+                r->index++;
+                Py_INCREF(chunk);
+            }
+        } else {
+            chunk = PyIter_Next(r->iter);
+            if (!chunk && PyErr_Occurred())
+                return app_failed(r, "Error iterating the response of");
+        }
+        if (!chunk) {
+            if (!r->headers_sent && fw_req_send_head(r, 0) < 0)
+                return app_failed(r, "Bad response to");
+            fw_resp_finish(c);
+            req_release(r);
+            return FW_APP_DONE;
+        }
+        if (!PyBytes_Check(chunk)) {
+            PyErr_Format(PyExc_TypeError, "the app must yield bytes, not %.100s", Py_TYPE(chunk)->tp_name);
+            Py_DECREF(chunk);
+            return app_failed(r, "Bad response to");
+        }
+        Py_ssize_t n = PyBytes_GET_SIZE(chunk);
+        if (n == 0) {
+            Py_DECREF(chunk);
+            continue;
+        }
+        if (!r->headers_sent &&
+            fw_req_send_head(r, r->iter ? -1 : known_length(r->result)) < 0) {
+            Py_DECREF(chunk);
+            return app_failed(r, "Bad response to");
+        }
+        int rc;
+        if (!r->iter) {
+            /* Everything is ready: queue it, the loop writes it in one go. */
+            rc = fw_resp_queue(c, PyBytes_AS_STRING(chunk), (size_t)n);
+            Py_DECREF(chunk);
+            if (rc == FW_IO_DONE && fw_buf_used(&c->out) < QUEUE_HIGH)
+                continue;
+            if (rc == FW_IO_DONE) {
+                Py_BEGIN_ALLOW_THREADS
+                rc = fw_conn_flush(c);
+                Py_END_ALLOW_THREADS
+            }
+        } else {
+            /* PEP 3333: each yielded chunk goes out before the next is asked for. */
+            Py_BEGIN_ALLOW_THREADS
+            rc = fw_resp_send(c, PyBytes_AS_STRING(chunk), (size_t)n);
+            Py_END_ALLOW_THREADS
+            Py_DECREF(chunk);
+        }
+        if (rc == FW_IO_AGAIN)
+            return FW_APP_WAIT;
+        if (rc != FW_IO_DONE) {
+            req_release(r);     /* client gone: close() still runs */
+            return FW_APP_CLOSE;
+        }
+    }
+}
+
+/* wsgi.file_wrapper over a real regular file: sendfile from its current
+ * position. Returns 1 if set up, 0 to fall back to iteration, -1 on error. */
+static int try_sendfile(fw_req *r)
+{
+    FileWrapperObject *fwo = (FileWrapperObject *)r->result;
+    if (!fwo->filelike)
+        return 0;
+    PyObject *fo = PyObject_CallMethodNoArgs(fwo->filelike, s_fileno);
+    if (!fo) {
+        PyErr_Clear();
+        return 0;
+    }
+    long fd = PyLong_AsLong(fo);
+    Py_DECREF(fo);
+    if (fd < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    struct stat st;
+    if (fstat((int)fd, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0;
+    /* The file object's position, not the fd's: a buffered reader may have
+     * read ahead. */
+    long long pos = -1;
+    PyObject *t = PyObject_CallMethodNoArgs(fwo->filelike, s_tell);
+    if (t) {
+        pos = PyLong_AsLongLong(t);
+        Py_DECREF(t);
+    }
+    if (pos < 0) {
+        PyErr_Clear();
+        pos = lseek((int)fd, 0, SEEK_CUR);
+        if (pos < 0)
+            return 0;
+    }
+    uint64_t count = st.st_size > pos ? (uint64_t)(st.st_size - pos) : 0;
+    if (fw_req_send_head(r, (int64_t)count) < 0)
+        return -1;
+    fw_resp_sendfile(r->conn, (int)fd, (uint64_t)pos, count);
+    fw_resp_finish(r->conn);
+    r->sendfile_pending = 1;
+    return 1;
+}
+
+static int on_request(void *app, fw_conn *c)
+{
+    ServerObject *s = app;
+    PyEval_RestoreThread(s->tstate);
+    int rc;
+    fw_req *r = PyMem_Calloc(1, sizeof(*r));
+    if (!r) {
+        fw_conn_queue_error(c, 500);
+        rc = FW_APP_DONE;
+        goto out;
+    }
+    r->server = s;
+    r->conn = c;
+    c->app_state = r;
+    r->sr = fw_start_response_new(r);
+    r->input = fw_input_new(c);
+    r->environ = r->sr && r->input ? fw_environ_build(s, c) : NULL;
+    if (!r->environ || PyDict_SetItem(r->environ, s_wsgi_input, (PyObject *)r->input) < 0) {
+        rc = app_failed(r, "Cannot build the environ for");
+        goto out;
+    }
+    PyObject *args[2] = { r->environ, (PyObject *)r->sr };
+    r->result = PyObject_Vectorcall(s->app, args, 2, NULL);
+    if (!r->result) {
+        rc = app_failed(r, "Error handling request");
+        goto out;
+    }
+    if (Py_IS_TYPE(r->result, &FileWrapper_Type)) {
+        int k = try_sendfile(r);
+        if (k < 0) {
+            rc = app_failed(r, "Bad response to");
+            goto out;
+        }
+        if (k > 0) {
+            rc = FW_APP_WAIT;
+            goto out;
+        }
+    }
+    if (!PyList_CheckExact(r->result) && !PyTuple_CheckExact(r->result)) {
+        r->iter = PyObject_GetIter(r->result);
+        if (!r->iter) {
+            rc = app_failed(r, "The app returned a non-iterable for");
+            goto out;
+        }
+    }
+    rc = iterate(r);
+out:
+    PyEval_SaveThread();
+    return rc;
+}
+
+static int on_writable(void *app, fw_conn *c)
+{
+    ServerObject *s = app;
+    PyEval_RestoreThread(s->tstate);
+    int rc = iterate(c->app_state);
+    PyEval_SaveThread();
+    return rc;
+}
+
+static void on_drop(void *app, fw_conn *c)
+{
+    (void)app;
+    PyGILState_STATE g = PyGILState_Ensure();
+    req_release(c->app_state);
+    PyGILState_Release(g);
+}
+
+static int on_signal(void *app)
+{
+    ServerObject *s = app;
+    PyEval_RestoreThread(s->tstate);
+    int stop = PyErr_CheckSignals() < 0;
+    PyEval_SaveThread();
+    return stop;
+}
+
+static void on_log(void *app, int level, const char *msg)
+{
+    ServerObject *s = app;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *x = PyObject_CallMethod(s->logger, "log", "is", level, msg);
+    if (x)
+        Py_DECREF(x);
+    else
+        PyErr_Clear();
+    PyGILState_Release(g);
+}
+
+const fw_app_ops fw_glue_ops = {
+    .on_request = on_request,
+    .on_writable = on_writable,
+    .on_drop = on_drop,
+    .on_signal = on_signal,
+    .log = on_log,
+};

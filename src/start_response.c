@@ -1,0 +1,222 @@
+/* start_response: the callable passed to the app (PEP 3333), and write().
+ *
+ * Status and headers are validated here, when the app calls it, so a bad
+ * value raises in the app's own frame; CR, LF and NUL can never reach the
+ * wire (a split response). The head itself is only queued when the first
+ * body bytes (or the end of the body) are ready. */
+#include "glue.h"
+
+static int valid_status(const char *s, Py_ssize_t n)
+{
+    /* "NNN Reason": three digits, a space, then printable text. */
+    if (n < 4 || s[3] != ' ')
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    if (s[0] < '1' || s[0] > '5')
+        return 0;
+    for (Py_ssize_t i = 4; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
+static int valid_name(const char *s, Py_ssize_t n)
+{
+    if (n == 0)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!fw_http_is_tchar((unsigned char)s[i]))
+            return 0;
+    return 1;
+}
+
+static int valid_value(const char *s, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return 0;
+    }
+    return 1;
+}
+
+static PyObject *encode(PyObject *o, const char *what)
+{
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be str, not %.100s", what, Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    PyObject *b = PyUnicode_AsLatin1String(o);
+    if (!b) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s is not latin-1: %R", what, o);
+    }
+    return b;
+}
+
+static PyObject *sr_call(PyObject *self_, PyObject *args, PyObject *kwds)
+{
+    StartResponseObject *self = (StartResponseObject *)self_;
+    static char *kwlist[] = { "status", "headers", "exc_info", NULL };
+    PyObject *status, *headers, *exc_info = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:start_response", kwlist, &status, &headers, &exc_info))
+        return NULL;
+    if (!self->req) {
+        PyErr_SetString(PyExc_RuntimeError, "start_response() called after the request ended");
+        return NULL;
+    }
+    if (exc_info != Py_None) {
+        if (self->req->headers_sent) {
+            /* PEP 3333: too late to change the response; re-raise. */
+            if (!PyTuple_Check(exc_info) || PyTuple_GET_SIZE(exc_info) != 3) {
+                PyErr_SetString(PyExc_TypeError, "exc_info must be a 3-tuple");
+                return NULL;
+            }
+            PyObject *t = PyTuple_GET_ITEM(exc_info, 0), *v = PyTuple_GET_ITEM(exc_info, 1),
+                     *tb = PyTuple_GET_ITEM(exc_info, 2);
+            Py_INCREF(t);
+            Py_INCREF(v);
+            Py_INCREF(tb);
+            PyErr_Restore(t, v, tb == Py_None ? NULL : tb);
+            if (tb == Py_None)
+                Py_DECREF(tb);
+            return NULL;
+        }
+    } else if (self->called) {
+        PyErr_SetString(PyExc_AssertionError, "start_response() called twice without exc_info");
+        return NULL;
+    }
+
+    PyObject *st = encode(status, "status");
+    if (!st)
+        return NULL;
+    if (!valid_status(PyBytes_AS_STRING(st), PyBytes_GET_SIZE(st))) {
+        PyErr_Format(PyExc_ValueError, "invalid status line: %R", status);
+        Py_DECREF(st);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(headers, "headers must be a list of (name, value) tuples");
+    if (!seq) {
+        Py_DECREF(st);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    if (!out)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_Format(PyExc_TypeError, "header must be a (name, value) tuple, not %R", item);
+            goto fail;
+        }
+        PyObject *k = encode(PyTuple_GET_ITEM(item, 0), "header name");
+        if (!k)
+            goto fail;
+        PyObject *v = encode(PyTuple_GET_ITEM(item, 1), "header value");
+        if (!v) {
+            Py_DECREF(k);
+            goto fail;
+        }
+        if (!valid_name(PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k)) ||
+            !valid_value(PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v))) {
+            PyErr_Format(PyExc_ValueError, "invalid header: %R", item);
+            Py_DECREF(k);
+            Py_DECREF(v);
+            goto fail;
+        }
+        PyObject *pair = PyTuple_Pack(2, k, v);
+        Py_DECREF(k);
+        Py_DECREF(v);
+        if (!pair)
+            goto fail;
+        PyList_SET_ITEM(out, i, pair);
+    }
+    Py_DECREF(seq);
+    Py_XSETREF(self->status, st);
+    Py_XSETREF(self->headers, out);
+    self->called = 1;
+    return PyObject_GetAttrString(self_, "write");
+fail:
+    Py_XDECREF(out);
+    Py_DECREF(seq);
+    Py_DECREF(st);
+    return NULL;
+}
+
+/* write(data): the legacy imperative API. Blocks until data is on the wire
+ * (with the write timeout), without the GIL. */
+static PyObject *sr_write(PyObject *self_, PyObject *arg)
+{
+    StartResponseObject *self = (StartResponseObject *)self_;
+    fw_req *r = self->req;
+    if (!r) {
+        PyErr_SetString(PyExc_RuntimeError, "write() called after the request ended");
+        return NULL;
+    }
+    if (!self->called) {
+        PyErr_SetString(PyExc_AssertionError, "write() called before start_response()");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (!r->headers_sent && fw_req_send_head(r, -1) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fw_resp_send(r->conn, view.buf, (size_t)view.len);
+    if (rc == FW_IO_AGAIN)
+        rc = fw_conn_flush_wait(r->conn);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (rc != FW_IO_DONE) {
+        r->conn->must_close = 1;
+        PyErr_SetString(PyExc_OSError, rc == FW_IO_TIMEOUT ? "client stopped reading (write timeout)"
+                                                           : "client disconnected");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static void sr_dealloc(PyObject *self_)
+{
+    StartResponseObject *self = (StartResponseObject *)self_;
+    Py_XDECREF(self->status);
+    Py_XDECREF(self->headers);
+    PyObject_Free(self);
+}
+
+static PyMethodDef sr_methods[] = {
+    { "write", sr_write, METH_O, "write(data): send body bytes now (PEP 3333 legacy API)" },
+    { NULL, NULL, 0, NULL },
+};
+
+PyTypeObject StartResponse_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "forkwsgi._forkwsgi.StartResponse",
+    .tp_basicsize = sizeof(StartResponseObject),
+    .tp_dealloc = sr_dealloc,
+    .tp_call = sr_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_methods = sr_methods,
+    .tp_doc = "start_response(status, headers, exc_info=None) for one request",
+};
+
+StartResponseObject *fw_start_response_new(fw_req *r)
+{
+    StartResponseObject *sr = PyObject_New(StartResponseObject, &StartResponse_Type);
+    if (!sr)
+        return NULL;
+    sr->req = r;
+    sr->status = NULL;
+    sr->headers = NULL;
+    sr->called = 0;
+    return sr;
+}
