@@ -384,10 +384,16 @@ void fw_conn_on_timeout(fw_conn *c)
         conn_fail(c, 408);
         conn_drive(c);
         return;
-    case FW_C_WRITE:
+    case FW_C_WRITE: {
+        /* Reset rather than close: a plain close would leave the kernel
+         * trickling megabytes of queued response into a stalled window. */
+        struct linger lg = { .l_onoff = 1, .l_linger = 0 };
         fw_server_log(srv, FW_LOG_INFO, "fd %d: client stopped reading, closing", c->w.fd);
+        if (setsockopt(c->w.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) != 0)
+            fw_server_log(srv, FW_LOG_DEBUG, "SO_LINGER: %s", strerror(errno));
         fw_conn_close(c);
         return;
+    }
     default:
         fw_conn_close(c);
         return;

@@ -142,10 +142,13 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     fw_resp *r = &c->resp;
     fw_server *srv = c->srv;
     char line[64];
-    int keep = c->keep_alive && !r->app_close && !c->must_close && !srv->stopping;
+    int keep = c->keep_alive && !r->app_close && !c->must_close && !srv->stopping &&
+               !srv->stop_requested;
 
     if (r->status < 200)
         keep = 0;       /* a 1xx as the final answer leaves the client waiting: end it */
+    if (c->body.src == FW_B_LIVE && !c->body.done)
+        keep = 0;       /* an unread streaming body cannot be skipped safely */
     if (r->no_body) {
         if (!r->fixed && known_len >= 0 && c->req.is_head && r->status != 204 && r->status >= 200) {
             int n = snprintf(line, sizeof(line), "Content-Length: %lld\r\n", (long long)known_len);
@@ -260,10 +263,8 @@ void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count)
     if (r->no_body || count == 0)
         return;
     if (r->fixed) {
-        if (count > r->left) {
-            count = r->left;
-            c->must_close = 1;
-        }
+        if (count > r->left)
+            count = r->left;      /* the app's Content-Length says how much to send */
         r->left -= count;
     }
     r->sf_fd = fd;

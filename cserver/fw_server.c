@@ -15,6 +15,7 @@
 
 #define LISTENER_OF(wp) ((fw_listener *)((char *)(wp) - offsetof(fw_listener, w)))
 #define SERVER_OF_STOP(wp) ((fw_server *)((char *)(wp) - offsetof(fw_server, stop_w)))
+#define SERVER_OF_SIG(wp) ((fw_server *)((char *)(wp) - offsetof(fw_server, sig_w)))
 #define CONN_OF_TIMER(tp) ((fw_conn *)((char *)(tp) - offsetof(fw_conn, timer)))
 
 void fw_config_defaults(fw_config *cfg)
@@ -151,6 +152,27 @@ static void on_stop(fw_loop *loop, fw_watch *w, uint32_t events)
     (void)SERVER_OF_STOP(w);
 }
 
+static void on_signal_fd(fw_loop *loop, fw_watch *w, uint32_t events)
+{
+    (void)loop;
+    (void)events;
+    fw_server *srv = SERVER_OF_SIG(w);
+    char junk[64];
+    while (read(w->fd, junk, sizeof(junk)) > 0)
+        ;
+    if (srv->ops->on_signal && srv->ops->on_signal(srv->app))
+        srv->sig_stop = 1;
+}
+
+int fw_server_watch_signals(fw_server *srv, int fd)
+{
+    if (srv->sig_w.fd >= 0 && fw_loop_watch(&srv->loop, &srv->sig_w, 0) != 0)
+        return -1;
+    srv->sig_w.fd = fd;
+    srv->sig_w.cb = on_signal_fd;
+    return fd >= 0 ? fw_loop_watch(&srv->loop, &srv->sig_w, EPOLLIN) : 0;
+}
+
 fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
                          const fw_app_ops *ops, void *app)
 {
@@ -165,6 +187,7 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->ops = ops;
     srv->app = app;
     srv->stop_w.fd = -1;
+    srv->sig_w.fd = -1;
     srv->loop.epfd = -1;
     if (fw_loop_init(&srv->loop, 512) != 0)
         goto fail;
@@ -282,6 +305,7 @@ int fw_server_run(fw_server *srv)
     fw_server_refresh_date(srv);
     srv->stopping = 0;
     srv->stop_requested = 0;
+    srv->sig_stop = 0;
     set_accepting(srv, 1);
     for (;;) {
         if (srv->stop_requested && !srv->stopping)
@@ -311,6 +335,10 @@ int fw_server_run(fw_server *srv)
         }
         fw_server_refresh_date(srv);
         fw_loop_dispatch(&srv->loop, n);
+        if (srv->sig_stop) {
+            rc = 1;
+            break;
+        }
         expire(srv, &srv->t_head);
         expire(srv, &srv->t_body);
         expire(srv, &srv->t_idle);

@@ -74,6 +74,8 @@ struct fw_server {
     int64_t accept_resume_at;  /* after EMFILE & co: pause accepting until then */
 
     fw_watch stop_w;           /* eventfd: stop requests from any thread or signal handler */
+    fw_watch sig_w;            /* optional: a signal wakeup fd (not owned), -1 if none */
+    int sig_stop;              /* on_signal asked to stop */
     volatile int stop_requested;   /* 1 graceful, 2 immediate */
     int stopping;
     int64_t stop_deadline;
@@ -102,6 +104,12 @@ void fw_server_free(fw_server *srv);
 /* Run until stopped. Returns 0 on a requested stop, 1 if on_signal asked to
  * stop, -1 on a loop failure. */
 int fw_server_run(fw_server *srv);
+
+/* Watch fd (a signal wakeup pipe the caller owns; -1 for none): when it is
+ * readable the loop drains it and calls on_signal, so signals that arrive
+ * while the loop is busy are seen as promptly as those that interrupt
+ * epoll_wait. Call before fw_server_run. */
+int fw_server_watch_signals(fw_server *srv, int fd);
 
 /* Ask the loop to stop. Safe from any thread and from a signal handler.
  * graceful: stop accepting, close idle connections, let in-flight responses

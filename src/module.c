@@ -17,12 +17,20 @@ void fw_glue_log_exception(ServerObject *s, const char *what, fw_conn *c)
     PyErr_NormalizeException(&t, &v, &tb);
     if (tb && v)
         PyException_SetTraceback(v, tb);
-    PyObject *msg;
-    if (c && c->head)
-        msg = PyUnicode_FromFormat("%s %.*s %.*s", what, (int)c->req.method_len, c->req.method,
-                                   (int)(c->req.target_len > 200 ? 200 : c->req.target_len), c->req.target);
-    else
+    PyObject *msg = NULL;
+    if (c && c->head) {
+        PyObject *m = PyUnicode_DecodeLatin1(c->req.method, (Py_ssize_t)c->req.method_len, NULL);
+        PyObject *tg = PyUnicode_DecodeLatin1(c->req.target,
+                                              (Py_ssize_t)(c->req.target_len > 200 ? 200 : c->req.target_len), NULL);
+        if (m && tg)
+            msg = PyUnicode_FromFormat("%s %U %U", what, m, tg);
+        Py_XDECREF(m);
+        Py_XDECREF(tg);
+    }
+    if (!msg) {
+        PyErr_Clear();
         msg = PyUnicode_FromString(what);
+    }
     PyObject *kw = Py_BuildValue("{s:O}", "exc_info", v ? v : Py_None);
     PyObject *meth = PyObject_GetAttrString(s->logger, "error");
     PyObject *args = msg ? PyTuple_Pack(1, msg) : NULL;
@@ -78,7 +86,9 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
                                      &max_line, &max_head, &max_headers, &max_body,
                                      &th, &tb, &tk, &tw, &tg, &spool, &spool_dir, &max_conns, &batch))
         return -1;
-    if (max_line < 64 || max_head < max_line || max_headers < 1 || spool < 0 || max_conns < 1) {
+    if (max_head < max_line)
+        max_line = max_head;      /* the line is part of the head */
+    if (max_line < 64 || max_headers < 1 || spool < 0 || max_conns < 1) {
         PyErr_SetString(PyExc_ValueError, "invalid limits");
         return -1;
     }
@@ -143,10 +153,12 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-static PyObject *server_serve(PyObject *self_, PyObject *unused)
+static PyObject *server_serve(PyObject *self_, PyObject *args)
 {
-    (void)unused;
     ServerObject *self = (ServerObject *)self_;
+    int sigfd = -1;
+    if (!PyArg_ParseTuple(args, "|i:serve", &sigfd))
+        return NULL;
     if (!self->srv) {
         PyErr_SetString(PyExc_RuntimeError, "Server not initialised");
         return NULL;
@@ -155,6 +167,8 @@ static PyObject *server_serve(PyObject *self_, PyObject *unused)
         PyErr_SetString(PyExc_RuntimeError, "Server is already serving");
         return NULL;
     }
+    if (fw_server_watch_signals(self->srv, sigfd) != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
     self->serving = 1;
     Py_INCREF(self);
     self->tstate = PyEval_SaveThread();
@@ -162,6 +176,7 @@ static PyObject *server_serve(PyObject *self_, PyObject *unused)
     PyEval_RestoreThread(self->tstate);
     self->tstate = NULL;
     self->serving = 0;
+    fw_server_watch_signals(self->srv, -1);
     PyObject *ret = NULL;
     if (self->pending_exc) {
         PyObject *e = self->pending_exc;
@@ -221,7 +236,9 @@ static void server_dealloc(PyObject *self_)
 }
 
 static PyMethodDef server_methods[] = {
-    { "serve", server_serve, METH_NOARGS, "serve(): run the loop until stop() (GIL released)" },
+    { "serve", server_serve, METH_VARARGS,
+      "serve(signal_fd=-1): run the loop until stop() (GIL released); signal_fd is a "
+      "signal.set_wakeup_fd() pipe whose readability makes the loop run signal handlers" },
     { "stop", (PyCFunction)(void (*)(void))server_stop, METH_VARARGS | METH_KEYWORDS,
       "stop(graceful=True): ask the loop to stop; safe from any thread or signal handler" },
     { "stats", server_stats, METH_NOARGS, "stats() -> dict" },

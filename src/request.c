@@ -223,7 +223,8 @@ static int try_sendfile(fw_req *r)
         return 0;
     }
     struct stat st;
-    if (fstat((int)fd, &st) != 0 || !S_ISREG(st.st_mode))
+    /* procfs and sysfs files say size 0: only real regular files qualify. */
+    if (fstat((int)fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
         return 0;
     /* The file object's position, not the fd's: a buffered reader may have
      * read ahead. */

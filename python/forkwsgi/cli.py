@@ -49,7 +49,7 @@ def main(argv=None):
         server = Server(app, logger=log, **options)
     except binding.BindError as e:
         return fail(e)
-    except config.ConfigError as e:
+    except (config.ConfigError, ValueError) as e:
         return fail(e)
 
     def graceful(signum, frame):

@@ -6,6 +6,7 @@ may live in one process, each serving on its own thread; there is no
 module-level state.
 """
 import logging
+import os
 import signal
 import sys
 import threading
@@ -74,9 +75,21 @@ class Server:
         KeyboardInterrupt/SystemExit raised by the app or a signal handler."""
         for url in self.urls:
             self.log.info("Listening at: %s", url)
+        wake_r = wake_w = None
+        old_wakeup = None
+        if threading.current_thread() is threading.main_thread():
+            # Python runs signal handlers only when asked; with a wakeup fd in
+            # the loop a signal that lands while the loop is busy is still
+            # handled at once, not at the next EINTR.
+            wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         try:
-            self._core.serve()
+            self._core.serve(wake_r if wake_r is not None else -1)
         finally:
+            if wake_r is not None:
+                signal.set_wakeup_fd(old_wakeup)
+                os.close(wake_r)
+                os.close(wake_w)
             self._stopped.set()
             self.log.info("Stopped serving %s", ", ".join(self.urls))
 

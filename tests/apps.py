@@ -1,0 +1,396 @@
+"""WSGI apps used by the tests (served by real forkwsgi processes)."""
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+
+
+def _headers(environ):
+    return {k: v for k, v in environ.items() if k.startswith("HTTP_") or k in ("CONTENT_TYPE", "CONTENT_LENGTH")}
+
+
+def echo(environ, start_response):
+    """Everything the server parsed, as JSON (body as latin-1 text)."""
+    body = environ["wsgi.input"].read()
+    data = {
+        "method": environ["REQUEST_METHOD"],
+        "path": environ["PATH_INFO"],
+        "query": environ["QUERY_STRING"],
+        "raw_uri": environ["RAW_URI"],
+        "protocol": environ["SERVER_PROTOCOL"],
+        "script_name": environ["SCRIPT_NAME"],
+        "server_name": environ["SERVER_NAME"],
+        "server_port": environ["SERVER_PORT"],
+        "remote_addr": environ.get("REMOTE_ADDR"),
+        "remote_port": environ.get("REMOTE_PORT"),
+        "headers": _headers(environ),
+        "body": body.decode("latin-1"),
+        "url_scheme": environ["wsgi.url_scheme"],
+        "multithread": environ["wsgi.multithread"],
+        "multiprocess": environ["wsgi.multiprocess"],
+        "run_once": environ["wsgi.run_once"],
+        "input_terminated": environ.get("wsgi.input_terminated"),
+        "version": list(environ["wsgi.version"]),
+        "types": {k: type(v).__name__ for k, v in environ.items() if not k.startswith("wsgi.")},
+        "has_os_environ_keys": any(k in environ for k in ("PATH", "HOME", "PYTHONPATH")),
+    }
+    out = json.dumps(data).encode()
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(out)))])
+    return [out]
+
+
+def hello(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"Hello, World!"]
+
+
+def stream(environ, start_response):
+    """?n=lines&size=bytes-per-line&delay=seconds between chunks"""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    n, size, delay = int(q.get("n", 3)), int(q.get("size", 10)), float(q.get("delay", 0))
+    start_response("200 OK", [("Content-Type", "text/plain")])
+
+    def gen():
+        for i in range(n):
+            if delay:
+                time.sleep(delay)
+            line = b"%08d" % i + b"x" * max(0, size - 9)
+            yield line[:max(size - 1, 0)] + b"\n"
+    return gen()
+
+
+class Tracked:
+    """An iterable whose close() is recorded in a file named by ?mark=."""
+
+    def __init__(self, mark, chunks, fail_at=None):
+        self.mark, self.chunks, self.fail_at = mark, chunks, fail_at
+
+    def __iter__(self):
+        for i, c in enumerate(self.chunks):
+            if self.fail_at is not None and i == self.fail_at:
+                raise RuntimeError("boom mid-iteration")
+            yield c
+
+    def close(self):
+        with open(self.mark, "w") as f:
+            f.write("closed")
+
+
+def closing(environ, start_response):
+    """?mark=PATH&mode=ok|fail|big"""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    mode = q.get("mode", "ok")
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    if mode == "fail":
+        return Tracked(q["mark"], [b"a", b"b", b"c"], fail_at=1)
+    if mode == "big":
+        return Tracked(q["mark"], (b"z" * 65536 for _ in range(4000)))
+    return Tracked(q["mark"], [b"a", b"b"])
+
+
+def errors(environ, start_response):
+    path = environ["PATH_INFO"]
+    if path == "/raise":
+        raise ValueError("app exploded before start_response")
+    if path == "/raise-after-start":
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        raise ValueError("app exploded after start_response")
+    if path == "/raise-mid-body":
+        start_response("200 OK", [("Content-Type", "text/plain")])
+
+        def gen():
+            yield b"first chunk"
+            raise ValueError("app exploded mid-body")
+        return gen()
+    if path == "/crlf-header":
+        start_response("200 OK", [("X-Bad", "a\r\nSet-Cookie: evil=1")])
+        return [b"nope"]
+    if path == "/crlf-status":
+        start_response("200 OK\r\nX-Evil: 1", [])
+        return [b"nope"]
+    if path == "/nul-header":
+        start_response("200 OK", [("X-Bad", "a\x00b")])
+        return [b"nope"]
+    if path == "/no-start":
+        return [b"body without start_response"]
+    if path == "/not-bytes":
+        start_response("200 OK", [])
+        return ["a str, not bytes"]
+    if path == "/short":
+        start_response("200 OK", [("Content-Length", "100")])
+        return [b"only ten b"]
+    if path == "/long":
+        start_response("200 OK", [("Content-Length", "5")])
+        return [b"more than five bytes"]
+    if path == "/exc-info":
+        try:
+            raise KeyError("handled")
+        except KeyError:
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")], sys.exc_info())
+        return [b"replaced"]
+    if path == "/exc-info-late":
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+        write(b"sent")
+        try:
+            raise KeyError("too late")
+        except KeyError:
+            start_response("500 Error", [], sys.exc_info())
+        return [b"unreachable"]
+    if path == "/write":
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+        write(b"written ")
+        return [b"and returned"]
+    if path == "/204":
+        start_response("204 No Content", [])
+        return [b"must not be sent"]
+    if path == "/304":
+        start_response("304 Not Modified", [("ETag", '"x"')])
+        return [b"must not be sent"]
+    if path == "/hop":
+        start_response("200 OK", [("Connection", "close"), ("Keep-Alive", "timeout=5"), ("X-Ok", "1")])
+        return [b"hop"]
+    start_response("404 Not Found", [])
+    return [b""]
+
+
+def upload(environ, start_response):
+    """Streams the body in chunks and answers its length and sha256 (bounded memory)."""
+    h = hashlib.sha256()
+    n = 0
+    inp = environ["wsgi.input"]
+    mode = environ["QUERY_STRING"]
+    if mode == "lines":
+        for line in inp:
+            h.update(line)
+            n += len(line)
+    else:
+        while True:
+            chunk = inp.read(65536)
+            if not chunk:
+                break
+            h.update(chunk)
+            n += len(chunk)
+    out = json.dumps({"length": n, "sha256": h.hexdigest()}).encode()
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [out]
+
+
+def input_api(environ, start_response):
+    """Exercises read(n), readline(n), readlines(), iteration on one body."""
+    inp = environ["wsgi.input"]
+    out = {
+        "read3": inp.read(3).decode("latin-1"),
+        "readline": inp.readline().decode("latin-1"),
+        "readline2": inp.readline(2).decode("latin-1"),
+        "readlines": [x.decode("latin-1") for x in inp.readlines()],
+        "after": inp.read().decode("latin-1"),
+        "read0": inp.read(0).decode("latin-1"),
+    }
+    body = json.dumps(out).encode()
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [body]
+
+
+def expect(environ, start_response):
+    """Decides from the path whether to read the body (Expect: 100-continue)."""
+    if environ["PATH_INFO"] == "/reject":
+        start_response("403 Forbidden", [("Content-Type", "text/plain")])
+        return [b"not reading that"]
+    body = environ["wsgi.input"].read()
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"got %d" % len(body)]
+
+
+def sleep(environ, start_response):
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    time.sleep(float(q.get("t", "0.1")))
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"slept"]
+
+
+def files(environ, start_response):
+    """wsgi.file_wrapper over ?path=...; &len=N sets Content-Length; &seek=N first."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    f = open(q["path"], "rb")
+    if "seek" in q:
+        f.seek(int(q["seek"]))
+    headers = [("Content-Type", "application/octet-stream")]
+    if "len" in q:
+        headers.append(("Content-Length", q["len"]))
+    start_response("200 OK", headers)
+    return environ["wsgi.file_wrapper"](f, 65536)
+
+
+def big(environ, start_response):
+    """?mb=N: a streamed response of N MiB in 64 KiB chunks."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    mb = int(q.get("mb", "100"))
+    chunk = bytes(range(256)) * 256
+    start_response("200 OK", [("Content-Type", "application/octet-stream"),
+                              ("Content-Length", str(mb * 16 * len(chunk)))])
+    return (chunk for _ in range(mb * 16))
+
+
+def pid(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [str(os.getpid()).encode()]
+
+
+def validated():
+    from wsgiref.validate import validator
+
+    def inner(environ, start_response):
+        environ["wsgi.input"].read()
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"validated"]
+    return validator(inner)
+
+
+def validated_echo():
+    from wsgiref.validate import validator
+    return validator(echo)
+
+
+def flask_app():
+    from flask import Flask, Response, jsonify, request, stream_with_context
+
+    app = Flask("forkwsgi_test")
+
+    @app.post("/json")
+    def j():
+        data = request.get_json()
+        return jsonify(received=data, n=len(data))
+
+    @app.post("/form")
+    def form():
+        return jsonify(form=request.form.to_dict(), files={k: v.read().decode() for k, v in request.files.items()})
+
+    @app.post("/upload")
+    def up():
+        data = request.get_data()
+        return jsonify(length=len(data), head=data[:20].decode("latin-1"))
+
+    @app.get("/stream")
+    def st():
+        n = int(request.args.get("n", 5))
+
+        def gen():
+            for i in range(n):
+                yield f"part {i}\n"
+        return Response(stream_with_context(gen()), mimetype="text/plain")
+
+    @app.get("/hello/<name>")
+    def hi(name):
+        return f"hi {name}"
+
+    return app
+
+
+_counter_lock = threading.Lock()
+
+
+# ---- added for test_wsgi.py (append-only) ----------------------------------
+
+def _read_sized(inp, size=65536):
+    """The whole body through read(size) calls only."""
+    parts = []
+    while True:
+        b = inp.read(size)
+        if not b:
+            return b"".join(parts)
+        parts.append(b)
+
+
+class _SizedReads:
+    """read() without a size on top of an input whose read() needs one.
+
+    wsgiref.validate's InputWrapper asserts read() gets exactly one argument,
+    so apps that call read() bare (echo, validated's inner app) fail under it
+    whatever the server does. This adapter sits between the validator and
+    such an app."""
+
+    def __init__(self, inp):
+        self._inp = inp
+
+    def read(self, size=-1):
+        if size is None or size < 0:
+            return _read_sized(self._inp)
+        return self._inp.read(size)
+
+    def readline(self, *args):
+        return self._inp.readline(*args)
+
+    def readlines(self, *args):
+        return self._inp.readlines(*args)
+
+    def __iter__(self):
+        return iter(self._inp)
+
+
+def validated_sized():
+    """Like validated(), but the inner app reads with read(size) as the
+    validator demands; answers the body's length."""
+    from wsgiref.validate import validator
+
+    def inner(environ, start_response):
+        n = len(_read_sized(environ["wsgi.input"]))
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"validated %d" % n]
+    return validator(inner)
+
+
+def validated_echo_sized():
+    """echo under wsgiref.validate, with bare read() adapted to read(size)."""
+    from wsgiref.validate import validator
+
+    def adapter(environ, start_response):
+        environ["wsgi.input"] = _SizedReads(environ["wsgi.input"])
+        return echo(environ, start_response)
+    return validator(adapter)
+
+
+def _digest(b):
+    return [len(b), hashlib.sha256(b).hexdigest()[:16]]
+
+
+def input_ops(environ, start_response):
+    """?ops=read:3,readline,readline:2,readlines,iter,next,read:0,read,chunks:N
+
+    Runs the operations in order on wsgi.input; answers a JSON list with one
+    entry per operation: [length, sha256 prefix] of the bytes it returned, a
+    list of those for readlines/iter/chunks, or null for next at EOF."""
+    inp = environ["wsgi.input"]
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    results = []
+    for op in filter(None, q.get("ops", "").split(",")):
+        name, _, arg = op.partition(":")
+        n = int(arg) if arg else None
+        if name == "read":
+            results.append(_digest(inp.read() if n is None else inp.read(n)))
+        elif name == "readline":
+            results.append(_digest(inp.readline() if n is None else inp.readline(n)))
+        elif name == "readlines":
+            results.append([_digest(x) for x in inp.readlines()])
+        elif name == "iter":
+            results.append([_digest(x) for x in inp])
+        elif name == "next":
+            try:
+                results.append(_digest(next(iter(inp))))
+            except StopIteration:
+                results.append(None)
+        elif name == "chunks":
+            out = []
+            while True:
+                b = inp.read(n)
+                if not b:
+                    break
+                out.append(_digest(b))
+            results.append(out)
+        else:
+            raise ValueError(f"unknown op {op!r}")
+    body = json.dumps(results).encode()
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [body]

@@ -1,0 +1,118 @@
+"""Shared fixtures: real forkwsgi server processes on 127.0.0.1.
+
+Every server is started as `python -m forkwsgi ...` with --bind 127.0.0.1:0;
+the port comes from its "Listening at" log line. Servers are stopped by PID
+(SIGTERM, then SIGKILL) at teardown.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from httpraw import Conn, request  # noqa: E402
+
+
+class ServerProc:
+    def __init__(self, app="apps:echo", *args, env=None, bind=None, wait=True):
+        self.logfile = tempfile.NamedTemporaryFile(prefix="forkwsgi-test-", suffix=".log", delete=False)
+        binds = bind or ["127.0.0.1:0"]
+        cmd = [sys.executable, "-m", "forkwsgi", app]
+        for b in binds:
+            cmd += ["--bind", b]
+        cmd += list(args)
+        e = dict(os.environ)
+        e["PYTHONPATH"] = HERE + os.pathsep + e.get("PYTHONPATH", "")
+        e["PYTHONUNBUFFERED"] = "1"
+        if env:
+            e.update(env)
+        self.cmd = cmd
+        self.proc = subprocess.Popen(cmd, stdout=self.logfile, stderr=subprocess.STDOUT, env=e, cwd=HERE)
+        self.pid = self.proc.pid
+        self.port = None
+        self.unix_path = None
+        if wait:
+            self.wait_ready()
+
+    def log(self):
+        with open(self.logfile.name, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait_ready(self, timeout=20.0):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            text = self.log()
+            m = re.search(r"Listening at: http://\[?[^\]\s]*?\]?:(\d+)", text)
+            u = re.search(r"Listening at: unix:(\S+)", text)
+            if m:
+                self.port = int(m.group(1))
+                return self
+            if u:
+                self.unix_path = u.group(1)
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{text}")
+            time.sleep(0.02)
+        raise RuntimeError(f"server did not start:\n{self.log()}")
+
+    def conn(self, timeout=10.0):
+        return Conn(self.port, timeout=timeout)
+
+    def request(self, data, method="GET", timeout=10.0):
+        return request(self.port, data, method, timeout)
+
+    def get(self, path="/", headers=b"", method="GET"):
+        return self.request(f"{method} {path} HTTP/1.1\r\nHost: t\r\n".encode() + headers + b"\r\n", method)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def signal(self, sig):
+        os.kill(self.pid, sig)
+
+    def stop(self, timeout=15.0):
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self.proc.wait(5)
+            except ProcessLookupError:
+                pass
+        self.logfile.close()
+        try:
+            os.unlink(self.logfile.name)
+        except OSError:
+            pass
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The echo app with default settings, shared by a test module."""
+    s = ServerProc("apps:echo")
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def make_server():
+    """Start servers with custom apps/options; all are stopped at teardown."""
+    started = []
+
+    def make(app="apps:echo", *args, **kw):
+        s = ServerProc(app, *args, **kw)
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop()

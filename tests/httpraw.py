@@ -1,0 +1,157 @@
+"""A small raw HTTP/1.1 client for tests: bytes in, parsed responses out.
+
+Deliberately independent of the server's code: it reads what is on the
+wire (status line, headers, a body framed by Content-Length, chunked or
+close) so tests can check framing exactly.
+"""
+import socket
+import time
+
+
+class Response:
+    def __init__(self, version, status, reason, headers, body, raw_head):
+        self.version = version
+        self.status = status
+        self.reason = reason
+        self.headers = headers          # list of (lower-case name, value)
+        self.body = body
+        self.raw_head = raw_head
+
+    def header(self, name, default=None):
+        name = name.lower()
+        vals = [v for k, v in self.headers if k == name]
+        return ", ".join(vals) if vals else default
+
+    def __repr__(self):
+        return f"<Response {self.status} {self.reason!r} {len(self.body)}B>"
+
+
+class Closed(Exception):
+    """The server closed the connection before a complete response."""
+
+
+class Conn:
+    """A client connection with a read buffer."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=10.0, family=socket.AF_INET, path=None):
+        if path:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(path)
+        else:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def _fill(self):
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise Closed("connection closed")
+        self.buf += chunk
+
+    def _readline(self):
+        while b"\r\n" not in self.buf:
+            if len(self.buf) > 1 << 20:
+                raise ValueError("response line too long")
+            self._fill()
+        line, _, self.buf = self.buf.partition(b"\r\n")
+        return line
+
+    def _readn(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def read_response(self, method="GET"):
+        """One response, including any 1xx before it when 'interim' is not wanted."""
+        line = self._readline()
+        parts = line.split(b" ", 2)
+        version, status = parts[0].decode(), int(parts[1])
+        reason = parts[2].decode("latin-1") if len(parts) > 2 else ""
+        headers = []
+        raw = [line]
+        while True:
+            h = self._readline()
+            raw.append(h)
+            if not h:
+                break
+            k, _, v = h.partition(b":")
+            headers.append((k.decode("latin-1").lower(), v.strip().decode("latin-1")))
+        r = Response(version, status, reason, headers, b"", b"\r\n".join(raw) + b"\r\n")
+        if method == "HEAD" or status < 200 or status in (204, 304):
+            return r
+        te = r.header("transfer-encoding")
+        cl = r.header("content-length")
+        if te is not None:
+            assert te.lower() == "chunked", te
+            body = []
+            while True:
+                size = int(self._readline().split(b";")[0], 16)
+                if size == 0:
+                    while self._readline():
+                        pass
+                    break
+                body.append(self._readn(size))
+                assert self._readn(2) == b"\r\n"
+            r.body = b"".join(body)
+        elif cl is not None:
+            r.body = self._readn(int(cl))
+        else:
+            r.body = self.read_until_close()
+        return r
+
+    def read_until_close(self, limit=None):
+        try:
+            while True:
+                if limit is not None and len(self.buf) >= limit:
+                    break
+                chunk = self.sock.recv(1 << 20)
+                if not chunk:
+                    break
+                self.buf += chunk
+        except ConnectionResetError:
+            pass
+        data, self.buf = self.buf, b""
+        return data
+
+    def is_closed(self, timeout=5.0):
+        """True if the server closes the connection within timeout (pending data ignored)."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return True
+                self.buf += chunk
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def request(port, data, method="GET", timeout=10.0):
+    """Send raw bytes on a new connection and read one response."""
+    with Conn(port, timeout=timeout) as c:
+        c.send(data)
+        return c.read_response(method)
+
+
+def wait_for(pred, timeout=10.0, interval=0.02):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(interval)
+    return pred()
