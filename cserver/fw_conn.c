@@ -125,6 +125,12 @@ void fw_conn_queue_error(fw_conn *c, int status)
 static void conn_fail(fw_conn *c, int status)
 {
     fw_server_log(c->srv, FW_LOG_DEBUG, "fd %d: answering %d", c->w.fd, status);
+    if (!c->head) {
+        /* The head did not parse, so req says nothing: a HEAD request still
+         * must not get a body (RFC 9110 9.3.2). */
+        c->req.is_head = fw_buf_used(&c->in) >= 5 && memcmp(fw_buf_head(&c->in), "HEAD ", 5) == 0;
+        c->req.minor = 1;
+    }
     fw_conn_queue_error(c, status);
     c->app_active = 0;
     c->state = FW_C_WRITE;

@@ -464,7 +464,14 @@ int fw_http_parse_head(const char *buf, size_t head_len, const fw_http_limits *l
 enum {
     CK_SIZE = 0,     /* hex digits */
     CK_SIZE_WS,      /* BWS after the size, before ';' */
-    CK_EXT,          /* chunk-ext up to CR */
+    CK_EXT_NAME0,    /* after ';': BWS, then the first char of a name */
+    CK_EXT_NAME,     /* inside a chunk-ext-name */
+    CK_EXT_NAME_WS,  /* BWS after a name */
+    CK_EXT_VAL0,     /* after '=': BWS, then a token or a quoted-string */
+    CK_EXT_TOKEN,    /* inside a token value */
+    CK_EXT_QUOTED,   /* inside a quoted-string value */
+    CK_EXT_ESC,      /* after a backslash in a quoted-string */
+    CK_EXT_END,      /* after a value: BWS, then ';' or CR */
     CK_SIZE_LF,      /* LF after the size line's CR */
     CK_DATA,
     CK_DATA_CR,
@@ -477,6 +484,72 @@ enum {
 };
 
 #define CK_MAX_LINE 4096
+
+/* One byte of a chunk extension; 0 or -1 for a grammar error. */
+static int chunk_ext_step(fw_chunked *d, unsigned char c)
+{
+    int ws = c == ' ' || c == '\t';
+    int tchar = cls[c] & C_TCHAR;
+    switch (d->state) {
+    case CK_EXT_NAME0:
+        if (tchar)
+            d->state = CK_EXT_NAME;
+        else if (!ws)
+            return -1;
+        return 0;
+    case CK_EXT_NAME:
+    case CK_EXT_TOKEN:
+        if (tchar)
+            return 0;
+        /* fall through: a name or a token value ends like this */
+        __attribute__((fallthrough));
+    case CK_EXT_END:
+        if (ws)
+            d->state = d->state == CK_EXT_NAME ? CK_EXT_NAME_WS : CK_EXT_END;
+        else if (c == ';')
+            d->state = CK_EXT_NAME0;
+        else if (c == '\r')
+            d->state = CK_SIZE_LF;
+        else if (c == '=' && d->state == CK_EXT_NAME)
+            d->state = CK_EXT_VAL0;
+        else
+            return -1;
+        return 0;
+    case CK_EXT_NAME_WS:
+        if (c == '=')
+            d->state = CK_EXT_VAL0;
+        else if (c == ';')
+            d->state = CK_EXT_NAME0;
+        else if (c == '\r')
+            d->state = CK_SIZE_LF;
+        else if (!ws)
+            return -1;
+        return 0;
+    case CK_EXT_VAL0:
+        if (tchar)
+            d->state = CK_EXT_TOKEN;
+        else if (c == '"')
+            d->state = CK_EXT_QUOTED;
+        else if (!ws)
+            return -1;
+        return 0;
+    case CK_EXT_QUOTED:
+        if (c == '"')
+            d->state = CK_EXT_END;
+        else if (c == '\\')
+            d->state = CK_EXT_ESC;
+        else if (!(cls[c] & C_FVAL))
+            return -1;
+        return 0;
+    case CK_EXT_ESC:
+        if (!(cls[c] & C_FVAL))
+            return -1;
+        d->state = CK_EXT_QUOTED;
+        return 0;
+    default:
+        return -1;
+    }
+}
 
 int fw_chunked_feed(fw_chunked *d, const char *src, size_t len, size_t *used,
                     const char **data, size_t *data_len, const fw_http_limits *lim)
@@ -503,7 +576,7 @@ int fw_chunked_feed(fw_chunked *d, const char *src, size_t len, size_t *used,
             if (c == ' ' || c == '\t') {
                 d->state = CK_SIZE_WS;
             } else if (c == ';') {
-                d->state = CK_EXT;
+                d->state = CK_EXT_NAME0;
             } else if (c == '\r') {
                 d->state = CK_SIZE_LF;
             } else {
@@ -514,19 +587,26 @@ int fw_chunked_feed(fw_chunked *d, const char *src, size_t len, size_t *used,
             break;
         case CK_SIZE_WS:
             if (c == ';')
-                d->state = CK_EXT;
+                d->state = CK_EXT_NAME0;
             else if (c != ' ' && c != '\t')
                 return 400;     /* only BWS ";" may follow the size */
             if (++d->line_len > CK_MAX_LINE)
                 return 400;
             i++;
             break;
-        case CK_EXT:
-            if (c == '\r')
-                d->state = CK_SIZE_LF;
-            else if (!(cls[c] & C_FVAL))
-                return 400;
+        /* chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS ( token / quoted-string ) ] )
+         * (RFC 9112 7.1.1): validated, then ignored. */
+        case CK_EXT_NAME0:
+        case CK_EXT_NAME:
+        case CK_EXT_NAME_WS:
+        case CK_EXT_VAL0:
+        case CK_EXT_TOKEN:
+        case CK_EXT_QUOTED:
+        case CK_EXT_ESC:
+        case CK_EXT_END:
             if (++d->line_len > CK_MAX_LINE)
+                return 400;
+            if (chunk_ext_step(d, c) != 0)
                 return 400;
             i++;
             break;

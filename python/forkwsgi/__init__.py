@@ -6,6 +6,7 @@ Embedded: ``forkwsgi.run(app, host="127.0.0.1", port=8000)`` or
 """
 __version__ = "0.1.0"
 
+from . import config  # noqa: E402
 from .server import Server, run  # noqa: E402
 
 __all__ = ["Server", "run", "__version__"]

@@ -30,7 +30,8 @@ class Server:
             bind = [bind]
         if host is not None or port is not None:
             h = host or "127.0.0.1"
-            bind = list(bind or []) + [f"[{h}]:{port or 8000}" if ":" in h else f"{h}:{port or 8000}"]
+            p = 8000 if port is None else port
+            bind = list(bind or []) + [f"[{h}]:{p}" if ":" in h else f"{h}:{p}"]
         self.settings = config.resolve(options)
         if bind:
             self.settings["bind"] = list(bind)

@@ -1,0 +1,198 @@
+"""The command line: one clear line for every mistake, signals, bind forms."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import HERE, ServerProc
+from httpraw import Conn, wait_for
+
+from forkwsgi import config
+
+
+def run_cli(*args, timeout=20, cwd=HERE):
+    env = dict(os.environ, PYTHONPATH=HERE)
+    p = subprocess.run([sys.executable, "-m", "forkwsgi", *args], capture_output=True, text=True,
+                       timeout=timeout, env=env, cwd=cwd)
+    return p.returncode, p.stdout, p.stderr
+
+
+def one_line_error(rc, err, needle):
+    assert rc != 0
+    assert "Traceback" not in err
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("forkwsgi: error:") and needle in lines[0], err
+
+
+def test_help_lists_every_setting_with_default():
+    rc, out, err = run_cli("--help")
+    assert rc == 0
+    for s in config.SETTINGS:
+        assert s.flags[-1] in out, s.flags
+    assert "(default: 127.0.0.1:8000)" in out
+    assert "(default: 10.0)" in out          # header timeout
+    assert "(default: 1073741824)" in out    # body limit
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["no_such_module_xyz:app"], "no module named 'no_such_module_xyz'"),
+    (["apps:no_such_attr"], "has no attribute 'no_such_attr'"),
+    (["apps"], "has no attribute 'application'"),
+    (["apps:echo", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["apps:echo", "--keep-alive", "soon"], "invalid value for --keep-alive"),
+    (["apps:echo", "--backlog", "0"], "invalid value for --backlog"),
+    (["apps:echo", "--bind", "nonsense"], "invalid bind address"),
+    (["apps:echo", "--bind", "127.0.0.1:99999"], "invalid port"),
+    (["apps:echo", "--bind", "fd://notanumber"], "fd://N needs a number"),
+    (["apps:echo", "--chdir", "/no/such/dir"], "cannot change to /no/such/dir"),
+    (["apps:echo", "-c", "/no/such/config.py"], "cannot read config file"),
+    ([], "no app given"),
+    (["apps:_counter_lock"], "is not callable"),
+])
+def test_bad_usage_is_one_line(args, needle):
+    rc, out, err = run_cli(*args)
+    one_line_error(rc, err, needle)
+
+
+def test_port_in_use():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        rc, out, err = run_cli("apps:echo", "--bind", f"127.0.0.1:{port}")
+        one_line_error(rc, err, "Address already in use")
+    finally:
+        s.close()
+
+
+def test_import_error_inside_app_module_is_shown(tmp_path):
+    (tmp_path / "broken_app.py").write_text("import not_installed_dependency_xyz\napp = None\n")
+    rc, out, err = run_cli("broken_app:app", cwd=str(tmp_path))
+    assert rc != 0 and "not_installed_dependency_xyz" in err
+
+
+def test_factory_and_chdir(tmp_path, make_server):
+    (tmp_path / "fac.py").write_text(
+        "def make(greeting='hi'):\n"
+        "    def app(e, sr):\n"
+        "        sr('200 OK', [])\n"
+        "        return [greeting.encode()]\n"
+        "    return app\n")
+    s = make_server("fac:make()", "--chdir", str(tmp_path))
+    assert s.get("/").body == b"hi"
+    s2 = make_server("fac:make('hello')", "--chdir", str(tmp_path))
+    assert s2.get("/").body == b"hello"
+
+
+def test_config_file_and_env(tmp_path, make_server):
+    cfg = tmp_path / "conf.py"
+    cfg.write_text("keepalive = 0\nlimit_request_fields = 3\n")
+    s = make_server("apps:echo", "-c", str(cfg))
+    r = s.get("/")
+    assert r.header("connection") == "close"
+    assert s.get("/", b"A: 1\r\nB: 2\r\nC: 3\r\n").status == 431
+    # env overrides the file, the command line overrides env
+    s2 = make_server("apps:echo", "-c", str(cfg), env={"FORKWSGI_LIMIT_REQUEST_FIELDS": "10"})
+    assert s2.get("/", b"A: 1\r\nB: 2\r\nC: 3\r\n").status == 200
+    s3 = make_server("apps:echo", "-c", str(cfg), "--limit-request-fields", "2",
+                     env={"FORKWSGI_LIMIT_REQUEST_FIELDS": "10"})
+    assert s3.get("/", b"A: 1\r\nB: 2\r\n").status == 431
+
+
+def test_unix_socket_bind(tmp_path, make_server):
+    path = str(tmp_path / "s.sock")
+    s = make_server("apps:echo", bind=[f"unix:{path}"])
+    assert s.unix_path == path
+    with Conn(None, path=path) as c:
+        c.send(b"GET /u HTTP/1.1\r\nHost: a\r\n\r\n")
+        import json
+        d = json.loads(c.read_response().body)
+        assert d["path"] == "/u" and d["server_name"] == path and d["server_port"] == ""
+        assert d["remote_addr"] == "" and d["remote_port"] == ""
+
+
+def test_fd_bind(make_server):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=HERE)
+    p = subprocess.Popen([sys.executable, "-m", "forkwsgi", "apps:echo", "--bind", f"fd://{sock.fileno()}"],
+                         pass_fds=[sock.fileno()], env=env, cwd=HERE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        sock.close()
+        from httpraw import request
+        assert wait_for(lambda: _can_connect(port), timeout=10)
+        assert request(port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").status == 200
+    finally:
+        os.kill(p.pid, signal.SIGTERM)
+        p.wait(10)
+
+
+def _can_connect(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_two_binds(make_server):
+    s = make_server("apps:echo", bind=["127.0.0.1:0", "127.0.0.1:0"])
+    import re
+    ports = [int(p) for p in re.findall(r"Listening at: http://127.0.0.1:(\d+)", s.log())]
+    assert len(ports) == 2
+    from httpraw import request
+    for p in ports:
+        assert request(p, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").status == 200
+
+
+def test_sigterm_finishes_in_flight_request(make_server):
+    s = make_server("apps:sleep")
+    c = Conn(s.port, timeout=10)
+    c.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n\r\n")
+    time.sleep(0.3)
+    s.signal(signal.SIGTERM)
+    r = c.read_response()
+    assert r.status == 200 and r.body == b"slept"
+    assert r.header("connection") == "close"
+    assert s.proc.wait(10) == 0
+    assert "stopping gracefully" in s.log()
+
+
+def test_sigterm_closes_idle_connections(make_server):
+    s = make_server("apps:echo", "--keep-alive", "60")
+    c = Conn(s.port)
+    c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+    c.read_response()
+    s.signal(signal.SIGTERM)
+    assert c.is_closed(5)
+    assert s.proc.wait(10) == 0
+
+
+def test_graceful_timeout_bounds_the_stop(make_server):
+    s = make_server("apps:big", "--graceful-timeout", "1")
+    c = Conn(s.port)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    c.send(b"GET /?mb=500 HTTP/1.1\r\nHost: a\r\n\r\n")   # never read
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    s.signal(signal.SIGTERM)
+    assert s.proc.wait(10) == 0
+    assert time.monotonic() - t0 < 5
+    c.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGQUIT])
+def test_fast_stop(make_server, sig):
+    s = make_server("apps:echo")
+    assert s.get("/").status == 200
+    s.signal(sig)
+    assert s.proc.wait(10) == 0
+    assert "Traceback" not in s.log()

@@ -1,0 +1,94 @@
+"""The embedding API: forkwsgi.Server / forkwsgi.run, several servers per process."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import forkwsgi
+from conftest import HERE
+from httpraw import request, wait_for
+
+sys.path.insert(0, HERE)
+import apps  # noqa: E402
+
+
+def serve_in_thread(server):
+    t = threading.Thread(target=server.serve, daemon=True)
+    t.start()
+    return t
+
+
+def test_server_object_serve_and_stop():
+    with forkwsgi.Server(apps.echo, bind="127.0.0.1:0", keepalive=2) as srv:
+        port = srv.addresses[0][1]
+        t = serve_in_thread(srv)
+        assert wait_for(lambda: _ok(port))
+        r = request(port, b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert json.loads(r.body)["path"] == "/x"
+        srv.stop()
+        t.join(10)
+        assert not t.is_alive()
+
+
+def test_several_servers_in_one_process():
+    servers = [forkwsgi.Server(apps.pid if i else apps.echo, host="127.0.0.1", port=0) for i in range(3)]
+    threads = [serve_in_thread(s) for s in servers]
+    try:
+        for s in servers:
+            port = s.addresses[0][1]
+            assert wait_for(lambda: _ok(port))
+            assert request(port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").status == 200
+    finally:
+        for s in servers:
+            s.stop()
+        for t in threads:
+            t.join(10)
+        for s in servers:
+            s.close()
+    assert not any(t.is_alive() for t in threads)
+
+
+def test_bad_options_raise_clearly():
+    with pytest.raises(forkwsgi.config.ConfigError, match="unknown setting 'nope'"):
+        forkwsgi.Server(apps.echo, bind="127.0.0.1:0", nope=1)
+    with pytest.raises(forkwsgi.config.ConfigError, match="invalid value for --keep-alive"):
+        forkwsgi.Server(apps.echo, bind="127.0.0.1:0", keepalive="x")
+    with pytest.raises(TypeError):
+        forkwsgi.Server("not callable")
+
+
+def test_run_in_a_process_stops_on_sigterm(tmp_path):
+    script = tmp_path / "embedded.py"
+    script.write_text(
+        "import sys, logging\n"
+        f"sys.path.insert(0, {HERE!r})\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "import forkwsgi, apps\n"
+        "forkwsgi.run(apps.echo, host='127.0.0.1', port=int(sys.argv[1]), keepalive=1)\n"
+        "print('returned', flush=True)\n")
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    p = subprocess.Popen([sys.executable, str(script), str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: _ok(port), timeout=15)
+        assert request(port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").status == 200
+        os.kill(p.pid, signal.SIGTERM)
+        out, err = p.communicate(timeout=10)
+        assert p.returncode == 0 and "returned" in out, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def _ok(port):
+    try:
+        return request(port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", timeout=2).status == 200
+    except OSError:
+        return False

@@ -1,0 +1,194 @@
+"""Robustness: idle crowds, slowloris, slow readers, disconnects, huge uploads.
+
+The server runs one thread here, so every check that "a normal request is
+served promptly" also proves the loop is never blocked by the others.
+"""
+import json
+import os
+import socket
+import threading
+import time
+
+from httpraw import Conn, wait_for
+
+
+def timed_get(s, path="/"):
+    t0 = time.monotonic()
+    r = s.get(path)
+    return r, time.monotonic() - t0
+
+
+def test_1000_idle_keepalive_connections(make_server):
+    s = make_server("apps:echo", "--keep-alive", "60")
+    conns = []
+    try:
+        for i in range(1000):
+            c = Conn(s.port, timeout=10)
+            c.send(b"GET /warm HTTP/1.1\r\nHost: a\r\n\r\n")
+            conns.append(c)
+        for c in conns:
+            assert c.read_response().status == 200     # all idle, kept alive now
+        r, took = timed_get(s, "/normal")
+        assert r.status == 200 and json.loads(r.body)["path"] == "/normal"
+        assert took < 2.0
+        # and they are still usable
+        for c in conns[::100]:
+            c.send(b"GET /again HTTP/1.1\r\nHost: a\r\n\r\n")
+            assert c.read_response().status == 200
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_50_slowloris_clients(make_server):
+    s = make_server("apps:echo", "--header-timeout", "5")
+    conns = []
+    try:
+        for i in range(50):
+            c = Conn(s.port, timeout=10)
+            c.send(b"GET / HTTP/1.1\r\nHost: a\r\nX-Half: ")
+            conns.append(c)
+        for _ in range(5):
+            r, took = timed_get(s)
+            assert r.status == 200 and took < 2.0
+        # they all get 408 when their time is up
+        for c in conns:
+            r = c.read_response()
+            assert r.status == 408
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_100mb_to_a_slow_reader_while_others_are_served(make_server):
+    s = make_server("apps:big")
+    total = 100 * 1024 * 1024
+    got = 0
+    with Conn(s.port, timeout=20) as c:
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        c.send(b"GET /?mb=100 HTTP/1.1\r\nHost: a\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += c.sock.recv(4096)
+        got = len(head.split(b"\r\n\r\n", 1)[1])
+        deadline = time.monotonic() + 60
+        checks = 0
+        while got < total and time.monotonic() < deadline:
+            data = c.sock.recv(256 * 1024)
+            assert data, "server closed early"
+            got += len(data)
+            if got > checks * 10 * 1024 * 1024:
+                checks += 1
+                r, took = timed_get(s, "/?mb=0")    # the loop is free meanwhile
+                assert r.status == 200 and took < 2.0
+            time.sleep(0.001)
+        assert got == total
+    assert checks >= 5
+
+
+def test_client_disconnect_mid_response(make_server):
+    s = make_server("apps:big")
+    for _ in range(20):
+        c = Conn(s.port)
+        c.send(b"GET /?mb=50 HTTP/1.1\r\nHost: a\r\n\r\n")
+        c.sock.recv(65536)
+        c.close()
+    assert s.alive()
+    r = s.get("/?mb=1")
+    assert r.status == 200 and len(r.body) == 1024 * 1024
+
+
+def test_disconnect_mid_request_and_mid_body(server):
+    for raw in (b"GET / HTTP/1.1\r\nHo", b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\nabc",
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab"):
+        for _ in range(10):
+            c = Conn(server.port)
+            c.send(raw)
+            c.close()
+    assert server.get("/").status == 200
+
+
+def _rss_kb(pid, field="VmHWM"):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_512mb_upload_bounded_memory(make_server):
+    s = make_server("apps:upload")
+    size = 512 * 1024 * 1024
+    block = os.urandom(1 << 20)
+    import hashlib
+    h = hashlib.sha256()
+    with Conn(s.port, timeout=60) as c:
+        c.send(b"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n" % size)
+        for _ in range(size // len(block)):
+            c.sock.sendall(block)
+            h.update(block)
+        r = c.read_response()
+    d = json.loads(r.body)
+    assert d == {"length": size, "sha256": h.hexdigest()}
+    assert _rss_kb(s.pid) < 150 * 1024, "server memory grew with the upload"
+
+
+def test_chunked_upload_streamed_bounded_memory(make_server):
+    s = make_server("apps:upload")
+    block = os.urandom(1 << 20)
+    n = 200
+    with Conn(s.port, timeout=60) as c:
+        c.send(b"POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(n):
+            c.sock.sendall(b"%x\r\n" % len(block) + block + b"\r\n")
+        c.send(b"0\r\n\r\n")
+        d = json.loads(c.read_response().body)
+    assert d["length"] == n * len(block)
+    assert _rss_kb(s.pid) < 150 * 1024
+
+
+def test_bad_requests_in_parallel_do_not_disturb_good_ones(server):
+    stop = time.monotonic() + 3
+    errors = []
+
+    def bad():
+        i = 0
+        while time.monotonic() < stop and i < 300:
+            i += 1
+            try:
+                with Conn(server.port, timeout=5) as c:
+                    c.send(b"GET / HTTP/1.1\r\nHost: a\r\nBad Header\r\n\r\n")
+                    c.read_response()
+            except Exception as e:   # noqa: BLE001 - counted below
+                errors.append(e)
+
+    threads = [threading.Thread(target=bad) for _ in range(4)]
+    for t in threads:
+        t.start()
+    ok = 0
+    while time.monotonic() < stop and ok < 500:
+        assert server.get("/good").status == 200
+        ok += 1
+    for t in threads:
+        t.join()
+    assert not errors and ok > 10
+
+
+def test_max_connections_queues_instead_of_failing(make_server):
+    s = make_server("apps:echo", "--max-connections", "5", "--keep-alive", "30")
+    held = [Conn(s.port) for _ in range(5)]
+    for c in held:
+        c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        c.read_response()
+    waiting = Conn(s.port)                  # connects (backlog) but is not served yet
+    waiting.send(b"GET /late HTTP/1.1\r\nHost: a\r\n\r\n")
+    waiting.sock.settimeout(0.5)
+    try:
+        assert waiting.sock.recv(10) == b"", "served past max-connections"
+    except socket.timeout:
+        pass
+    held[0].close()
+    waiting.sock.settimeout(10)
+    assert waiting.read_response().status == 200
+    for c in held[1:] + [waiting]:
+        c.close()
