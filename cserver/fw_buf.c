@@ -16,7 +16,7 @@ int fw_buf_reserve(fw_buf *b, size_t extra)
         b->len = used;
         return 0;
     }
-    if (used > ((size_t)-1) / 2 - extra)
+    if (extra > ((size_t)-1) / 2 || used > ((size_t)-1) / 2 - extra)
         return -1;
     size_t want = used + extra;
     size_t ncap = b->cap ? b->cap : 4096;

@@ -249,11 +249,11 @@ static void conn_drive(fw_conn *c)
             break;
         }
         case FW_C_APP: {
+            /* The app runs inline on this thread, so no event for this fd can
+             * be dispatched meanwhile: the registration stays as it is, which
+             * saves an epoll_ctl pair per kept-alive request (events that
+             * arrive for a connection in APP state are ignored by conn_cb). */
             fw_timer_stop(&c->timer);
-            if (c->w.mask)
-                conn_watch(c, 0);       /* the app owns the socket now */
-            if (c->state != FW_C_APP)
-                return;
             int rc = c->app_active ? srv->ops->on_writable(srv->app, c)
                                    : srv->ops->on_request(srv->app, c);
             if (c->state == FW_C_CLOSED)

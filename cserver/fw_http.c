@@ -80,6 +80,10 @@ size_t fw_http_skip_crlf(const char *buf, size_t len)
 size_t fw_http_head_end(const char *buf, size_t len, size_t *scan)
 {
     size_t i = *scan;
+    /* A lone CR before a request may be half of an empty line whose LF is
+     * still in flight: leave it unscanned so fw_http_skip_crlf sees the pair. */
+    if (i == 0 && len == 1 && buf[0] == '\r')
+        return 0;
     while (i < len) {
         const char *nl = memchr(buf + i, '\n', len - i);
         if (!nl)
@@ -94,21 +98,32 @@ size_t fw_http_head_end(const char *buf, size_t len, size_t *scan)
     return 0;
 }
 
+/* Length of a request line without its line ending. */
+static size_t line_len(const char *buf, size_t len, const char *nl)
+{
+    size_t n = nl ? (size_t)(nl - buf) : len;
+    if (n > 0 && buf[n - 1] == '\r')
+        n--;
+    return n;
+}
+
 int fw_http_check_partial(const char *buf, size_t len, const fw_http_limits *lim)
 {
     cls_init();
+    if (len == 1 && buf[0] == '\r')
+        return FW_HTTP_INCOMPLETE;      /* see fw_http_head_end */
     const char *nl = memchr(buf, '\n', len);
-    size_t line = nl ? (size_t)(nl - buf) : len;
+    size_t line = line_len(buf, len, nl);
     if (line > lim->max_line)
         return 414;
     if (len > lim->max_head)
         return 431;
     /* Reject garbage (TLS on the plain port, binary junk) without waiting for
      * a head that will never end: the method must be a token followed by SP. */
-    size_t i = 0;
-    while (i < line && (cls[(unsigned char)buf[i]] & C_TCHAR))
+    size_t raw = nl ? (size_t)(nl - buf) : len, i = 0;
+    while (i < raw && (cls[(unsigned char)buf[i]] & C_TCHAR))
         i++;
-    if (i < line && (buf[i] != ' ' || i == 0))
+    if (i < raw && (buf[i] != ' ' || i == 0))
         return 400;
     return FW_HTTP_INCOMPLETE;
 }
@@ -379,7 +394,7 @@ int fw_http_parse_head(const char *buf, size_t head_len, const fw_http_limits *l
     const char *eol = memchr(p, '\n', head_len);
     if (!eol)
         return 400;
-    if ((size_t)(eol - p) > lim->max_line)
+    if (line_len(p, head_len, eol) > lim->max_line)
         return 414;
     if (eol == p || eol[-1] != '\r')
         return 400;

@@ -9,7 +9,11 @@
  *
  * Return convention of the parse functions: 0 = done, FW_HTTP_INCOMPLETE =
  * need more bytes, otherwise the HTTP status code to answer with (400, 413,
- * 414, 431, 501, 505), after which the connection must be closed. */
+ * 414, 417, 431, 501, 505), after which the connection must be closed.
+ *
+ * One exception to "everything points into the buffer": an absolute-form
+ * target with an empty path ("http://host") gets path = "/", a static
+ * string (RFC 9112 3.2.2). */
 #ifndef FW_HTTP_H
 #define FW_HTTP_H
 
@@ -19,7 +23,7 @@
 #define FW_HTTP_INCOMPLETE (-1)
 
 typedef struct fw_http_limits {
-    size_t max_line;       /* request line, bytes (414 past it) */
+    size_t max_line;       /* request line without CRLF, bytes (414 past it) */
     size_t max_head;       /* whole head incl. request line (431 past it) */
     size_t max_headers;    /* header field count (431 past it) */
     uint64_t max_body;     /* Content-Length / decoded chunked body (413) */
@@ -95,7 +99,8 @@ enum {
 
 /* Feed src[0..len). Sets *used to the bytes consumed (always set). Returns
  * FW_CHUNK_DATA with a span pointing into src, FW_CHUNK_DONE, or
- * FW_HTTP_INCOMPLETE (everything consumed, need more), or 400/413.
+ * FW_HTTP_INCOMPLETE (everything consumed, need more), or 400/413, or 431
+ * for a trailer section larger than max_head.
  * Call repeatedly, advancing src by *used, until it returns INCOMPLETE or DONE. */
 int fw_chunked_feed(fw_chunked *d, const char *src, size_t len, size_t *used,
                     const char **data, size_t *data_len, const fw_http_limits *lim);

@@ -239,21 +239,6 @@ def pid(environ, start_response):
     return [str(os.getpid()).encode()]
 
 
-def validated():
-    from wsgiref.validate import validator
-
-    def inner(environ, start_response):
-        environ["wsgi.input"].read()
-        start_response("200 OK", [("Content-Type", "text/plain")])
-        return [b"validated"]
-    return validator(inner)
-
-
-def validated_echo():
-    from wsgiref.validate import validator
-    return validator(echo)
-
-
 def flask_app():
     from flask import Flask, Response, jsonify, request, stream_with_context
 
@@ -330,9 +315,9 @@ class _SizedReads:
         return iter(self._inp)
 
 
-def validated_sized():
-    """Like validated(), but the inner app reads with read(size) as the
-    validator demands; answers the body's length."""
+def validated():
+    """A small app under wsgiref.validate; it reads with read(size) as the
+    validator demands and answers the body's length."""
     from wsgiref.validate import validator
 
     def inner(environ, start_response):
@@ -342,7 +327,7 @@ def validated_sized():
     return validator(inner)
 
 
-def validated_echo_sized():
+def validated_echo():
     """echo under wsgiref.validate, with bare read() adapted to read(size)."""
     from wsgiref.validate import validator
 

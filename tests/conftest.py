@@ -49,7 +49,7 @@ class ServerProc:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             text = self.log()
-            m = re.search(r"Listening at: http://\[?[^\]\s]*?\]?:(\d+)", text)
+            m = re.search(r"Listening at: http://(?:\[[^\]]*\]|[^:\s]+):(\d+)", text)
             u = re.search(r"Listening at: unix:(\S+)", text)
             if m:
                 self.port = int(m.group(1))

@@ -1,0 +1,117 @@
+# forkwsgi: C unit tests, fuzzing and the sanitizer build of the extension.
+# The Python package itself builds with pip / setup.py; see tests/README.md.
+#
+#   make ctest         C unit tests (tests/c), ASan + UBSan
+#   make fuzz-smoke    the fuzz target without libFuzzer: corpus + random inputs, ~60 s
+#   make fuzz          libFuzzer (clang), FUZZ_SECONDS=60
+#   make asan-ext      extension built with ASan/UBSan into build/asan, pytest run on it
+#   make asan-smoke    the same build, a short run of a real server (tests/asan_smoke.py)
+#   make clean
+
+CC       ?= cc
+CLANG    ?= clang
+FUZZ_CC  ?= $(CC)
+PYTHON   ?= python3
+
+# The project's warning flags (setup.py) and the sanitizers.
+CWARN    := -std=gnu11 -Wall -Wextra -Wimplicit-fallthrough -Werror -Wno-missing-field-initializers
+SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
+SAN_ENV  := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+HTTP_SRC := cserver/fw_http.c cserver/fw_buf.c
+HTTP_HDR := cserver/fw_http.h cserver/fw_buf.h tests/c/http_sim.h
+
+CBUILD   := tests/c/build
+FBUILD   := tests/fuzz/build
+
+# fuzz-smoke: random inputs, seed, and a time bound (seconds) for the random phase.
+FUZZ_SMOKE_N       ?= 200000
+FUZZ_SMOKE_SEED    ?= 1
+FUZZ_SMOKE_SECONDS ?= 60
+# libFuzzer run length (seconds) and extra options.
+FUZZ_SECONDS       ?= 60
+FUZZ_ARGS          ?=
+
+# asan-ext: a separate build tree, and the tests to run on it. The tests that
+# bound the server's RSS are left out: ASan's shadow memory and quarantine
+# alone exceed their bounds.
+ASAN_DIR         := build/asan
+ASAN_PYTEST_ARGS ?= -q -p no:cacheprovider tests --ignore=tests/test_c.py -k "not bounded_memory"
+# The extension is built by the compiler Python was built with; its ASan
+# runtime must be preloaded into the (uninstrumented) python process.
+EXT_CC   = $(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('CC').split()[0])")
+LIBASAN  = $(shell $(EXT_CC) -print-file-name=libasan.so)
+ASAN_EXT_ENV = LD_PRELOAD=$(LIBASAN) \
+    ASAN_OPTIONS=detect_leaks=0:log_path=$(abspath $(ASAN_DIR))/logs/asan \
+    UBSAN_OPTIONS=print_stacktrace=1:log_path=$(abspath $(ASAN_DIR))/logs/ubsan \
+    PYTHONPATH=$(abspath $(ASAN_DIR))
+
+.PHONY: help ctest fuzz-smoke fuzz asan-ext asan-ext-build asan-smoke clean
+
+help:
+	@sed -n 's/^#   //p' Makefile
+
+# ---- C unit tests ----------------------------------------------------------
+
+$(CBUILD)/test_http: tests/c/test_http.c $(HTTP_SRC) $(HTTP_HDR)
+	@mkdir -p $(CBUILD)
+	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_http.c $(HTTP_SRC) -o $@
+
+ctest: $(CBUILD)/test_http
+	$(SAN_ENV) $(CBUILD)/test_http
+
+# ---- fuzzing ---------------------------------------------------------------
+
+$(FBUILD)/fuzz_standalone: tests/fuzz/fuzz_http.c tests/fuzz/standalone_main.c $(HTTP_SRC) $(HTTP_HDR)
+	@mkdir -p $(FBUILD)
+	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/fuzz/fuzz_http.c tests/fuzz/standalone_main.c \
+	    $(HTTP_SRC) -o $@
+
+fuzz-smoke: $(FBUILD)/fuzz_standalone
+	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) * 3 + 60 )) $(FBUILD)/fuzz_standalone \
+	    -n $(FUZZ_SMOKE_N) -s $(FUZZ_SMOKE_SEED) -t $(FUZZ_SMOKE_SECONDS) -a $(FBUILD)/ tests/fuzz/corpus
+
+$(FBUILD)/fuzz_http: tests/fuzz/fuzz_http.c $(HTTP_SRC) $(HTTP_HDR)
+	@mkdir -p $(FBUILD)
+	$(CLANG) $(CWARN) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+	    -g -O1 -Icserver -Itests/c tests/fuzz/fuzz_http.c $(HTTP_SRC) -o $@
+
+# New corpus entries go to tests/fuzz/build/corpus; tests/fuzz/corpus is read only.
+# A crash leaves tests/fuzz/build/crash-<sha1>; replay it with
+#     tests/fuzz/build/fuzz_http tests/fuzz/build/crash-<sha1>
+fuzz: $(FBUILD)/fuzz_http
+	@mkdir -p $(FBUILD)/corpus
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_http \
+	    -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -dict=tests/fuzz/http.dict \
+	    -artifact_prefix=$(FBUILD)/ -print_final_stats=1 $(FUZZ_ARGS) $(FBUILD)/corpus tests/fuzz/corpus
+
+# ---- the extension under ASan/UBSan ---------------------------------------
+# Built into build/asan (objects in build/asan/tmp) next to a copy of the
+# pure-Python package, so neither the in-place .so nor build/ of a normal
+# build is touched; PYTHONPATH puts it before the installed package.
+
+asan-ext-build:
+	FORKWSGI_SANITIZE=1 $(PYTHON) setup.py -q build_ext --force -b $(ASAN_DIR) -t $(ASAN_DIR)/tmp
+	cp python/forkwsgi/*.py $(ASAN_DIR)/forkwsgi/
+	@test -f "$(LIBASAN)" || { echo "cannot find libasan.so for $(EXT_CC)"; exit 1; }
+	@$(ASAN_EXT_ENV) $(PYTHON) -c "import forkwsgi._forkwsgi as m, sys; \
+	    assert m.__file__.startswith('$(abspath $(ASAN_DIR))'), m.__file__; print('ASan build:', m.__file__)"
+
+# Reports are written to build/asan/logs/{asan,ubsan}.<pid>; any report fails the target.
+asan-ext: asan-ext-build
+	@rm -rf $(ASAN_DIR)/logs && mkdir -p $(ASAN_DIR)/logs
+	$(ASAN_EXT_ENV) $(PYTHON) -m pytest $(ASAN_PYTEST_ARGS); rc=$$?; \
+	    if ls $(ASAN_DIR)/logs/* >/dev/null 2>&1; then \
+	        echo "== sanitizer reports:"; cat $(ASAN_DIR)/logs/*; exit 1; fi; \
+	    echo "no sanitizer reports"; exit $$rc
+
+asan-smoke: asan-ext-build
+	@rm -rf $(ASAN_DIR)/logs && mkdir -p $(ASAN_DIR)/logs
+	cd tests && $(ASAN_EXT_ENV) $(PYTHON) asan_smoke.py; rc=$$?; cd ..; \
+	    if ls $(ASAN_DIR)/logs/* >/dev/null 2>&1; then \
+	        echo "== sanitizer reports:"; cat $(ASAN_DIR)/logs/*; exit 1; fi; \
+	    echo "no sanitizer reports"; exit $$rc
+
+clean:
+	rm -rf $(CBUILD) $(FBUILD) $(ASAN_DIR)

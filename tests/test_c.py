@@ -1,0 +1,54 @@
+"""The C-level tests, run through pytest so CI runs them with the rest.
+
+- `make ctest`: tests/c/test_http.c (parser, chunked decoder, split
+  equivalence, fw_buf) under ASan + UBSan;
+- `make fuzz-smoke`: the fuzz target tests/fuzz/fuzz_http.c over the seed
+  corpus and 200k seeded random inputs, under ASan + UBSan, without libFuzzer.
+
+Skipped only when there is no C compiler at all.
+"""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _compiler():
+    candidates = [os.environ["CC"]] if os.environ.get("CC") else []
+    for cc in candidates + ["cc", "gcc", "clang"]:
+        if shutil.which(cc.split()[0]):
+            return cc
+    return None
+
+
+CC = _compiler()
+pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
+
+
+def make(target, timeout):
+    assert shutil.which("make"), "make is needed for the C tests (apt-get install make)"
+    env = dict(os.environ)
+    # Not the sanitizer setup of `make asan-ext`, if pytest runs under it.
+    for var in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS"):
+        env.pop(var, None)
+    proc = subprocess.run(["make", "--no-print-directory", target, f"CC={CC}"], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    out = proc.stdout.decode("utf-8", "replace")
+    assert proc.returncode == 0, f"make {target} exited with {proc.returncode}:\n{out[-20000:]}"
+    return out
+
+
+def test_c_unit_tests():
+    out = make("ctest", timeout=240)
+    m = re.search(r"^(\d+) passed, (\d+) failed$", out, re.M)
+    assert m, out[-5000:]
+    assert int(m.group(1)) > 0 and int(m.group(2)) == 0, out[-5000:]
+
+
+def test_fuzz_smoke():
+    out = make("fuzz-smoke", timeout=280)
+    assert re.search(r"^standalone: \d+ files and \d+ random inputs .* no crash$", out, re.M), out[-5000:]
