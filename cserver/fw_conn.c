@@ -6,10 +6,14 @@
 #include "fw_conn.h"
 #include "fw_internal.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define READ_CHUNK (16 * 1024)
@@ -419,6 +423,43 @@ void fw_conn_start_stop(fw_conn *c)
         c->keep_alive = 0;      /* finish this response, then close */
         return;
     }
+}
+
+void fw_conn_peer_text(fw_conn *c, const char **host, const char **port)
+{
+    if (!c->peer_text) {
+        const struct sockaddr_storage *ss = &c->peer;
+        unsigned p = 0;
+        c->peer_host[0] = 0;
+        c->peer_port[0] = 0;
+        if (ss->ss_family == AF_INET) {
+            const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+            if (!inet_ntop(AF_INET, &a->sin_addr, c->peer_host, sizeof(c->peer_host)))
+                c->peer_host[0] = 0;
+            p = ntohs(a->sin_port);
+        } else if (ss->ss_family == AF_INET6) {
+            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+            int ok = IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)
+                         ? inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], c->peer_host, sizeof(c->peer_host)) != NULL
+                         : inet_ntop(AF_INET6, &a->sin6_addr, c->peer_host, sizeof(c->peer_host)) != NULL;
+            if (!ok)
+                c->peer_host[0] = 0;
+            p = ntohs(a->sin6_port);
+        } else if (ss->ss_family == AF_UNIX) {
+            const struct sockaddr_un *u = (const struct sockaddr_un *)ss;
+            size_t off = offsetof(struct sockaddr_un, sun_path);
+            size_t n = c->peer_len > off ? strnlen(u->sun_path, c->peer_len - off) : 0;
+            if (n >= sizeof(c->peer_host))
+                n = sizeof(c->peer_host) - 1;
+            memcpy(c->peer_host, u->sun_path, n);
+            c->peer_host[n] = 0;
+        }
+        if (ss->ss_family == AF_INET || ss->ss_family == AF_INET6)
+            snprintf(c->peer_port, sizeof(c->peer_port), "%u", p);
+        c->peer_text = 1;
+    }
+    *host = c->peer_host;
+    *port = c->peer_port;
 }
 
 /* Used by fw_body.c when a pre-read body is complete. */

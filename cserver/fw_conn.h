@@ -76,6 +76,9 @@ struct fw_conn {
 
     struct sockaddr_storage peer;
     socklen_t peer_len;
+    char peer_host[112];              /* peer as text, made once (fw_conn_peer_text) */
+    char peer_port[8];
+    int peer_text;
 
     fw_buf in;
     fw_buf out;
@@ -106,6 +109,11 @@ void fw_conn_close(fw_conn *c);
 void fw_conn_free(fw_conn *c);
 void fw_conn_on_timeout(fw_conn *c);
 void fw_conn_start_stop(fw_conn *c);  /* server is stopping: finish or close */
+
+/* The peer address as text, formatted once per connection: IPv4, IPv6
+ * (v4-mapped shown as IPv4), or for unix sockets the peer's path ("" if it
+ * bound none) and an empty port. The strings live in the connection. */
+void fw_conn_peer_text(fw_conn *c, const char **host, const char **port);
 
 /* ---- for the app layer: request body (wsgi.input) ---------------------- */
 

@@ -5,10 +5,7 @@
  * headers are interned strings looked up instead of built. */
 #include "glue.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <string.h>
-#include <sys/un.h>
 
 static PyObject *k_method, *k_path, *k_query, *k_raw_uri, *k_proto, *k_server_name,
     *k_server_port, *k_remote_addr, *k_remote_port, *k_ctype, *k_clen, *v_http11, *v_http10,
@@ -114,37 +111,13 @@ static PyObject *decode_path(const char *p, size_t n)
     return s;
 }
 
-static int set_remote(PyObject *env, const fw_conn *c)
+static int set_remote(PyObject *env, fw_conn *c)
 {
-    char host[INET6_ADDRSTRLEN];
-    const struct sockaddr_storage *ss = &c->peer;
-    unsigned port = 0;
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-        if (!inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host)))
-            return 0;
-        port = ntohs(a->sin_port);
-    } else if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-        if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
-            if (!inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], host, sizeof(host)))
-                return 0;
-        } else if (!inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host))) {
-            return 0;
-        }
-        port = ntohs(a->sin6_port);
-    } else {
-        /* Unix socket: the peer's path if it bound one, else empty. */
-        const struct sockaddr_un *u = (const struct sockaddr_un *)ss;
-        size_t off = offsetof(struct sockaddr_un, sun_path);
-        size_t n = c->peer_len > off ? strnlen(u->sun_path, c->peer_len - off) : 0;
-        if (set_new(env, k_remote_addr, latin1(u->sun_path, n)) < 0)
-            return -1;
-        return PyDict_SetItem(env, k_remote_port, v_empty);
-    }
-    if (set_new(env, k_remote_addr, PyUnicode_FromString(host)) < 0)
+    const char *host, *port;
+    fw_conn_peer_text(c, &host, &port);
+    if (set_new(env, k_remote_addr, latin1(host, strlen(host))) < 0)
         return -1;
-    return set_new(env, k_remote_port, PyUnicode_FromFormat("%u", port));
+    return set_new(env, k_remote_port, latin1(port, strlen(port)));
 }
 
 static PyObject *header_key(const fw_header *h)

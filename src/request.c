@@ -223,8 +223,12 @@ static int try_sendfile(fw_req *r)
         return 0;
     }
     struct stat st;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fstat((int)fd, &st);
+    Py_END_ALLOW_THREADS
     /* procfs and sysfs files say size 0: only real regular files qualify. */
-    if (fstat((int)fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+    if (rc != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
         return 0;
     /* The file object's position, not the fd's: a buffered reader may have
      * read ahead. */
@@ -236,7 +240,9 @@ static int try_sendfile(fw_req *r)
     }
     if (pos < 0) {
         PyErr_Clear();
+        Py_BEGIN_ALLOW_THREADS
         pos = lseek((int)fd, 0, SEEK_CUR);
+        Py_END_ALLOW_THREADS
         if (pos < 0)
             return 0;
     }
