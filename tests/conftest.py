@@ -71,6 +71,14 @@ class ServerProc:
     def get(self, path="/", headers=b"", method="GET"):
         return self.request(f"{method} {path} HTTP/1.1\r\nHost: t\r\n".encode() + headers + b"\r\n", method)
 
+    def worker_pids(self):
+        """PIDs of the master's child processes (its workers)."""
+        try:
+            with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:
+                return [int(p) for p in f.read().split()]
+        except FileNotFoundError:
+            return []
+
     def alive(self):
         return self.proc.poll() is None
 

@@ -4,7 +4,7 @@ import os
 import signal
 import sys
 
-from . import appload, binding, config
+from . import appload, arbiter, binding, config
 from .server import Server
 
 log = logging.getLogger("forkwsgi")
@@ -37,6 +37,8 @@ def main(argv=None):
         except OSError as e:
             return fail(f"cannot change to {cfg['chdir']}: {e.strerror}")
         sys.path.insert(0, os.getcwd())
+    if cfg["workers"] > 0:
+        return run_master(app_spec, cfg)
     try:
         app = appload.load(app_spec)
     except appload.AppImportError as e:
@@ -44,7 +46,8 @@ def main(argv=None):
     except Exception:
         log.exception("error while importing the app %r", app_spec)
         return 1
-    options = {k: v for k, v in cfg.items() if k not in ("config", "chdir", "log_level")}
+    options = {k: v for k, v in cfg.items()
+               if k not in ("config", "chdir", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice")}
     try:
         server = Server(app, logger=log, **options)
     except binding.BindError as e:
@@ -66,6 +69,21 @@ def main(argv=None):
     with server:
         server.serve()
     return 0
+
+
+def run_master(app_spec, cfg):
+    """The pre-fork master: bind, preload, fork workers, supervise."""
+    if not app_spec:
+        return fail("no app given: forkwsgi MODULE:APP (see --help)")
+    master = arbiter.Arbiter(app_spec, cfg, log)
+    try:
+        master.start()
+    except (binding.BindError, appload.AppImportError, config.ConfigError) as e:
+        return fail(e)
+    except Exception:
+        log.exception("error while importing the app %r", app_spec)
+        return 1
+    return master.run()
 
 
 if __name__ == "__main__":

@@ -29,6 +29,17 @@ def _non_negative_int(v):
     return n
 
 
+def _bool(v):
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("true or false")
+
+
 def _seconds(v):
     x = float(v)
     if x < 0:
@@ -48,6 +59,13 @@ def _size(v):
     n = int(s) * mult
     if n < 0:
         raise ValueError("must not be negative")
+    return n
+
+
+def _nice(v):
+    n = int(v)
+    if not -20 <= n <= 19:
+        raise ValueError("a nice level from -20 to 19")
     return n
 
 
@@ -85,6 +103,13 @@ SETTINGS = [
     Setting("bind", ["-b", "--bind"], ["127.0.0.1:8000"], multiple=True, metavar="ADDR",
             help="where to listen, repeatable: HOST:PORT, [::1]:PORT, unix:/path, fd://N"),
     Setting("backlog", ["--backlog"], 2048, _positive_int, "listen() backlog (capped by net.core.somaxconn)"),
+    Setting("workers", ["-w", "--workers"], 1, _non_negative_int,
+            "worker processes under a master; 0 serves from this process, with no master", section="Processes"),
+    Setting("lazy_apps", ["--lazy-apps"], False, _bool,
+            "import the app in each worker instead of once in the master before forking", section="Processes"),
+    Setting("worker_nice", ["--worker-nice"], 0, _nice, "nice level of the workers", section="Processes"),
+    Setting("master_nice", ["--master-nice"], 0, _nice,
+            "nice level of the master (higher than the workers' keeps it out of their way)", section="Processes"),
     Setting("chdir", ["--chdir"], None, help="change to this directory before loading the app", metavar="DIR", section="General"),
     Setting("log_level", ["--log-level"], "INFO", _log_level, "debug, info, warning, error or critical", section="General"),
     Setting("limit_request_line", ["--limit-request-line"], 8190, _positive_int,
@@ -168,6 +193,8 @@ def build_parser():
         kw = dict(dest=s.name, help=s.help, metavar=s.metavar, default=argparse.SUPPRESS)
         if s.multiple:
             kw["action"] = "append"
+        elif s.convert is _bool:
+            kw = dict(dest=s.name, help=s.help, default=argparse.SUPPRESS, action="store_const", const=True)
         g.add_argument(*s.flags, **kw)
     # argparse prints defaults only when they are set; show the registry's.
     for action in p._actions:

@@ -23,7 +23,8 @@ class Server:
     (keepalive, header_timeout, limit_request_body, ...).
     """
 
-    def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None, **options):
+    def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None,
+                 _multiprocess=False, **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
         if bind is not None and isinstance(bind, str):
@@ -54,7 +55,7 @@ class Server:
             "wsgi.url_scheme": self.settings["url_scheme"],
             "wsgi.errors": sys.stderr,
             "wsgi.multithread": False,
-            "wsgi.multiprocess": False,
+            "wsgi.multiprocess": bool(_multiprocess),
             "wsgi.run_once": False,
             "wsgi.input_terminated": True,
             "wsgi.file_wrapper": _forkwsgi.FileWrapper,
@@ -71,11 +72,12 @@ class Server:
     def addresses(self):
         return [s.getsockname() for s in self.sockets]
 
-    def serve(self):
+    def serve(self, announce=True):
         """Run until stop(). Returns normally after a stop; re-raises
         KeyboardInterrupt/SystemExit raised by the app or a signal handler."""
-        for url in self.urls:
-            self.log.info("Listening at: %s", url)
+        if announce:
+            for url in self.urls:
+                self.log.info("Listening at: %s", url)
         wake_r = wake_w = None
         old_wakeup = None
         if threading.current_thread() is threading.main_thread():
@@ -92,7 +94,8 @@ class Server:
                 os.close(wake_r)
                 os.close(wake_w)
             self._stopped.set()
-            self.log.info("Stopped serving %s", ", ".join(self.urls))
+            if announce:
+                self.log.info("Stopped serving %s", ", ".join(self.urls))
 
     def stop(self, graceful=True):
         """Stop serving: gracefully (finish in-flight requests within the

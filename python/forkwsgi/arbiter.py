@@ -1,0 +1,309 @@
+"""The master process: binds, preloads, forks workers and supervises them.
+
+The model is gunicorn's arbiter, so operators need not relearn anything:
+signals are queued by the handler and dispatched by name from the main loop
+(handle_term, handle_hup, ...), never acted on inside the handler.
+
+- SIGTERM: graceful stop (workers finish in-flight requests within
+  --graceful-timeout, then anything left is killed).
+- SIGINT, SIGQUIT: fast stop.
+- SIGHUP: rolling reload: a new set of workers starts, and each old worker
+  retires only once a new one reports ready, so no request is refused.
+- SIGTTIN / SIGTTOU: one worker more / less.
+- SIGUSR1: passed to the workers (reopen log files).
+- SIGCHLD: reap; a dead worker is replaced at once, with back-off when
+  workers keep dying right after they start; a worker that cannot import the
+  app stops the master with that message instead of looping.
+"""
+import gc
+import logging
+import os
+import select
+import signal
+import time
+
+from . import appload, binding, proctitle, worker
+
+log = logging.getLogger("forkwsgi")
+
+# A worker dying sooner than this after its start counts as a crash at boot.
+BOOT_CRASH_SECONDS = 2.0
+MAX_BACKOFF = 10.0
+
+
+class HaltServer(Exception):
+    def __init__(self, reason, exit_status=1):
+        super().__init__(reason)
+        self.reason = reason
+        self.exit_status = exit_status
+
+
+class WorkerInfo:
+    def __init__(self, pid, index, ready_fd):
+        self.pid = pid
+        self.index = index
+        self.ready_fd = ready_fd     # read end of its readiness pipe, None once ready
+        self.ready = False
+        self.started = time.monotonic()
+        self.old = False             # replaced by a reload: retire once a new one is ready
+        self.retiring = False        # sent SIGTERM by us
+
+
+class Arbiter:
+    SIGNALS = {
+        signal.SIGHUP: "hup", signal.SIGQUIT: "quit", signal.SIGINT: "int", signal.SIGTERM: "term",
+        signal.SIGTTIN: "ttin", signal.SIGTTOU: "ttou", signal.SIGUSR1: "usr1", signal.SIGCHLD: "chld",
+    }
+
+    def __init__(self, app_spec, cfg, logger=log):
+        self.app_spec = app_spec
+        self.cfg = cfg
+        self.log = logger
+        self.num_workers = cfg["workers"]
+        self.lazy = cfg["lazy_apps"]
+        self.options = {k: v for k, v in cfg.items()
+                        if k not in ("config", "chdir", "log_level", "workers", "lazy_apps",
+                                     "worker_nice", "master_nice")}
+        self.workers = {}
+        self.sig_queue = []
+        self.app = None
+        self.sockets = []
+        self.backoff = 0.0
+        self.next_spawn = 0.0
+        self.stopping = False
+        self.pid = os.getpid()
+        self.wake_r = self.wake_w = None
+
+    # ---- start-up ----------------------------------------------------------
+
+    def start(self):
+        """Bind and preload. Raises binding.BindError / appload.AppImportError."""
+        proctitle.set("forkwsgi: master")
+        if self.cfg["master_nice"]:
+            os.setpriority(os.PRIO_PROCESS, 0, self.cfg["master_nice"])
+        for addr in self.cfg["bind"]:
+            self.sockets.append(binding.create(addr, self.cfg["backlog"]))
+        if not self.lazy:
+            self.app = appload.load(self.app_spec)
+            # Objects made so far (the app, its imports) stay out of the
+            # collector's reach, so the workers share their pages instead of
+            # copying them when a collection touches them.
+            gc.collect()
+            gc.freeze()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._on_signal)
+        for s in self.sockets:
+            self.log.info("Listening at: %s", binding.describe(s)[2])
+        self.log.info("Master %d: %d worker(s), %s", self.pid, self.num_workers,
+                      "app loaded per worker (--lazy-apps)" if self.lazy else "app preloaded")
+
+    def _on_signal(self, signum, frame):
+        if len(self.sig_queue) < 16:
+            self.sig_queue.append(signum)
+
+    # ---- main loop -----------------------------------------------------------
+
+    def run(self):
+        """Supervise until stopped. Returns the exit status."""
+        try:
+            self.manage_workers()
+            while True:
+                if self.sig_queue:
+                    sig = self.sig_queue.pop(0)
+                    getattr(self, "handle_" + self.SIGNALS[sig])()
+                    continue
+                self.sleep()
+                self.reap()
+                self.manage_workers()
+        except StopServer:
+            return 0
+        except HaltServer as e:
+            self.log.error("%s", e.reason)
+            self.stop(graceful=False)
+            return e.exit_status
+        finally:
+            for s in self.sockets:
+                s.close()
+
+    def sleep(self):
+        """Wait for a signal, a worker's readiness, or a second."""
+        fds = [self.wake_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
+        try:
+            readable, _, _ = select.select(fds, [], [], 1.0)
+        except InterruptedError:
+            return
+        for fd in readable:
+            if fd == self.wake_r:
+                try:
+                    while os.read(self.wake_r, 64):
+                        pass
+                except BlockingIOError:
+                    pass
+            else:
+                self._worker_ready(fd)
+
+    def _worker_ready(self, fd):
+        w = next((w for w in self.workers.values() if w.ready_fd == fd), None)
+        try:
+            data = os.read(fd, 1)
+        except OSError:
+            data = b""
+        os.close(fd)
+        if w is None:
+            return
+        w.ready_fd = None
+        if not data:
+            return            # it died before it was ready: reap() tells why
+        w.ready = True
+        self.log.debug("worker %d (pid %d) ready", w.index, w.pid)
+        old = [o for o in self.workers.values() if o.old and not o.retiring]
+        if old:           # rolling reload: one old worker out for each new one in
+            self.retire(min(old, key=lambda o: o.index))
+
+    # ---- workers -------------------------------------------------------------
+
+    def manage_workers(self):
+        if self.stopping:
+            return
+        current = [w for w in self.workers.values() if not w.old and not w.retiring]
+        if len(current) > self.num_workers:
+            for w in sorted(current, key=lambda w: -w.index)[:len(current) - self.num_workers]:
+                self.retire(w)
+        elif len(current) < self.num_workers and time.monotonic() >= self.next_spawn:
+            used = {w.index for w in current}
+            for index in range(1, self.num_workers + 1):
+                if index not in used and len(used) < self.num_workers:
+                    self.spawn(index)
+                    used.add(index)
+
+    def spawn(self, index):
+        r, w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            for fd in (self.wake_r, self.wake_w):
+                os.close(fd)
+            for other in self.workers.values():
+                if other.ready_fd is not None:
+                    os.close(other.ready_fd)
+            # wsgi.multiprocess: true when the app may run in several processes at once.
+            worker.run(index, self.pid, self.sockets, self.app, self.app_spec, self.options, w,
+                       self.log, self.cfg["worker_nice"], multiprocess=self.num_workers > 1)
+        os.close(w)
+        self.workers[pid] = WorkerInfo(pid, index, r)
+        self.log.info("Booted worker %d (pid %d)", index, pid)
+
+    def retire(self, w):
+        w.retiring = True
+        self.kill(w.pid, signal.SIGTERM)
+
+    def kill(self, pid, sig):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            w = self.workers.pop(pid, None)
+            if w is None:
+                continue
+            if w.ready_fd is not None:
+                os.close(w.ready_fd)
+            code = os.waitstatus_to_exitcode(status)
+            how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+            if code == worker.APP_LOAD_ERROR:
+                raise HaltServer(f"worker {w.index} could not load the app {self.app_spec!r}: stopping", 4)
+            if code == worker.WORKER_BOOT_ERROR and not w.ready:
+                raise HaltServer(f"worker {w.index} failed to boot: stopping", 3)
+            if w.retiring or self.stopping:
+                self.log.info("Worker %d (pid %d) exited (%s)", w.index, pid, how)
+                continue
+            self.log.warning("Worker %d (pid %d) died (%s); replacing it", w.index, pid, how)
+            if time.monotonic() - w.started < BOOT_CRASH_SECONDS:
+                self.backoff = min(max(0.1, self.backoff * 2), MAX_BACKOFF)
+                self.next_spawn = time.monotonic() + self.backoff
+                self.log.warning("workers die at start-up: next start in %.1f s", self.backoff)
+            else:
+                self.backoff = 0.0
+
+    def stop(self, graceful=True):
+        """Stop every worker: SIGTERM and wait up to the graceful timeout, or
+        SIGQUIT; then SIGKILL whatever is left."""
+        self.stopping = True
+        sig = signal.SIGTERM if graceful else signal.SIGQUIT
+        for w in list(self.workers.values()):
+            self.kill(w.pid, sig)
+        limit = (self.cfg["graceful_timeout"] + 1.0) if graceful else 2.0
+        deadline = time.monotonic() + limit
+        while self.workers and time.monotonic() < deadline:
+            self._reap_quietly()
+            if self.workers:
+                time.sleep(0.05)
+        for w in list(self.workers.values()):
+            self.log.warning("Worker %d (pid %d) did not stop in time: killing it", w.index, w.pid)
+            self.kill(w.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while self.workers and time.monotonic() < deadline:
+            self._reap_quietly()
+            time.sleep(0.02)
+
+    def _reap_quietly(self):
+        try:
+            self.reap()
+        except HaltServer:
+            pass
+
+    # ---- signal handlers, by name -------------------------------------------
+
+    def handle_chld(self):
+        self.reap()
+
+    def handle_term(self):
+        self.log.info("Received SIGTERM: stopping gracefully")
+        self.stop(graceful=True)
+        raise StopServer
+
+    def handle_int(self):
+        self.log.info("Received SIGINT: stopping now")
+        self.stop(graceful=False)
+        raise StopServer
+
+    def handle_quit(self):
+        self.log.info("Received SIGQUIT: stopping now")
+        self.stop(graceful=False)
+        raise StopServer
+
+    def handle_hup(self):
+        self.log.info("Received SIGHUP: rolling reload of %d worker(s)", self.num_workers)
+        for w in self.workers.values():
+            if not w.retiring:
+                w.old = True
+        self.manage_workers()
+
+    def handle_ttin(self):
+        self.num_workers += 1
+        self.log.info("Received SIGTTIN: %d worker(s)", self.num_workers)
+        self.manage_workers()
+
+    def handle_ttou(self):
+        if self.num_workers > 1:
+            self.num_workers -= 1
+        self.log.info("Received SIGTTOU: %d worker(s)", self.num_workers)
+        self.manage_workers()
+
+    def handle_usr1(self):
+        for w in self.workers.values():
+            self.kill(w.pid, signal.SIGUSR1)
+
+
+class StopServer(Exception):
+    pass

@@ -1,0 +1,90 @@
+"""A worker process: one C server loop on the sockets the master bound.
+
+Runs in the child right after fork(). It tells the master it is ready by
+writing one byte to its readiness pipe once the app is loaded and the server
+object exists, so a rolling reload only retires old workers once new ones
+can take their traffic. Exit codes tell the master why a worker ended.
+"""
+import ctypes
+import logging
+import os
+import signal
+import sys
+
+from . import appload, proctitle
+from .server import Server
+
+# Exit codes the master acts on (gunicorn's numbers, for operators' scripts).
+WORKER_BOOT_ERROR = 3
+APP_LOAD_ERROR = 4
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(master_pid):
+    """Ask the kernel to send SIGTERM when the master dies; if it died before
+    we asked, stop now."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != master_pid:
+        os._exit(0)
+
+
+def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worker_nice=0,
+        multiprocess=True):
+    """Entry point in the child; never returns."""
+    code = 0
+    try:
+        # The master's signal handlers and wakeup fd are not ours.
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
+        _die_with_parent(master_pid)
+        proctitle.set(f"forkwsgi: worker {index}")
+        # Absolute, not relative to the master's (inherited) level.
+        os.setpriority(os.PRIO_PROCESS, 0, worker_nice)
+        if app is None:
+            try:
+                app = appload.load(app_spec)
+            except appload.AppImportError as e:
+                log.error("worker %d: %s", index, e)
+                os._exit(APP_LOAD_ERROR)
+            except Exception:
+                log.exception("worker %d: error while importing the app %r", index, app_spec)
+                os._exit(APP_LOAD_ERROR)
+        server = Server(app, sockets=sockets, logger=log, _multiprocess=multiprocess, **options)
+
+        def graceful(signum, frame):
+            server.stop(graceful=True)
+
+        def fast(signum, frame):
+            server.stop(graceful=False)
+
+        def reopen(signum, frame):
+            for h in logging.getLogger("forkwsgi").handlers:
+                if isinstance(h, logging.FileHandler):
+                    h.close()
+
+        signal.signal(signal.SIGTERM, graceful)
+        signal.signal(signal.SIGINT, fast)
+        signal.signal(signal.SIGQUIT, fast)
+        signal.signal(signal.SIGUSR1, reopen)
+        os.write(ready_fd, b"R")
+        os.close(ready_fd)
+        server.serve(announce=False)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except KeyboardInterrupt:
+        code = 0
+    except BaseException:
+        log.exception("worker %d failed", index)
+        code = WORKER_BOOT_ERROR
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)

@@ -1,0 +1,177 @@
+"""The pre-fork master: workers, respawn, signals, reload, preload (real processes)."""
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from httpraw import Conn, request, wait_for
+
+
+def titles(pids):
+    out = {}
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                out[p] = f.read().replace(b"\0", b" ").decode().strip()
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def nice_of(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
+def get_pid(s):
+    return int(request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").body)
+
+
+def test_workers_titles_and_nice(make_server):
+    s = make_server("apps:pid", "--workers", "3", "--worker-nice", "5", "--master-nice", "10")
+    assert wait_for(lambda: len(s.worker_pids()) == 3)
+    pids = s.worker_pids()
+    t = titles([s.pid] + pids)
+    assert t[s.pid].startswith("forkwsgi: master")
+    assert sorted(t[p] for p in pids) == ["forkwsgi: worker 1", "forkwsgi: worker 2", "forkwsgi: worker 3"]
+    assert nice_of(s.pid) == 10
+    assert all(nice_of(p) == 5 for p in pids)
+    seen = {get_pid(s) for _ in range(60)}
+    assert seen <= set(pids)
+
+
+def test_sigkill_worker_is_replaced_while_others_serve(make_server):
+    s = make_server("apps:pid", "--workers", "2")
+    assert wait_for(lambda: len(s.worker_pids()) == 2)
+    victim, other = s.worker_pids()
+    os.kill(victim, signal.SIGKILL)
+    failures = 0
+    for _ in range(50):
+        try:
+            get_pid(s)
+        except OSError:
+            failures += 1
+    assert failures == 0
+    assert wait_for(lambda: len(s.worker_pids()) == 2 and victim not in s.worker_pids())
+    assert other in s.worker_pids()
+    assert "died (signal SIGKILL); replacing it" in s.log()
+
+
+def _load(s, stop, results):
+    n = 0
+    while not stop.is_set() and n < 5000:
+        n += 1
+        try:
+            r = request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", timeout=10)
+            results.append(r.status)
+        except OSError as e:
+            results.append(repr(e))
+
+
+def test_sighup_rolling_reload_without_failed_requests(make_server):
+    s = make_server("apps:pid", "--workers", "2")
+    assert wait_for(lambda: len(s.worker_pids()) == 2)
+    before = set(s.worker_pids())
+    stop, results = threading.Event(), []
+    threads = [threading.Thread(target=_load, args=(s, stop, results)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    s.signal(signal.SIGHUP)
+    ok = wait_for(lambda: len(s.worker_pids()) == 2 and not (set(s.worker_pids()) & before), timeout=20)
+    time.sleep(0.5)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert ok, s.log()
+    assert results and all(r == 200 for r in results), [r for r in results if r != 200][:5]
+    assert "rolling reload" in s.log()
+
+
+def test_ttin_ttou(make_server):
+    s = make_server("apps:pid", "--workers", "1")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    s.signal(signal.SIGTTIN)
+    assert wait_for(lambda: len(s.worker_pids()) == 2)
+    s.signal(signal.SIGTTIN)
+    assert wait_for(lambda: len(s.worker_pids()) == 3)
+    s.signal(signal.SIGTTOU)
+    assert wait_for(lambda: len(s.worker_pids()) == 2)
+    assert get_pid(s) in s.worker_pids()
+
+
+def test_sigterm_slow_request_completes(make_server):
+    s = make_server("apps:sleep", "--workers", "2")
+    assert wait_for(lambda: len(s.worker_pids()) == 2)
+    c = Conn(s.port, timeout=10)
+    c.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n\r\n")
+    time.sleep(0.3)
+    workers = s.worker_pids()
+    s.signal(signal.SIGTERM)
+    r = c.read_response()
+    assert r.status == 200 and r.body == b"slept" and r.header("connection") == "close"
+    assert s.proc.wait(15) == 0
+    assert not any(os.path.exists(f"/proc/{p}") and _state(p) != "Z" for p in workers)
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+
+def test_workers_exit_when_master_dies(make_server):
+    s = make_server("apps:pid", "--workers", "2")
+    assert wait_for(lambda: len(s.worker_pids()) == 2)
+    workers = s.worker_pids()
+    s.signal(signal.SIGKILL)
+    s.proc.wait(5)
+    assert wait_for(lambda: all(_state(p) in ("gone", "Z") for p in workers), timeout=15)
+
+
+def test_preload_imports_once_lazy_in_each_worker(make_server, tmp_path):
+    mark = tmp_path / "imports"
+    (tmp_path / "counted.py").write_text(
+        "import os\n"
+        f"open({str(mark)!r}, 'a').write(str(os.getpid()) + '\\n')\n"
+        "def app(e, sr):\n"
+        "    sr('200 OK', [])\n"
+        "    return [str(os.getpid()).encode()]\n")
+    s = make_server("counted:app", "--workers", "3", "--chdir", str(tmp_path))
+    assert wait_for(lambda: len(s.worker_pids()) == 3)
+    assert mark.read_text().split() == [str(s.pid)]
+    s.stop()
+    mark.unlink()
+    s2 = make_server("counted:app", "--workers", "3", "--lazy-apps", "--chdir", str(tmp_path))
+    assert wait_for(lambda: len(s2.worker_pids()) == 3 and len(mark.read_text().split()) == 3)
+    assert sorted(mark.read_text().split()) == sorted(str(p) for p in s2.worker_pids())
+
+
+def test_worker_that_cannot_load_the_app_stops_the_master(tmp_path):
+    from conftest import ServerProc
+    (tmp_path / "broken.py").write_text("raise RuntimeError('cannot start here')\n")
+    s = ServerProc("broken:app", "--workers", "2", "--lazy-apps", "--chdir", str(tmp_path), wait=False)
+    try:
+        assert s.proc.wait(20) == 4
+        log = s.log()
+        assert "could not load the app 'broken:app'" in log and "cannot start here" in log
+    finally:
+        s.stop()
+
+
+def test_multiprocess_flag(make_server):
+    import json
+    one = make_server("apps:echo", "--workers", "1")
+    assert json.loads(one.get("/").body)["multiprocess"] is False
+    two = make_server("apps:echo", "--workers", "2")
+    assert json.loads(two.get("/").body)["multiprocess"] is True
+
+
+def test_workers_zero_is_single_process(make_server):
+    s = make_server("apps:pid", "--workers", "0")
+    assert get_pid(s) == s.pid
+    assert s.worker_pids() == []
