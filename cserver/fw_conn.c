@@ -161,6 +161,7 @@ static void request_end(fw_conn *c)
     memset(&c->resp, 0, sizeof(c->resp));
     c->resp.sf_fd = -1;
     c->requests++;
+    fw_server_request_done(srv);
     c->app_active = 0;
     c->app_state = NULL;
 
@@ -414,7 +415,14 @@ void fw_conn_start_stop(fw_conn *c)
 {
     switch (c->state) {
     case FW_C_READ_HEAD:
-        fw_conn_close(c);       /* nothing in flight */
+        /* Only an idle kept-alive connection is closed (clients retry those).
+         * A fresh connection whose request has not arrived yet, or a request
+         * half received, is a request in flight: it is served, with
+         * "Connection: close", within the graceful timeout. */
+        if (c->requests > 0 && fw_buf_used(&c->in) == 0)
+            fw_conn_close(c);
+        else
+            c->keep_alive = 0;
         return;
     case FW_C_LINGER:
         fw_conn_close(c);

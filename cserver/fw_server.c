@@ -89,6 +89,17 @@ void fw_server_conn_closed(fw_server *srv)
         set_accepting(srv, 1);
 }
 
+void fw_server_request_done(fw_server *srv)
+{
+    srv->requests++;
+    if (srv->cfg.max_requests && srv->requests == srv->cfg.max_requests && !srv->stop_requested) {
+        /* Retire: stop accepting, let in-flight requests finish, exit. */
+        fw_server_log(srv, FW_LOG_INFO, "served %llu requests (max-requests): retiring",
+                      (unsigned long long)srv->requests);
+        fw_server_stop(srv, 1);
+    }
+}
+
 static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
 {
     (void)loop;

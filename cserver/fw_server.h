@@ -30,6 +30,7 @@ typedef struct fw_config {
     const char *spool_dir;     /* directory for spool files; not owned */
     int max_connections;
     int accept_batch;          /* accepts per listener wake-up */
+    uint64_t max_requests;     /* stop gracefully after this many responses; 0 = never */
 } fw_config;
 
 void fw_config_defaults(fw_config *cfg);
@@ -92,6 +93,7 @@ struct fw_server {
     char date[40];             /* "Date: ...\r\n" for the current second */
     size_t date_len;
 
+    uint64_t requests;         /* responses completed */
     int exit_code;             /* 0, or -1 when the loop failed */
 };
 
@@ -122,5 +124,6 @@ void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
 /* Internal to cserver/: connection bookkeeping used by fw_conn.c. */
 void fw_server_refresh_date(fw_server *srv);
 void fw_server_conn_closed(fw_server *srv);
+void fw_server_request_done(fw_server *srv);
 
 #endif

@@ -63,7 +63,7 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
         "app", "fds", "base_environ", "listener_info", "logger",
         "max_line", "max_head", "max_headers", "max_body",
         "header_timeout", "body_timeout", "keepalive_timeout", "write_timeout", "graceful_timeout",
-        "spool_threshold", "spool_dir", "max_connections", "accept_batch", NULL
+        "spool_threshold", "spool_dir", "max_connections", "accept_batch", "max_requests", NULL
     };
     PyObject *app, *fds, *base, *info, *logger;
     fw_config cfg;
@@ -76,15 +76,17 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
            tg = cfg.graceful_timeout_ms / 1000.0;
     const char *spool_dir = NULL;
     int max_conns = cfg.max_connections, batch = cfg.accept_batch;
+    unsigned long long max_requests = 0;
 
     if (self->srv) {
         PyErr_SetString(PyExc_RuntimeError, "Server already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!O|$nnnKdddddnzii:Server", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!O|$nnnKdddddnziiK:Server", kwlist,
                                      &app, &fds, &PyDict_Type, &base, &PyList_Type, &info, &logger,
                                      &max_line, &max_head, &max_headers, &max_body,
-                                     &th, &tb, &tk, &tw, &tg, &spool, &spool_dir, &max_conns, &batch))
+                                     &th, &tb, &tk, &tw, &tg, &spool, &spool_dir, &max_conns, &batch,
+                                     &max_requests))
         return -1;
     if (max_head < max_line)
         max_line = max_head;      /* the line is part of the head */
@@ -104,6 +106,7 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
     cfg.spool_threshold = (size_t)spool;
     cfg.max_connections = max_conns;
     cfg.accept_batch = batch;
+    cfg.max_requests = max_requests;
 
     PyObject *seq = PySequence_Fast(fds, "fds must be a sequence of file descriptors");
     if (!seq)

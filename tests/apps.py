@@ -379,3 +379,13 @@ def input_ops(environ, start_response):
     body = json.dumps(results).encode()
     start_response("200 OK", [("Content-Type", "application/json")])
     return [body]
+
+
+_hoard = []
+
+
+def hog(environ, start_response):
+    """Keeps 20 MiB more per request (for --max-rss)."""
+    _hoard.append(bytearray(20 << 20))
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [str(os.getpid()).encode()]

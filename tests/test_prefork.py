@@ -31,7 +31,8 @@ def get_pid(s):
 
 def test_workers_titles_and_nice(make_server):
     s = make_server("apps:pid", "--workers", "3", "--worker-nice", "5", "--master-nice", "10")
-    assert wait_for(lambda: len(s.worker_pids()) == 3)
+    assert wait_for(lambda: len(s.worker_pids()) == 3 and
+                    all(t.startswith("forkwsgi: worker") for t in titles(s.worker_pids()).values()))
     pids = s.worker_pids()
     t = titles([s.pid] + pids)
     assert t[s.pid].startswith("forkwsgi: master")
@@ -66,7 +67,7 @@ def _load(s, stop, results):
         try:
             r = request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", timeout=10)
             results.append(r.status)
-        except OSError as e:
+        except Exception as e:   # noqa: BLE001 - every failure is counted
             results.append(repr(e))
 
 
@@ -175,3 +176,38 @@ def test_workers_zero_is_single_process(make_server):
     s = make_server("apps:pid", "--workers", "0")
     assert get_pid(s) == s.pid
     assert s.worker_pids() == []
+
+
+def _pids_of(s, n):
+    return [get_pid(s) for _ in range(n)]
+
+
+def test_max_requests_retires_and_replaces(make_server):
+    s = make_server("apps:pid", "--workers", "1", "--max-requests", "5")
+    pids = _pids_of(s, 17)                  # none fails across the hand-overs
+    runs = [len(list(g)) for _, g in __import__("itertools").groupby(pids)]
+    assert runs[:3] == [5, 5, 5], pids
+    assert "served 5 requests (max-requests): retiring" in s.log()
+    assert "died" not in s.log()            # a retirement is not a crash
+
+
+def test_max_requests_jitter(make_server):
+    s = make_server("apps:pid", "--workers", "1", "--max-requests", "3", "--max-requests-jitter", "4")
+    pids = _pids_of(s, 60)
+    runs = [len(list(g)) for _, g in __import__("itertools").groupby(pids)][:-1]
+    assert len(runs) >= 5
+    assert all(3 <= r <= 7 for r in runs), runs
+    assert len(set(runs)) > 1, runs         # not all the same: the jitter is there
+
+
+def test_max_rss_recycles_a_growing_worker(make_server):
+    s = make_server("apps:hog", "--workers", "1", "--max-rss", "120")
+    first = get_pid(s)
+    pids = set()
+    for _ in range(20):
+        pids.add(get_pid(s))
+        time.sleep(0.15)
+        if len(pids) > 1:
+            break
+    assert first in pids and len(pids) > 1, s.log()
+    assert "> --max-rss 120: recycling it" in s.log()

@@ -18,11 +18,12 @@ signals are queued by the handler and dispatched by name from the main loop
 import gc
 import logging
 import os
+import random
 import select
 import signal
 import time
 
-from . import appload, binding, proctitle, worker
+from . import appload, binding, config, proctitle, worker
 
 log = logging.getLogger("forkwsgi")
 
@@ -61,9 +62,7 @@ class Arbiter:
         self.log = logger
         self.num_workers = cfg["workers"]
         self.lazy = cfg["lazy_apps"]
-        self.options = {k: v for k, v in cfg.items()
-                        if k not in ("config", "chdir", "log_level", "workers", "lazy_apps",
-                                     "worker_nice", "master_nice")}
+        self.options = config.server_options(cfg)
         self.workers = {}
         self.sig_queue = []
         self.app = None
@@ -116,6 +115,7 @@ class Arbiter:
                     continue
                 self.sleep()
                 self.reap()
+                self.check_memory()
                 self.manage_workers()
         except StopServer:
             return 0
@@ -179,6 +179,11 @@ class Arbiter:
                     used.add(index)
 
     def spawn(self, index):
+        options = self.options
+        if options["max_requests"] and self.cfg["max_requests_jitter"]:
+            # Each worker its own limit, so they do not all retire at once.
+            options = dict(options, max_requests=options["max_requests"] +
+                           random.randint(0, self.cfg["max_requests_jitter"]))
         r, w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
@@ -189,7 +194,7 @@ class Arbiter:
                 if other.ready_fd is not None:
                     os.close(other.ready_fd)
             # wsgi.multiprocess: true when the app may run in several processes at once.
-            worker.run(index, self.pid, self.sockets, self.app, self.app_spec, self.options, w,
+            worker.run(index, self.pid, self.sockets, self.app, self.app_spec, options, w,
                        self.log, self.cfg["worker_nice"], multiprocess=self.num_workers > 1)
         os.close(w)
         self.workers[pid] = WorkerInfo(pid, index, r)
@@ -227,6 +232,10 @@ class Arbiter:
             if w.retiring or self.stopping:
                 self.log.info("Worker %d (pid %d) exited (%s)", w.index, pid, how)
                 continue
+            if code == 0 and w.ready:
+                # It retired by itself (--max-requests): not a crash.
+                self.log.info("Worker %d (pid %d) retired; replacing it", w.index, pid)
+                continue
             self.log.warning("Worker %d (pid %d) died (%s); replacing it", w.index, pid, how)
             if time.monotonic() - w.started < BOOT_CRASH_SECONDS:
                 self.backoff = min(max(0.1, self.backoff * 2), MAX_BACKOFF)
@@ -234,6 +243,25 @@ class Arbiter:
                 self.log.warning("workers die at start-up: next start in %.1f s", self.backoff)
             else:
                 self.backoff = 0.0
+
+    def check_memory(self):
+        """--max-rss: recycle, gracefully, a worker whose memory grew too much."""
+        limit = self.cfg["max_rss"]
+        if not limit:
+            return
+        page = os.sysconf("SC_PAGE_SIZE")
+        for w in list(self.workers.values()):
+            if w.retiring or not w.ready:
+                continue
+            try:
+                with open(f"/proc/{w.pid}/statm") as f:
+                    rss_mib = int(f.read().split()[1]) * page / (1 << 20)
+            except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+                continue
+            if rss_mib > limit:
+                self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d: recycling it",
+                                 w.index, w.pid, rss_mib, limit)
+                self.retire(w)
 
     def stop(self, graceful=True):
         """Stop every worker: SIGTERM and wait up to the graceful timeout, or

@@ -46,8 +46,10 @@ def main(argv=None):
     except Exception:
         log.exception("error while importing the app %r", app_spec)
         return 1
-    options = {k: v for k, v in cfg.items()
-               if k not in ("config", "chdir", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice")}
+    options = config.server_options(cfg)
+    if options["max_requests"] or cfg["max_rss"]:
+        log.warning("--max-requests and --max-rss need a master (--workers 1 or more): ignored")
+        options["max_requests"] = 0
     try:
         server = Server(app, logger=log, **options)
     except binding.BindError as e:

@@ -108,6 +108,12 @@ SETTINGS = [
     Setting("lazy_apps", ["--lazy-apps"], False, _bool,
             "import the app in each worker instead of once in the master before forking", section="Processes"),
     Setting("worker_nice", ["--worker-nice"], 0, _nice, "nice level of the workers", section="Processes"),
+    Setting("max_requests", ["--max-requests"], 0, _non_negative_int,
+            "a worker retires after this many requests (finishing those in flight); 0 = never", section="Processes"),
+    Setting("max_requests_jitter", ["--max-requests-jitter"], 0, _non_negative_int,
+            "add 0..N at random to --max-requests per worker, so workers do not retire together", section="Processes"),
+    Setting("max_rss", ["--max-rss"], 0, _non_negative_int,
+            "recycle (gracefully) a worker whose resident memory exceeds this many MiB; 0 = never", section="Processes"),
     Setting("master_nice", ["--master-nice"], 0, _nice,
             "nice level of the master (higher than the workers' keeps it out of their way)", section="Processes"),
     Setting("chdir", ["--chdir"], None, help="change to this directory before loading the app", metavar="DIR", section="General"),
@@ -154,7 +160,18 @@ CORE_OPTIONS = {
     "spool_threshold": "spool_threshold",
     "spool_dir": "spool_dir",
     "max_connections": "max_connections",
+    "max_requests": "max_requests",
 }
+
+
+# Settings of the process model (master, CLI), not of one server loop.
+PROCESS_ONLY = ("config", "chdir", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
+                "max_requests_jitter", "max_rss")
+
+
+def server_options(cfg):
+    """The settings a Server takes, from a full settings dict."""
+    return {k: v for k, v in cfg.items() if k not in PROCESS_ONLY}
 
 
 def defaults():
