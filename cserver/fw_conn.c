@@ -31,7 +31,8 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
     fw_conn *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    c->hdrs = calloc(srv->cfg.limits.max_headers ? srv->cfg.limits.max_headers : 1, sizeof(fw_header));
+    /* Filled by the parser before any read: no need to zero it. */
+    c->hdrs = malloc((srv->cfg.limits.max_headers ? srv->cfg.limits.max_headers : 1) * sizeof(fw_header));
     if (!c->hdrs) {
         free(c);
         return NULL;

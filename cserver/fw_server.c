@@ -136,12 +136,6 @@ static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
                 return;
             }
         }
-        if (l->family == AF_INET || l->family == AF_INET6) {
-            int one = 1;
-            /* Responses leave in one write; Nagle would only delay them. */
-            if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
-                fw_server_log(srv, FW_LOG_DEBUG, "TCP_NODELAY: %s", strerror(errno));
-        }
         if (!fw_conn_new(srv, l, fd, (struct sockaddr *)&ss, len)) {
             fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
             close(fd);
@@ -216,6 +210,14 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
         if (getsockname(fds[i], (struct sockaddr *)&ss, &len) != 0)
             goto fail;
         l->family = ss.ss_family;
+        if (l->family == AF_INET || l->family == AF_INET6) {
+            /* Responses leave in one write; Nagle would only delay them.
+             * Accepted sockets inherit TCP_NODELAY from the listener on
+             * Linux, which saves a setsockopt per connection. */
+            int one = 1;
+            if (setsockopt(fds[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
+                goto fail;
+        }
     }
     srv->stop_w.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (srv->stop_w.fd < 0)

@@ -211,3 +211,4 @@ def test_keep_alive_rules(server):
         c.send(b"GET / HTTP/1.0\r\n\r\n")
         assert c.read_response().status == 200
         assert c.is_closed()
+
