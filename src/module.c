@@ -63,7 +63,7 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
         "app", "fds", "base_environ", "listener_info", "logger",
         "max_line", "max_head", "max_headers", "max_body",
         "header_timeout", "body_timeout", "keepalive_timeout", "write_timeout", "graceful_timeout",
-        "spool_threshold", "spool_dir", "max_connections", "accept_batch", "max_requests", NULL
+        "spool_threshold", "spool_dir", "max_connections", "accept_batch", "max_requests", "status", NULL
     };
     PyObject *app, *fds, *base, *info, *logger;
     fw_config cfg;
@@ -77,16 +77,17 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
     const char *spool_dir = NULL;
     int max_conns = cfg.max_connections, batch = cfg.accept_batch;
     unsigned long long max_requests = 0;
+    PyObject *status = Py_None;
 
     if (self->srv) {
         PyErr_SetString(PyExc_RuntimeError, "Server already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!O|$nnnKdddddnziiK:Server", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!O|$nnnKdddddnziiKO:Server", kwlist,
                                      &app, &fds, &PyDict_Type, &base, &PyList_Type, &info, &logger,
                                      &max_line, &max_head, &max_headers, &max_body,
                                      &th, &tb, &tk, &tw, &tg, &spool, &spool_dir, &max_conns, &batch,
-                                     &max_requests))
+                                     &max_requests, &status))
         return -1;
     if (max_head < max_line)
         max_line = max_head;      /* the line is part of the head */
@@ -107,6 +108,17 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
     cfg.max_connections = max_conns;
     cfg.accept_batch = batch;
     cfg.max_requests = max_requests;
+    if (status != Py_None) {
+        /* A writable shared buffer of at least FW_STATUS_SIZE bytes, 8-aligned. */
+        if (PyObject_GetBuffer(status, &self->status, PyBUF_WRITABLE) < 0)
+            return -1;
+        if (self->status.len < FW_STATUS_SIZE || ((uintptr_t)self->status.buf & 7)) {
+            PyBuffer_Release(&self->status);
+            self->status.buf = NULL;
+            PyErr_SetString(PyExc_ValueError, "status must be a writable, 8-aligned buffer of 256 bytes");
+            return -1;
+        }
+    }
 
     PyObject *seq = PySequence_Fast(fds, "fds must be a sequence of file descriptors");
     if (!seq)
@@ -234,6 +246,8 @@ static void server_dealloc(PyObject *self_)
     Py_XDECREF(self->listener_info);
     Py_XDECREF(self->logger);
     Py_XDECREF(self->pending_exc);
+    if (self->status.buf)
+        PyBuffer_Release(&self->status);
     PyMem_Free(self->spool_dir);
     Py_TYPE(self_)->tp_free(self_);
 }

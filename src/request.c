@@ -7,7 +7,10 @@
  * gets a Content-Length and leaves with the head in one write. */
 #include "glue.h"
 
+#include <stdatomic.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define QUEUE_HIGH (256 * 1024)   /* list bodies: flush past this much queued */
@@ -21,6 +24,34 @@ int fw_request_init(void)
     s_fileno = PyUnicode_InternFromString("fileno");
     s_tell = PyUnicode_InternFromString("tell");
     return s_wsgi_input && s_close && s_fileno && s_tell ? 0 : -1;
+}
+
+void fw_status_enter(ServerObject *s, fw_conn *c)
+{
+    if (!s->status.buf)
+        return;
+    char *slot = s->status.buf;
+    size_t room = FW_STATUS_SIZE - 8 - 1, n = 0;
+    const fw_request *r = &c->req;
+    /* The line first, then the time: the master reads the time first. */
+    size_t m = r->method_len < room ? r->method_len : room;
+    memcpy(slot + 8, r->method, m);
+    n = m;
+    if (n < room)
+        slot[8 + n++] = ' ';
+    size_t t = r->target_len < room - n ? r->target_len : room - n;
+    memcpy(slot + 8 + n, r->target, t);
+    slot[8 + n + t] = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    atomic_store((_Atomic uint64_t *)(void *)slot, ns ? ns : 1);
+}
+
+void fw_status_leave(ServerObject *s)
+{
+    if (s->status.buf)
+        atomic_store((_Atomic uint64_t *)s->status.buf, 0);
 }
 
 /* End of the request for the app: call the iterable's close() (PEP 3333:
@@ -258,6 +289,7 @@ static int try_sendfile(fw_req *r)
 static int on_request(void *app, fw_conn *c)
 {
     ServerObject *s = app;
+    fw_status_enter(s, c);
     PyEval_RestoreThread(s->tstate);
     int rc;
     fw_req *r = PyMem_Calloc(1, sizeof(*r));
@@ -303,15 +335,18 @@ static int on_request(void *app, fw_conn *c)
     rc = iterate(r);
 out:
     PyEval_SaveThread();
+    fw_status_leave(s);
     return rc;
 }
 
 static int on_writable(void *app, fw_conn *c)
 {
     ServerObject *s = app;
+    fw_status_enter(s, c);
     PyEval_RestoreThread(s->tstate);
     int rc = iterate(c->app_state);
     PyEval_SaveThread();
+    fw_status_leave(s);
     return rc;
 }
 

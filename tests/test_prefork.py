@@ -211,3 +211,31 @@ def test_max_rss_recycles_a_growing_worker(make_server):
             break
     assert first in pids and len(pids) > 1, s.log()
     assert "> --max-rss 120: recycling it" in s.log()
+
+
+def test_timeout_replaces_a_stuck_worker_and_logs_its_stack(make_server):
+    s = make_server("apps:sleep", "--workers", "1", "--timeout", "1")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    stuck = s.worker_pids()[0]
+    with Conn(s.port, timeout=15) as c:
+        c.send(b"GET /?t=30 HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert c.is_closed(10)                       # the stuck worker was killed
+    assert wait_for(lambda: len(s.worker_pids()) == 1 and stuck not in s.worker_pids())
+    log = s.log()
+    assert "timed out" in log and "'GET /?t=30'" in log
+    assert 'apps.py", line' in log and "in sleep" in log     # the Python stack of the stuck thread
+    r = request(s.port, b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert r.status == 200 and r.body == b"slept"
+
+
+def test_timeout_does_not_touch_slow_clients_or_quick_requests(make_server):
+    s = make_server("apps:big", "--workers", "1", "--timeout", "1")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    w = s.worker_pids()[0]
+    with Conn(s.port, timeout=15) as c:
+        c.send(b"GET /?mb=20 HTTP/1.1\r\nHost: a\r\n\r\n")
+        time.sleep(2.5)                  # the response waits on us, not on the app
+        got = len(c.read_until_close(limit=20 * 1024 * 1024 + 200))
+        assert got >= 20 * 1024 * 1024
+    assert s.worker_pids() == [w]
+    assert "timed out" not in s.log()

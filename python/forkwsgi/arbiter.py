@@ -17,10 +17,12 @@ signals are queued by the handler and dispatched by name from the main loop
 """
 import gc
 import logging
+import mmap
 import os
 import random
 import select
 import signal
+import struct
 import time
 
 from . import appload, binding, config, proctitle, worker
@@ -30,6 +32,9 @@ log = logging.getLogger("forkwsgi")
 # A worker dying sooner than this after its start counts as a crash at boot.
 BOOT_CRASH_SECONDS = 2.0
 MAX_BACKOFF = 10.0
+# Shared status slots (see src/glue.h: FW_STATUS_SIZE): one per live worker.
+STATUS_SIZE = 256
+STATUS_SLOTS = 1024
 
 
 class HaltServer(Exception):
@@ -45,6 +50,7 @@ class WorkerInfo:
         self.index = index
         self.ready_fd = ready_fd     # read end of its readiness pipe, None once ready
         self.ready = False
+        self.slot = None             # index into the shared status slots
         self.started = time.monotonic()
         self.old = False             # replaced by a reload: retire once a new one is ready
         self.retiring = False        # sent SIGTERM by us
@@ -72,6 +78,9 @@ class Arbiter:
         self.stopping = False
         self.pid = os.getpid()
         self.wake_r = self.wake_w = None
+        # Anonymous shared memory made before any fork: each worker writes
+        # when its current call into the app began, and what it is.
+        self.status = mmap.mmap(-1, STATUS_SIZE * STATUS_SLOTS)
 
     # ---- start-up ----------------------------------------------------------
 
@@ -116,6 +125,7 @@ class Arbiter:
                 self.sleep()
                 self.reap()
                 self.check_memory()
+                self.check_timeouts()
                 self.manage_workers()
         except StopServer:
             return 0
@@ -184,6 +194,12 @@ class Arbiter:
             # Each worker its own limit, so they do not all retire at once.
             options = dict(options, max_requests=options["max_requests"] +
                            random.randint(0, self.cfg["max_requests_jitter"]))
+        used = {x.slot for x in self.workers.values()}
+        slot = next((i for i in range(STATUS_SLOTS) if i not in used), None)
+        status = None
+        if slot is not None:
+            self.status[slot * STATUS_SIZE:(slot + 1) * STATUS_SIZE] = bytes(STATUS_SIZE)
+            status = memoryview(self.status)[slot * STATUS_SIZE:(slot + 1) * STATUS_SIZE]
         r, w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
@@ -195,9 +211,13 @@ class Arbiter:
                     os.close(other.ready_fd)
             # wsgi.multiprocess: true when the app may run in several processes at once.
             worker.run(index, self.pid, self.sockets, self.app, self.app_spec, options, w,
-                       self.log, self.cfg["worker_nice"], multiprocess=self.num_workers > 1)
+                       self.log, self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
+                       status=status)
+        if status is not None:
+            status.release()
         os.close(w)
         self.workers[pid] = WorkerInfo(pid, index, r)
+        self.workers[pid].slot = slot
         self.log.info("Booted worker %d (pid %d)", index, pid)
 
     def retire(self, w):
@@ -243,6 +263,30 @@ class Arbiter:
                 self.log.warning("workers die at start-up: next start in %.1f s", self.backoff)
             else:
                 self.backoff = 0.0
+
+    def check_timeouts(self):
+        """--timeout: a worker stuck in one call into the app is replaced; its
+        request line and every thread's Python stack go to the log first."""
+        limit = self.cfg["timeout"]
+        if not limit:
+            return
+        now = time.monotonic_ns()
+        for w in list(self.workers.values()):
+            if w.retiring or not w.ready or w.slot is None:
+                continue
+            off = w.slot * STATUS_SIZE
+            began = struct.unpack_from("Q", self.status, off)[0]
+            if not began or (now - began) / 1e9 <= limit:
+                continue
+            line = bytes(self.status[off + 8:off + STATUS_SIZE]).split(b"\0", 1)[0].decode("latin-1")
+            self.log.error("Worker %d (pid %d) timed out: %.1f s in %r (--timeout %g); its Python stack:",
+                           w.index, w.pid, (now - began) / 1e9, line, limit)
+            for h in self.log.handlers:
+                h.flush()
+            self.kill(w.pid, signal.SIGUSR2)       # faulthandler writes the stack to stderr
+            time.sleep(0.3)
+            w.retiring = True
+            self.kill(w.pid, signal.SIGKILL)
 
     def check_memory(self):
         """--max-rss: recycle, gracefully, a worker whose memory grew too much."""

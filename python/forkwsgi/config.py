@@ -112,6 +112,9 @@ SETTINGS = [
             "a worker retires after this many requests (finishing those in flight); 0 = never", section="Processes"),
     Setting("max_requests_jitter", ["--max-requests-jitter"], 0, _non_negative_int,
             "add 0..N at random to --max-requests per worker, so workers do not retire together", section="Processes"),
+    Setting("timeout", ["-t", "--timeout"], 30.0, _seconds,
+            "a worker stuck this many seconds in one call into the app is killed and replaced, after "
+            "its request line and Python stack are logged; 0 = never", section="Processes"),
     Setting("max_rss", ["--max-rss"], 0, _non_negative_int,
             "recycle (gracefully) a worker whose resident memory exceeds this many MiB; 0 = never", section="Processes"),
     Setting("master_nice", ["--master-nice"], 0, _nice,
@@ -166,7 +169,7 @@ CORE_OPTIONS = {
 
 # Settings of the process model (master, CLI), not of one server loop.
 PROCESS_ONLY = ("config", "chdir", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
-                "max_requests_jitter", "max_rss")
+                "max_requests_jitter", "max_rss", "timeout")
 
 
 def server_options(cfg):

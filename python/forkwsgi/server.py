@@ -24,7 +24,7 @@ class Server:
     """
 
     def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None,
-                 _multiprocess=False, **options):
+                 _multiprocess=False, _status=None, **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
         if bind is not None and isinstance(bind, str):
@@ -65,7 +65,7 @@ class Server:
                 if self.settings[name] is not None}
         self._core = _forkwsgi.Server(
             app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],
-            self.log, **core)
+            self.log, status=_status, **core)
         self._stopped = threading.Event()
 
     @property

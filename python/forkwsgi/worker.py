@@ -6,6 +6,7 @@ object exists, so a rolling reload only retires old workers once new ones
 can take their traffic. Exit codes tell the master why a worker ended.
 """
 import ctypes
+import faulthandler
 import logging
 import os
 import signal
@@ -34,7 +35,7 @@ def _die_with_parent(master_pid):
 
 
 def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worker_nice=0,
-        multiprocess=True):
+        multiprocess=True, status=None):
     """Entry point in the child; never returns."""
     code = 0
     try:
@@ -55,7 +56,11 @@ def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worke
             except Exception:
                 log.exception("worker %d: error while importing the app %r", index, app_spec)
                 os._exit(APP_LOAD_ERROR)
-        server = Server(app, sockets=sockets, logger=log, _multiprocess=multiprocess, **options)
+        server = Server(app, sockets=sockets, logger=log, _multiprocess=multiprocess, _status=status,
+                        **options)
+        # --timeout: the master asks for every thread's Python stack with
+        # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode).
+        faulthandler.register(signal.SIGUSR2, all_threads=True)
 
         def graceful(signum, frame):
             server.stop(graceful=True)
