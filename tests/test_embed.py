@@ -92,3 +92,20 @@ def _ok(port):
         return request(port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", timeout=2).status == 200
     except OSError:
         return False
+
+
+def test_failed_construction_releases_the_port():
+    import socket
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    try:
+        forkwsgi.Server(apps.echo, bind=f"127.0.0.1:{port}", limit_request_line=10)   # below the C minimum
+    except ValueError as e:
+        held = e    # kept, as a logger's exc_info would: its frames keep the half-built Server alive
+    else:
+        raise AssertionError("no ValueError")
+    with forkwsgi.Server(apps.echo, bind=f"127.0.0.1:{port}"):   # the port is free all the same
+        pass
+    assert "invalid limits" in str(held)

@@ -63,9 +63,13 @@ class Server:
         }
         core = {cname: self.settings[name] for name, cname in config.CORE_OPTIONS.items()
                 if self.settings[name] is not None}
-        self._core = _forkwsgi.Server(
-            app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],
-            self.log, status=_status, **core)
+        try:
+            self._core = _forkwsgi.Server(
+                app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],
+                self.log, status=_status, **core)
+        except BaseException:
+            self.close()
+            raise
         self._stopped = threading.Event()
 
     @property
