@@ -5,6 +5,7 @@
  * loop in order, without waiting for another EPOLLIN. */
 #include "fw_conn.h"
 #include "fw_internal.h"
+#include "fw_pool.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,8 +40,10 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
     }
     c->w.fd = fd;
     c->w.cb = conn_cb;
+    c->w.oneshot = srv->pool != NULL;
     c->srv = srv;
     c->lst = lst;
+    c->thr = &srv->loop_thread;
     if (salen > sizeof(c->peer))
         salen = sizeof(c->peer);
     memcpy(&c->peer, sa, salen);
@@ -57,7 +60,20 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
      * connects and sends nothing is a slowloris too. */
     c->head_started = srv->now;
     fw_timer_start(&srv->t_head, &c->timer, srv->now);
-    /* The request is often already in the socket: try it before epoll. */
+    /* With app threads it counts as busy at once, so the next connection
+     * goes elsewhere, but only for a short grace if it stays silent
+     * (slowloris must not hold a worker's capacity). The request is nearly
+     * always in the socket already: read it now, so no epoll round trip is
+     * spent on it. */
+    if (srv->pool) {
+        fw_balance_begin(srv, c);
+        if (c->counted)
+            fw_timer_start(&srv->t_grace, &c->grace, srv->now);
+    }
+    if (fw_conn_read(c, READ_CHUNK) < 0) {
+        fw_conn_close(c);       /* already gone; freed with the graveyard */
+        return c;
+    }
     conn_drive(c);
     return c;
 }
@@ -80,8 +96,10 @@ void fw_conn_close(fw_conn *c)
     if (c->app_state && srv->ops->on_drop)
         srv->ops->on_drop(srv->app, c);
     c->app_state = NULL;
+    fw_balance_end(srv, c);         /* counted, but its request never ran */
     c->state = FW_C_CLOSED;
     fw_timer_stop(&c->timer);
+    fw_timer_stop(&c->grace);
     if (close(c->w.fd) != 0 && errno != EINTR)
         fw_server_log(srv, FW_LOG_DEBUG, "close(%d): %s", c->w.fd, strerror(errno));
     fw_loop_forget(&c->w);
@@ -233,6 +251,31 @@ static int step_head(fw_conn *c)
     return 1;
 }
 
+/* Back from the app, inline or from a pool thread. Returns 0 if c closed. */
+static int app_returned(fw_conn *c, int rc)
+{
+    fw_server *srv = c->srv;
+    if (c->state == FW_C_CLOSED)
+        return 0;
+    if (rc == FW_APP_CLOSE) {
+        fw_conn_close(c);
+        return 0;
+    }
+    c->app_active = rc == FW_APP_WAIT;
+    if (!c->app_active)
+        c->app_state = NULL;
+    c->state = FW_C_WRITE;
+    fw_timer_start(&srv->t_write, &c->timer, srv->now);
+    return 1;
+}
+
+void fw_conn_app_done(fw_conn *c, int rc)
+{
+    c->thr = &c->srv->loop_thread;
+    if (app_returned(c, rc))
+        conn_drive(c);
+}
+
 static void conn_drive(fw_conn *c)
 {
     fw_server *srv = c->srv;
@@ -255,24 +298,25 @@ static void conn_drive(fw_conn *c)
             break;
         }
         case FW_C_APP: {
-            /* The app runs inline on this thread, so no event for this fd can
-             * be dispatched meanwhile: the registration stays as it is, which
-             * saves an epoll_ctl pair per kept-alive request (events that
-             * arrive for a connection in APP state are ignored by conn_cb). */
             fw_timer_stop(&c->timer);
-            int rc = c->app_active ? srv->ops->on_writable(srv->app, c)
-                                   : srv->ops->on_request(srv->app, c);
-            if (c->state == FW_C_CLOSED)
-                return;
-            if (rc == FW_APP_CLOSE) {
-                fw_conn_close(c);
+            if (srv->pool) {
+                /* A thread owns it now. Its oneshot watch has fired (or was
+                 * never armed), so the loop hears nothing of it meanwhile. */
+                if (c->w.mask)
+                    conn_watch(c, 0);
+                fw_timer_stop(&c->grace);
+                fw_balance_begin(srv, c);
+                fw_pool_submit(srv->pool, c);
                 return;
             }
-            c->app_active = rc == FW_APP_WAIT;
-            if (!c->app_active)
-                c->app_state = NULL;
-            c->state = FW_C_WRITE;
-            fw_timer_start(&srv->t_write, &c->timer, srv->now);
+            /* Inline: no event for this fd can be dispatched while the app
+             * runs, so the registration stays as it is, which saves an
+             * epoll_ctl pair per kept-alive request (events that arrive for
+             * a connection in APP state are ignored by conn_cb). */
+            int rc = c->app_active ? srv->ops->on_writable(srv->app, c)
+                                   : srv->ops->on_request(srv->app, c);
+            if (!app_returned(c, rc))
+                return;
             break;
         }
         case FW_C_WRITE: {
@@ -346,6 +390,12 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
     switch (c->state) {
     case FW_C_READ_HEAD:
     case FW_C_READ_BODY: {
+        /* A request arriving on an idle connection (kept alive, or new and
+         * silent until now) of a worker whose threads are all busy goes,
+         * unread, to one with a free thread. */
+        if (c->state == FW_C_READ_HEAD && srv->pool && fw_buf_used(&c->in) == 0 &&
+            fw_balance_handoff(srv, c))
+            return;
         size_t want = c->state == FW_C_READ_BODY ? BODY_CHUNK : READ_CHUNK;
         int rc = fw_conn_read(c, want);
         if (rc < 0) {
@@ -353,8 +403,10 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
             fw_conn_close(c);
             return;
         }
-        if (rc == 0)
+        if (rc == 0) {
+            conn_watch(c, EPOLLIN);     /* re-arm a oneshot watch */
             return;
+        }
         if (c->state == FW_C_READ_BODY)
             fw_timer_start(&srv->t_body, &c->timer, srv->now);
         conn_drive(c);
@@ -370,6 +422,8 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
         return;
     case FW_C_LINGER:
         linger_read(c);
+        if (c->state == FW_C_LINGER)
+            conn_watch(c, EPOLLIN | EPOLLRDHUP);
         return;
     default:
         return;

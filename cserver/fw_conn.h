@@ -4,7 +4,9 @@
  * or -> LINGER/close. Ownership: between on_request and the end of the
  * response the app layer owns the request (app_state, the body reader and
  * the response writer below); the loop owns everything else. Only one thread
- * touches a connection at a time.
+ * touches a connection at a time: the loop thread, or (with app threads) the
+ * pool thread it was submitted to, from fw_pool_submit until the thread puts
+ * it back (fw_conn_app_done); `thr` says which thread's context is in use.
  *
  * Buffers: `in` (raw bytes from the socket; the parsed head points into it
  * or into head_copy), `out` (bytes queued for the socket), `body.mem`
@@ -100,6 +102,12 @@ struct fw_conn {
     fw_resp resp;
     void *app_state;                  /* owned by the app layer while FW_C_APP/WRITE */
     int app_active;                   /* on_writable wanted once out drains */
+
+    fw_thread *thr;                   /* the thread serving it (loop_thread or a pool thread's) */
+    fw_conn *qnext;                   /* pool work/done lists */
+    int pool_rc;                      /* what the app call returned, for the loop */
+    int counted;                      /* in this worker's in-flight count (fw_balance) */
+    fw_tnode grace;                   /* srv->t_grace: counted while its first request arrives */
 };
 
 /* Called by the listener code for a freshly accepted socket. */
@@ -109,6 +117,8 @@ void fw_conn_close(fw_conn *c);
 void fw_conn_free(fw_conn *c);
 void fw_conn_on_timeout(fw_conn *c);
 void fw_conn_start_stop(fw_conn *c);  /* server is stopping: finish or close */
+/* Loop thread: a pool thread is done with c; rc is what the app call said. */
+void fw_conn_app_done(fw_conn *c, int rc);
 
 /* The peer address as text, formatted once per connection: IPv4, IPv6
  * (v4-mapped shown as IPv4), or for unix sockets the peer's path ("" if it

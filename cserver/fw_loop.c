@@ -32,18 +32,19 @@ void fw_loop_destroy(fw_loop *loop)
 int fw_loop_watch(fw_loop *loop, fw_watch *w, uint32_t mask)
 {
     if (mask == w->mask)
-        return 0;
+        return 0;      /* includes a fired oneshot watch asked for nothing */
     int op;
     if (mask == 0)
         op = EPOLL_CTL_DEL;
-    else if (w->mask == 0)
+    else if (!w->in_set)
         op = EPOLL_CTL_ADD;
     else
         op = EPOLL_CTL_MOD;
-    struct epoll_event ev = { .events = mask, .data = { .ptr = w } };
+    struct epoll_event ev = { .events = mask | (w->oneshot ? EPOLLONESHOT : 0), .data = { .ptr = w } };
     if (epoll_ctl(loop->epfd, op, w->fd, &ev) != 0)
         return -1;
     w->mask = mask;
+    w->in_set = mask != 0;
     return 0;
 }
 
@@ -58,6 +59,8 @@ void fw_loop_dispatch(fw_loop *loop, int n)
 {
     for (int i = 0; i < n; i++) {
         fw_watch *w = loop->events[i].data.ptr;
+        if (w->oneshot)
+            w->mask = 0;       /* the kernel disarmed it; it stays in the set */
         w->cb(loop, w, loop->events[i].events);
     }
 }

@@ -18,7 +18,12 @@ typedef void fw_watch_fn(fw_loop *loop, fw_watch *w, uint32_t events);
 
 struct fw_watch {
     int fd;
-    uint32_t mask;      /* events currently registered; 0 = not in the epoll set */
+    uint32_t mask;      /* events currently armed; 0 = none */
+    int in_set;         /* registered in the epoll set (armed or, for oneshot, fired) */
+    int oneshot;        /* set by the owner before the first watch: EPOLLONESHOT.
+                         * A connection served by app threads uses it, so that
+                         * once its event fired the loop gets nothing more for
+                         * it until it re-arms, while a thread owns it. */
     fw_watch_fn *cb;
 };
 
@@ -31,13 +36,14 @@ struct fw_loop {
 int fw_loop_init(fw_loop *loop, int nevents);
 void fw_loop_destroy(fw_loop *loop);
 
-/* Register w for `mask` (EPOLLIN, EPOLLOUT, ...; 0 removes it).
- * Returns 0 or -1 with errno set. */
+/* Register w for `mask` (EPOLLIN, EPOLLOUT, ...; 0 removes it). A oneshot
+ * watch whose event fired is disarmed but still in the set: watching it
+ * again costs one EPOLL_CTL_MOD. Returns 0 or -1 with errno set. */
 int fw_loop_watch(fw_loop *loop, fw_watch *w, uint32_t mask);
 
 /* Forget w without a syscall: for an fd that is about to be closed
  * (close() removes it from the epoll set). */
-static inline void fw_loop_forget(fw_watch *w) { w->mask = 0; }
+static inline void fw_loop_forget(fw_watch *w) { w->mask = 0; w->in_set = 0; }
 
 /* Wait up to timeout_ms (-1: forever). Returns the number of ready events,
  * or -1 with errno (EINTR is returned to the caller so it can look at

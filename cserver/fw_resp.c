@@ -37,6 +37,14 @@ static int append_str(fw_buf *b, const char *s)
     return fw_buf_append(b, s, strlen(s));
 }
 
+/* The Date header of the thread writing this head (see fw_date). */
+static int append_date(fw_conn *c)
+{
+    fw_date *d = &c->thr->date;
+    fw_date_refresh(d);
+    return fw_buf_append(&c->out, d->buf, d->len);
+}
+
 void fw_resp_error_head(fw_conn *c, int status)
 {
     char head[256];
@@ -47,7 +55,7 @@ void fw_resp_error_head(fw_conn *c, int status)
                      "Content-Length: %zu\r\nConnection: close\r\n", status, r, blen);
     c->out.len = c->out.off + c->resp.head_start;    /* drop a half-built head */
     if (fw_buf_append(&c->out, head, (size_t)n) != 0 ||
-        fw_buf_append(&c->out, c->srv->date, c->srv->date_len) != 0 ||
+        append_date(c) != 0 ||
         append_str(&c->out, "\r\n") != 0 || append_str(&c->out, r) != 0 ||
         append_str(&c->out, "\n") != 0)
         c->out.len = c->out.off;                      /* out of memory: just close */
@@ -173,7 +181,7 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     const char *conn = keep ? (c->req.minor == 0 ? "Connection: keep-alive\r\n" : "")
                             : "Connection: close\r\n";
     if (append_str(&c->out, conn) != 0 ||
-        fw_buf_append(&c->out, srv->date, srv->date_len) != 0 ||
+        append_date(c) != 0 ||
         fw_buf_append(&c->out, "\r\n", 2) != 0)
         return -1;
     if (!keep)

@@ -2,11 +2,13 @@
 #define _GNU_SOURCE
 #include "fw_server.h"
 #include "fw_conn.h"
+#include "fw_pool.h"
 
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #define SERVER_OF_STOP(wp) ((fw_server *)((char *)(wp) - offsetof(fw_server, stop_w)))
 #define SERVER_OF_SIG(wp) ((fw_server *)((char *)(wp) - offsetof(fw_server, sig_w)))
 #define CONN_OF_TIMER(tp) ((fw_conn *)((char *)(tp) - offsetof(fw_conn, timer)))
+#define CONN_OF_GRACE(tp) ((fw_conn *)((char *)(tp) - offsetof(fw_conn, grace)))
 
 void fw_config_defaults(fw_config *cfg)
 {
@@ -48,37 +51,35 @@ void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
     srv->ops->log(srv->app, level, msg);
 }
 
-void fw_server_refresh_date(fw_server *srv)
+void fw_date_refresh(fw_date *d)
 {
     static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
     static const char months[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
     time_t now = time(NULL);
-    if (now == srv->date_sec && srv->date_len)
+    if (now == d->sec && d->len)
         return;
     struct tm tm;
     if (!gmtime_r(&now, &tm))
         return;
     /* Formatted by hand: strftime would follow the process locale. */
-    int n = snprintf(srv->date, sizeof(srv->date), "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n",
+    int n = snprintf(d->buf, sizeof(d->buf), "Date: %s, %02d %s %04d %02d:%02d:%02d GMT\r\n",
                      days[tm.tm_wday], tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900,
                      tm.tm_hour, tm.tm_min, tm.tm_sec);
-    if (n > 0 && (size_t)n < sizeof(srv->date)) {
-        srv->date_len = (size_t)n;
-        srv->date_sec = now;
+    if (n > 0 && (size_t)n < sizeof(d->buf)) {
+        d->len = (size_t)n;
+        d->sec = now;
     }
 }
 
+/* Whether the loop lets the listeners be watched; fw_balance decides when
+ * they actually are. */
 static void set_accepting(fw_server *srv, int on)
 {
     if (srv->accepting == on)
         return;
-    for (int i = 0; i < srv->nlisteners; i++) {
-        if (fw_loop_watch(&srv->loop, &srv->listeners[i].w, on ? EPOLLIN : 0) != 0)
-            fw_server_log(srv, FW_LOG_ERROR, "epoll_ctl(listener %d): %s",
-                          srv->listeners[i].w.fd, strerror(errno));
-    }
     srv->accepting = on;
+    fw_balance_allow(srv, on);
 }
 
 void fw_server_conn_closed(fw_server *srv)
@@ -106,7 +107,8 @@ static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
     (void)events;
     fw_listener *l = LISTENER_OF(w);
     fw_server *srv = l->srv;
-    for (int i = 0; i < srv->cfg.accept_batch && srv->accepting; i++) {
+    int batch = fw_balance_accept_batch(srv);
+    for (int i = 0; i < batch && srv->accepting; i++) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
         int fd = accept4(w->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -136,6 +138,7 @@ static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
                 return;
             }
         }
+        atomic_fetch_add(&srv->bal.sb[srv->bal.cfg.me].accepted, 1);
         if (!fw_conn_new(srv, l, fd, (struct sockaddr *)&ss, len)) {
             fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
             close(fd);
@@ -189,6 +192,8 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
         srv->cfg.limits.max_headers = 1;
     if (srv->cfg.accept_batch <= 0)
         srv->cfg.accept_batch = 1;
+    if (srv->cfg.threads < 1)
+        srv->cfg.threads = 1;
     srv->ops = ops;
     srv->app = app;
     srv->stop_w.fd = -1;
@@ -230,8 +235,10 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->t_idle.timeout_ms = cfg->keepalive_timeout_ms;
     srv->t_write.timeout_ms = cfg->write_timeout_ms;
     srv->t_linger.timeout_ms = 2000;
+    srv->t_grace.timeout_ms = FW_FIRST_REQUEST_GRACE_MS;
     srv->now = fw_now_ms();
-    fw_server_refresh_date(srv);
+    if (fw_balance_init(srv) != 0)
+        goto fail;
     return srv;
 fail: {
         int e = errno;
@@ -259,6 +266,7 @@ void fw_server_free(fw_server *srv)
     free_graveyard(srv);
     if (srv->stop_w.fd >= 0)
         close(srv->stop_w.fd);
+    fw_balance_destroy(srv);
     fw_loop_destroy(&srv->loop);
     free(srv->listeners);
     free(srv);
@@ -284,15 +292,31 @@ static void expire(fw_server *srv, fw_tlist *l)
     }
 }
 
+/* A fresh connection whose request did not arrive in its grace stops
+ * counting as busy (a silent client must not hold a thread's place). */
+static void expire_grace(fw_server *srv)
+{
+    fw_tlist *l = &srv->t_grace;
+    while (l->head && l->head->deadline <= srv->now) {
+        fw_tnode *n = l->head;
+        fw_timer_stop(n);
+        fw_balance_end(srv, CONN_OF_GRACE(n));
+    }
+}
+
 static int next_timeout(fw_server *srv)
 {
     int64_t next = srv->now + 1000;      /* at least once a second: date, resumes */
-    fw_tlist *lists[] = { &srv->t_head, &srv->t_body, &srv->t_idle, &srv->t_write, &srv->t_linger };
+    fw_tlist *lists[] = { &srv->t_head, &srv->t_body, &srv->t_idle, &srv->t_write, &srv->t_linger,
+                          &srv->t_grace };
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
         if (lists[i]->head && lists[i]->head->deadline < next)
             next = lists[i]->head->deadline;
     if (srv->stopping && srv->stop_deadline < next)
         next = srv->stop_deadline;
+    int bs = fw_balance_tick(srv);
+    if (bs >= 0 && srv->now + bs < next)
+        next = srv->now + bs;
     int64_t d = next - srv->now;
     return d < 0 ? 0 : (int)d;
 }
@@ -301,25 +325,85 @@ static void begin_stop(fw_server *srv)
 {
     srv->stopping = 1;
     srv->stop_deadline = srv->now + (srv->cfg.graceful_timeout_ms > 0 ? srv->cfg.graceful_timeout_ms : 0);
-    set_accepting(srv, 0);
+    srv->accepting = 0;
+    fw_balance_drain(srv);
     fw_conn *c = srv->conns;
     while (c) {
         fw_conn *next = c->next;
-        fw_conn_start_stop(c);
+        /* One a pool thread owns finishes there: its head is built after
+         * `stopping` is set, so it says Connection: close. */
+        if (!(srv->pool && c->state == FW_C_APP))
+            fw_conn_start_stop(c);
         c = next;
     }
     fw_server_log(srv, FW_LOG_DEBUG, "stopping: %d connection(s) in flight", srv->nconns);
+}
+
+/* After the loop: connections a pool thread still owns cannot be closed
+ * under it. Cut their sockets (the app's writes fail at once, the client
+ * sees the end), take back what no thread has started, and wait until the
+ * threads hand the rest back. An app call that never returns keeps this
+ * waiting: in a worker the master kills the process after the graceful
+ * timeout; an embedded serve() returns when the call does. */
+static void close_all(fw_server *srv);
+
+static void drain_pool(fw_server *srv)
+{
+    fw_pool *p = srv->pool;
+    fw_conn *q = fw_pool_cancel_queued(p);
+    while (q) {
+        fw_conn *next = q->qnext;
+        q->qnext = NULL;
+        fw_conn_close(q);
+        q = next;
+    }
+    for (fw_conn *c = srv->conns; c; c = c->next)
+        if (c->state == FW_C_APP && shutdown(c->w.fd, SHUT_RDWR) != 0 && errno != ENOTCONN)
+            fw_server_log(srv, FW_LOG_DEBUG, "shutdown(%d): %s", c->w.fd, strerror(errno));
+    if (p->busy)
+        fw_server_log(srv, FW_LOG_INFO, "waiting for %d request(s) still in the app", p->busy);
+    while (p->busy > 0) {
+        int n = fw_loop_wait(&srv->loop, 1000);
+        srv->now = fw_now_ms();
+        if (n < 0 && errno != EINTR)
+            break;
+        /* Only the pool's completions matter now; they close at once. */
+        for (int i = 0; i < n; i++)
+            if (srv->loop.events[i].data.ptr == &p->done_w)
+                p->done_w.cb(&srv->loop, &p->done_w, srv->loop.events[i].events);
+        close_all(srv);
+    }
+}
+
+static void close_all(fw_server *srv)
+{
+    fw_conn *c = srv->conns;
+    while (c) {
+        fw_conn *next = c->next;
+        if (!(srv->pool && c->state == FW_C_APP))
+            fw_conn_close(c);
+        c = next;
+    }
+    free_graveyard(srv);
 }
 
 int fw_server_run(fw_server *srv)
 {
     int rc = 0;
     srv->now = fw_now_ms();
-    fw_server_refresh_date(srv);
     srv->stopping = 0;
     srv->stop_requested = 0;
     srv->sig_stop = 0;
-    set_accepting(srv, 1);
+    if (srv->cfg.threads > 1) {
+        srv->pool = fw_pool_start(srv, srv->cfg.threads);
+        if (!srv->pool) {
+            fw_server_log(srv, FW_LOG_ERROR, "cannot start %d app threads: %s",
+                          srv->cfg.threads, strerror(errno));
+            return -1;
+        }
+    }
+    srv->accepting = 1;
+    fw_balance_start(srv);
     for (;;) {
         if (srv->stop_requested && !srv->stopping)
             begin_stop(srv);
@@ -346,7 +430,6 @@ int fw_server_run(fw_server *srv)
             rc = -1;
             break;
         }
-        fw_server_refresh_date(srv);
         fw_loop_dispatch(&srv->loop, n);
         if (srv->sig_stop) {
             rc = 1;
@@ -357,15 +440,24 @@ int fw_server_run(fw_server *srv)
         expire(srv, &srv->t_idle);
         expire(srv, &srv->t_write);
         expire(srv, &srv->t_linger);
+        expire_grace(srv);
         free_graveyard(srv);
         if (!srv->accepting && !srv->stopping && srv->now >= srv->accept_resume_at &&
             srv->nconns < srv->cfg.max_connections)
             set_accepting(srv, 1);
     }
-    set_accepting(srv, 0);
-    while (srv->conns)
-        fw_conn_close(srv->conns);
-    free_graveyard(srv);
+    srv->accepting = 0;
+    if (!srv->stopping)
+        fw_balance_drain(srv);
+    else
+        fw_balance_allow(srv, 0);
+    srv->stopping = 1;          /* what comes back from the threads closes */
+    close_all(srv);
+    if (srv->pool) {
+        drain_pool(srv);
+        fw_pool_stop(srv->pool);
+        srv->pool = NULL;
+    }
     srv->stopping = 0;
     return rc;
 }

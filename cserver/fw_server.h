@@ -11,13 +11,35 @@
 
 #include <stdint.h>
 #include <sys/socket.h>
+#include <time.h>
 
+#include "fw_balance.h"
 #include "fw_http.h"
 #include "fw_loop.h"
 #include "fw_timer.h"
 
 typedef struct fw_conn fw_conn;
 typedef struct fw_server fw_server;
+typedef struct fw_pool fw_pool;
+
+/* "Date: ...\r\n" for the current second, one per thread that writes
+ * response heads, so no thread reads a string another is rewriting. */
+typedef struct fw_date {
+    time_t sec;
+    size_t len;
+    char buf[40];
+} fw_date;
+
+void fw_date_refresh(fw_date *d);
+
+/* A thread that runs the app: the loop thread (inline mode) or one of the
+ * pool's. A connection points at the one that owns it (fw_conn.thr). */
+typedef struct fw_thread {
+    int index;                 /* 0..threads-1: the app layer's per-thread slot */
+    void *app_ctx;             /* from ops->thread_start (the app layer's), or NULL */
+    fw_pool *pool;             /* the pool this thread serves, NULL for the loop thread */
+    fw_date date;
+} fw_thread;
 
 typedef struct fw_config {
     fw_http_limits limits;
@@ -31,6 +53,8 @@ typedef struct fw_config {
     int max_connections;
     int accept_batch;          /* accepts per listener wake-up */
     uint64_t max_requests;     /* stop gracefully after this many responses; 0 = never */
+    int threads;               /* app threads; 1 = the app runs inline on the loop thread */
+    fw_balance_cfg balance;    /* how this worker shares its listeners (fw_balance.h) */
 } fw_config;
 
 void fw_config_defaults(fw_config *cfg);
@@ -53,6 +77,10 @@ typedef struct fw_app_ops {
     void (*on_drop)(void *app, fw_conn *c);
     /* epoll_wait was interrupted by a signal: nonzero stops the loop now. */
     int (*on_signal)(void *app);
+    /* A pool thread starts / ends (threads > 1): the app layer may keep
+     * per-thread state in t->app_ctx. Optional. */
+    void (*thread_start)(void *app, fw_thread *t);
+    void (*thread_stop)(void *app, fw_thread *t);
     void (*log)(void *app, int level, const char *msg);
 } fw_app_ops;
 
@@ -71,27 +99,28 @@ struct fw_server {
 
     fw_listener *listeners;    /* owned array */
     int nlisteners;
-    int accepting;             /* listeners currently in the epoll set */
+    int accepting;             /* the loop allows accepting (fw_balance decides if armed) */
     int64_t accept_resume_at;  /* after EMFILE & co: pause accepting until then */
+    fw_balance bal;            /* listener arming, scoreboard slot, hand-off */
+    fw_pool *pool;             /* app threads, NULL in inline mode (threads == 1) */
+    fw_thread loop_thread;     /* the loop's own context (inline app calls, error heads) */
 
     fw_watch stop_w;           /* eventfd: stop requests from any thread or signal handler */
     fw_watch sig_w;            /* optional: a signal wakeup fd (not owned), -1 if none */
     int sig_stop;              /* on_signal asked to stop */
-    volatile int stop_requested;   /* 1 graceful, 2 immediate */
-    int stopping;
+    _Atomic int stop_requested;    /* 1 graceful, 2 immediate; any thread, signal handlers */
+    _Atomic int stopping;          /* written by the loop, read by app threads */
     int64_t stop_deadline;
 
-    /* Timeout lists; see fw_timer.h. */
-    fw_tlist t_head, t_body, t_idle, t_write, t_linger;
+    /* Timeout lists; see fw_timer.h. t_grace holds fresh connections that
+     * count as busy while their first request arrives (fw_conn.grace). */
+    fw_tlist t_head, t_body, t_idle, t_write, t_linger, t_grace;
 
     fw_conn *conns;            /* all open connections (doubly linked) */
     int nconns;
     fw_conn *graveyard;        /* closed during this loop pass, freed after it */
 
     int64_t now;               /* monotonic ms, refreshed each pass */
-    time_t date_sec;
-    char date[40];             /* "Date: ...\r\n" for the current second */
-    size_t date_len;
 
     uint64_t requests;         /* responses completed */
     int exit_code;             /* 0, or -1 when the loop failed */
@@ -122,7 +151,6 @@ void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Internal to cserver/: connection bookkeeping used by fw_conn.c. */
-void fw_server_refresh_date(fw_server *srv);
 void fw_server_conn_closed(fw_server *srv);
 void fw_server_request_done(fw_server *srv);
 

@@ -25,7 +25,10 @@ typedef struct {
     PyObject *base_environ;     /* constant environ entries, copied per request */
     PyObject *listener_info;    /* list of (SERVER_NAME, SERVER_PORT), one per fd */
     PyObject *pending_exc;      /* BaseException raised by the app: re-raised by serve() */
-    Py_buffer status;           /* optional shared slot for the master (--timeout); buf NULL if none */
+    Py_buffer status;           /* optional shared slots for the master (--timeout), one per
+                                 * app thread; buf NULL if none */
+    Py_buffer scoreboard;       /* optional shared scoreboard (fw_balance.h); buf NULL if none */
+    int *balance_fds;           /* PyMem: nslots kick eventfds, then nslots hand-off send fds */
     PyThreadState *tstate;      /* the serving thread's state while serve() runs */
     char *spool_dir;
     int serving;
@@ -85,12 +88,13 @@ InputObject *fw_input_new(fw_conn *c);
 /* start_response.c */
 StartResponseObject *fw_start_response_new(fw_req *r);
 
-/* request.c: the status slot. Layout (FW_STATUS_SIZE bytes): a uint64 of
- * CLOCK_MONOTONIC nanoseconds when the current call into the app began (0 =
- * not in the app), then the request line "METHOD TARGET", NUL-terminated. */
+/* request.c: the status slots, one per app thread (fw_thread.index). Layout
+ * of one (FW_STATUS_SIZE bytes): a uint64 of CLOCK_MONOTONIC nanoseconds when
+ * the thread's current call into the app began (0 = not in the app), then
+ * the request line "METHOD TARGET", NUL-terminated. */
 #define FW_STATUS_SIZE 256
 void fw_status_enter(ServerObject *s, fw_conn *c);
-void fw_status_leave(ServerObject *s);
+void fw_status_leave(ServerObject *s, fw_conn *c);
 
 /* module.c */
 void fw_glue_log_exception(ServerObject *s, const char *what, fw_conn *c);

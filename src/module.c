@@ -6,6 +6,7 @@
 #include "glue.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 
 int fw_request_init(void);
@@ -56,6 +57,63 @@ static int ms(double seconds)
     return (int)(seconds * 1000 + 0.5);
 }
 
+/* A sequence of n ints (fds, -1 for none) into out. */
+static int int_list(PyObject *o, int *out, Py_ssize_t n, const char *what)
+{
+    PyObject *seq = PySequence_Fast(o, what);
+    if (!seq)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(seq) != n) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s: need one entry per scoreboard slot", what);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        out[i] = v < 0 || v > 0x7fffffff ? -1 : (int)v;
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+/* The shared scoreboard buffer (writable, 64-aligned, one 64-byte slot per
+ * worker), this worker's slot, and the per-slot fds made by the master. */
+static int balance_setup(ServerObject *self, fw_balance_cfg *bc, PyObject *scoreboard, int slot,
+                         PyObject *kick_fds, PyObject *pass_fds, int pass_recv_fd)
+{
+    if (PyObject_GetBuffer(scoreboard, &self->scoreboard, PyBUF_WRITABLE) < 0)
+        return -1;
+    Py_ssize_t nslots = self->scoreboard.len / FW_SB_SLOT_SIZE;
+    if (nslots < 1 || nslots > 4096 || ((uintptr_t)self->scoreboard.buf & (FW_SB_SLOT_SIZE - 1)) ||
+        slot < 0 || slot >= nslots) {
+        PyErr_SetString(PyExc_ValueError, "scoreboard must be a writable, 64-aligned buffer "
+                                          "of 64 bytes per slot, and slot one of them");
+        return -1;
+    }
+    self->balance_fds = PyMem_Malloc(2 * (size_t)nslots * sizeof(int));
+    if (!self->balance_fds) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < 2 * nslots; i++)
+        self->balance_fds[i] = -1;
+    if (kick_fds != Py_None && int_list(kick_fds, self->balance_fds, nslots, "kick_fds") < 0)
+        return -1;
+    if (pass_fds != Py_None && int_list(pass_fds, self->balance_fds + nslots, nslots, "pass_fds") < 0)
+        return -1;
+    bc->scoreboard = self->scoreboard.buf;
+    bc->nslots = (int)nslots;
+    bc->me = slot;
+    bc->kick_fds = self->balance_fds;
+    bc->pass_fds = pass_fds != Py_None ? self->balance_fds + nslots : NULL;
+    bc->pass_recv_fd = pass_recv_fd;
+    return 0;
+}
+
 static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
 {
     ServerObject *self = (ServerObject *)self_;
@@ -63,7 +121,8 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
         "app", "fds", "base_environ", "listener_info", "logger",
         "max_line", "max_head", "max_headers", "max_body",
         "header_timeout", "body_timeout", "keepalive_timeout", "write_timeout", "graceful_timeout",
-        "spool_threshold", "spool_dir", "max_connections", "accept_batch", "max_requests", "status", NULL
+        "spool_threshold", "spool_dir", "max_connections", "accept_batch", "max_requests", "status",
+        "threads", "balance", "scoreboard", "slot", "kick_fds", "pass_fds", "pass_recv_fd", NULL
     };
     PyObject *app, *fds, *base, *info, *logger;
     fw_config cfg;
@@ -77,17 +136,33 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
     const char *spool_dir = NULL;
     int max_conns = cfg.max_connections, batch = cfg.accept_batch;
     unsigned long long max_requests = 0;
-    PyObject *status = Py_None;
+    PyObject *status = Py_None, *scoreboard = Py_None, *kick_fds = Py_None, *pass_fds = Py_None;
+    int threads = 1, balance = FW_BAL_LEAST_BUSY, slot = 0, pass_recv_fd = -1;
 
     if (self->srv) {
         PyErr_SetString(PyExc_RuntimeError, "Server already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!O|$nnnKdddddnziiKO:Server", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!O|$nnnKdddddnziiKOiiOiOOi:Server", kwlist,
                                      &app, &fds, &PyDict_Type, &base, &PyList_Type, &info, &logger,
                                      &max_line, &max_head, &max_headers, &max_body,
                                      &th, &tb, &tk, &tw, &tg, &spool, &spool_dir, &max_conns, &batch,
-                                     &max_requests, &status))
+                                     &max_requests, &status, &threads, &balance, &scoreboard, &slot,
+                                     &kick_fds, &pass_fds, &pass_recv_fd))
+        return -1;
+    if (threads < 1 || threads > 1024) {
+        PyErr_SetString(PyExc_ValueError, "threads must be 1 to 1024");
+        return -1;
+    }
+    if (balance < FW_BAL_SHARED || balance > FW_BAL_REUSEPORT) {
+        PyErr_SetString(PyExc_ValueError, "unknown balance mode");
+        return -1;
+    }
+    cfg.threads = threads;
+    cfg.balance.mode = balance;
+    cfg.balance.pass_recv_fd = -1;
+    if (scoreboard != Py_None && balance_setup(self, &cfg.balance, scoreboard, slot, kick_fds,
+                                               pass_fds, pass_recv_fd) < 0)
         return -1;
     if (max_head < max_line)
         max_line = max_head;      /* the line is part of the head */
@@ -112,10 +187,11 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
         /* A writable shared buffer of at least FW_STATUS_SIZE bytes, 8-aligned. */
         if (PyObject_GetBuffer(status, &self->status, PyBUF_WRITABLE) < 0)
             return -1;
-        if (self->status.len < FW_STATUS_SIZE || ((uintptr_t)self->status.buf & 7)) {
+        if (self->status.len < (Py_ssize_t)threads * FW_STATUS_SIZE || ((uintptr_t)self->status.buf & 7)) {
             PyBuffer_Release(&self->status);
             self->status.buf = NULL;
-            PyErr_SetString(PyExc_ValueError, "status must be a writable, 8-aligned buffer of 256 bytes");
+            PyErr_SetString(PyExc_ValueError,
+                            "status must be a writable, 8-aligned buffer of 256 bytes per thread");
             return -1;
         }
     }
@@ -230,8 +306,14 @@ static PyObject *server_stats(PyObject *self_, PyObject *unused)
     ServerObject *self = (ServerObject *)self_;
     if (!self->srv)
         Py_RETURN_NONE;
-    return Py_BuildValue("{s:i,s:O}", "connections", self->srv->nconns,
-                         "serving", self->serving ? Py_True : Py_False);
+    fw_sb_slot *me = &self->srv->bal.sb[self->srv->bal.cfg.me];
+    return Py_BuildValue("{s:i,s:O,s:K,s:I,s:K,s:K,s:K}", "connections", self->srv->nconns,
+                         "serving", self->serving ? Py_True : Py_False,
+                         "requests", (unsigned long long)self->srv->requests,
+                         "inflight", (unsigned)atomic_load(&me->inflight),
+                         "accepted", (unsigned long long)atomic_load(&me->accepted),
+                         "handed_in", (unsigned long long)atomic_load(&me->handed_in),
+                         "handed_out", (unsigned long long)atomic_load(&me->handed_out));
 }
 
 static void server_dealloc(PyObject *self_)
@@ -248,6 +330,9 @@ static void server_dealloc(PyObject *self_)
     Py_XDECREF(self->pending_exc);
     if (self->status.buf)
         PyBuffer_Release(&self->status);
+    if (self->scoreboard.buf)
+        PyBuffer_Release(&self->scoreboard);
+    PyMem_Free(self->balance_fds);
     PyMem_Free(self->spool_dir);
     Py_TYPE(self_)->tp_free(self_);
 }
@@ -274,9 +359,119 @@ static PyTypeObject Server_Type = {
     .tp_doc = "the C HTTP/1.1 server loop over listening sockets",
 };
 
+/* ---- the master's side of the scoreboard ---------------------------------- */
+
+typedef struct {
+    Py_buffer buf;
+    int nslots;
+    int *kicks;         /* PyMem, nslots */
+} sb_args;
+
+static void sb_args_release(sb_args *a)
+{
+    if (a->buf.buf)
+        PyBuffer_Release(&a->buf);
+    PyMem_Free(a->kicks);
+}
+
+static int sb_args_get(sb_args *a, PyObject *buf, PyObject *kicks)
+{
+    memset(a, 0, sizeof(*a));
+    if (PyObject_GetBuffer(buf, &a->buf, PyBUF_WRITABLE) < 0)
+        return -1;
+    a->nslots = (int)(a->buf.len / FW_SB_SLOT_SIZE);
+    if (((uintptr_t)a->buf.buf & (FW_SB_SLOT_SIZE - 1)) || a->nslots < 1) {
+        PyErr_SetString(PyExc_ValueError, "bad scoreboard buffer");
+        return -1;
+    }
+    if (kicks == Py_None)
+        return 0;
+    a->kicks = PyMem_Malloc((size_t)a->nslots * sizeof(int));
+    if (!a->kicks) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return int_list(kicks, a->kicks, a->nslots, "kick_fds");
+}
+
+static PyObject *sb_spawn(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *buf, *kicks;
+    int i;
+    sb_args a;
+    if (!PyArg_ParseTuple(args, "OiO:sb_spawn", &buf, &i, &kicks))
+        return NULL;
+    if (sb_args_get(&a, buf, kicks) < 0) {
+        sb_args_release(&a);
+        return NULL;
+    }
+    fw_sb_spawn(a.buf.buf, a.nslots, i, a.kicks);
+    sb_args_release(&a);
+    Py_RETURN_NONE;
+}
+
+static PyObject *sb_release(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    PyObject *buf, *kicks;
+    int i;
+    sb_args a;
+    if (!PyArg_ParseTuple(args, "OiO:sb_release", &buf, &i, &kicks))
+        return NULL;
+    if (sb_args_get(&a, buf, kicks) < 0) {
+        sb_args_release(&a);
+        return NULL;
+    }
+    fw_sb_release(a.buf.buf, a.nslots, i, a.kicks);
+    sb_args_release(&a);
+    Py_RETURN_NONE;
+}
+
+static PyObject *sb_read(PyObject *mod, PyObject *arg)
+{
+    (void)mod;
+    static const char *const states[] = { "free", "alive", "draining" };
+    sb_args a;
+    if (sb_args_get(&a, arg, Py_None) < 0) {
+        sb_args_release(&a);
+        return NULL;
+    }
+    fw_sb_slot *sb = a.buf.buf;
+    PyObject *list = PyList_New(a.nslots);
+    for (int i = 0; list && i < a.nslots; i++) {
+        uint32_t st = atomic_load(&sb[i].state);
+        PyObject *d = Py_BuildValue(
+            "{s:s,s:i,s:I,s:I,s:I,s:I,s:K,s:K,s:K,s:K}", "state", st < 3 ? states[st] : "?",
+            "pid", (int)atomic_load(&sb[i].pid), "gen", (unsigned)atomic_load(&sb[i].gen),
+            "inflight", (unsigned)atomic_load(&sb[i].inflight), "armed", (unsigned)atomic_load(&sb[i].armed),
+            "threads", (unsigned)atomic_load(&sb[i].threads),
+            "accepted", (unsigned long long)atomic_load(&sb[i].accepted),
+            "handed_in", (unsigned long long)atomic_load(&sb[i].handed_in),
+            "handed_out", (unsigned long long)atomic_load(&sb[i].handed_out),
+            "kicks_sent", (unsigned long long)atomic_load(&sb[i].kicks_sent));
+        if (!d) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, d);
+    }
+    sb_args_release(&a);
+    return list;
+}
+
+static PyMethodDef module_methods[] = {
+    { "sb_spawn", sb_spawn, METH_VARARGS,
+      "sb_spawn(scoreboard, slot, kick_fds): reset a slot for a new worker (before fork)" },
+    { "sb_release", sb_release, METH_VARARGS,
+      "sb_release(scoreboard, slot, kick_fds): free a dead worker's slot and kick the others" },
+    { "sb_read", sb_read, METH_O, "sb_read(scoreboard) -> a dict per slot" },
+    { NULL, NULL, 0, NULL },
+};
+
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "_forkwsgi", "forkwsgi's C core: HTTP/1.1 server and WSGI glue", -1,
-    NULL, NULL, NULL, NULL, NULL
+    module_methods, NULL, NULL, NULL, NULL
 };
 
 PyMODINIT_FUNC PyInit__forkwsgi(void)
@@ -292,7 +487,12 @@ PyMODINIT_FUNC PyInit__forkwsgi(void)
     Py_INCREF(&Server_Type);
     Py_INCREF(&FileWrapper_Type);
     Py_INCREF(&Input_Type);
-    if (PyModule_AddObject(m, "Server", (PyObject *)&Server_Type) < 0 ||
+    if (PyModule_AddIntConstant(m, "SB_SLOT_SIZE", FW_SB_SLOT_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "STATUS_SIZE", FW_STATUS_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "BALANCE_SHARED", FW_BAL_SHARED) < 0 ||
+        PyModule_AddIntConstant(m, "BALANCE_LEAST_BUSY", FW_BAL_LEAST_BUSY) < 0 ||
+        PyModule_AddIntConstant(m, "BALANCE_REUSEPORT", FW_BAL_REUSEPORT) < 0 ||
+        PyModule_AddObject(m, "Server", (PyObject *)&Server_Type) < 0 ||
         PyModule_AddObject(m, "FileWrapper", (PyObject *)&FileWrapper_Type) < 0 ||
         PyModule_AddObject(m, "Input", (PyObject *)&Input_Type) < 0) {
         Py_DECREF(m);

@@ -26,11 +26,19 @@ int fw_request_init(void)
     return s_wsgi_input && s_close && s_fileno && s_tell ? 0 : -1;
 }
 
+static char *status_slot(ServerObject *s, fw_conn *c)
+{
+    Py_ssize_t off = (Py_ssize_t)c->thr->index * FW_STATUS_SIZE;
+    if (!s->status.buf || off + FW_STATUS_SIZE > s->status.len)
+        return NULL;
+    return (char *)s->status.buf + off;
+}
+
 void fw_status_enter(ServerObject *s, fw_conn *c)
 {
-    if (!s->status.buf)
+    char *slot = status_slot(s, c);
+    if (!slot)
         return;
-    char *slot = s->status.buf;
     size_t room = FW_STATUS_SIZE - 8 - 1, n = 0;
     const fw_request *r = &c->req;
     /* The line first, then the time: the master reads the time first. */
@@ -48,10 +56,18 @@ void fw_status_enter(ServerObject *s, fw_conn *c)
     atomic_store((_Atomic uint64_t *)(void *)slot, ns ? ns : 1);
 }
 
-void fw_status_leave(ServerObject *s)
+void fw_status_leave(ServerObject *s, fw_conn *c)
 {
-    if (s->status.buf)
-        atomic_store((_Atomic uint64_t *)s->status.buf, 0);
+    char *slot = status_slot(s, c);
+    if (slot)
+        atomic_store((_Atomic uint64_t *)(void *)slot, 0);
+}
+
+/* The Python thread state of the thread serving c: a pool thread's own
+ * (made in thread_start), or the one serve() saved on the loop thread. */
+static PyThreadState *thread_state(ServerObject *s, fw_conn *c)
+{
+    return c->thr->app_ctx ? (PyThreadState *)c->thr->app_ctx : s->tstate;
 }
 
 /* End of the request for the app: call the iterable's close() (PEP 3333:
@@ -290,7 +306,7 @@ static int on_request(void *app, fw_conn *c)
 {
     ServerObject *s = app;
     fw_status_enter(s, c);
-    PyEval_RestoreThread(s->tstate);
+    PyEval_RestoreThread(thread_state(s, c));
     int rc;
     fw_req *r = PyMem_Calloc(1, sizeof(*r));
     if (!r) {
@@ -335,7 +351,7 @@ static int on_request(void *app, fw_conn *c)
     rc = iterate(r);
 out:
     PyEval_SaveThread();
-    fw_status_leave(s);
+    fw_status_leave(s, c);
     return rc;
 }
 
@@ -343,10 +359,10 @@ static int on_writable(void *app, fw_conn *c)
 {
     ServerObject *s = app;
     fw_status_enter(s, c);
-    PyEval_RestoreThread(s->tstate);
+    PyEval_RestoreThread(thread_state(s, c));
     int rc = iterate(c->app_state);
     PyEval_SaveThread();
-    fw_status_leave(s);
+    fw_status_leave(s, c);
     return rc;
 }
 
@@ -379,10 +395,31 @@ static void on_log(void *app, int level, const char *msg)
     PyGILState_Release(g);
 }
 
+/* A pool thread gets a Python thread state for its whole life (threading
+ * locals and the like persist across requests); it holds the GIL only
+ * inside the calls above. A new thread's PyGILState_Ensure is always
+ * PyGILState_UNLOCKED, so that is what thread_stop releases. */
+static void thread_start(void *app, fw_thread *t)
+{
+    (void)app;
+    PyGILState_Ensure();
+    t->app_ctx = PyEval_SaveThread();
+}
+
+static void thread_stop(void *app, fw_thread *t)
+{
+    (void)app;
+    PyEval_RestoreThread(t->app_ctx);
+    t->app_ctx = NULL;
+    PyGILState_Release(PyGILState_UNLOCKED);
+}
+
 const fw_app_ops fw_glue_ops = {
     .on_request = on_request,
     .on_writable = on_writable,
     .on_drop = on_drop,
     .on_signal = on_signal,
+    .thread_start = thread_start,
+    .thread_stop = thread_stop,
     .log = on_log,
 };

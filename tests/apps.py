@@ -6,6 +6,10 @@ import sys
 import threading
 import time
 
+# A slow import, for tests of workers that are still starting (--lazy-apps).
+if os.environ.get("FW_TEST_IMPORT_DELAY"):
+    time.sleep(float(os.environ["FW_TEST_IMPORT_DELAY"]))
+
 
 def _headers(environ):
     return {k: v for k, v in environ.items() if k.startswith("HTTP_") or k in ("CONTENT_TYPE", "CONTENT_LENGTH")}
@@ -232,6 +236,18 @@ def big(environ, start_response):
     start_response("200 OK", [("Content-Type", "application/octet-stream"),
                               ("Content-Length", str(mb * 16 * len(chunk)))])
     return (chunk for _ in range(mb * 16))
+
+
+def where(environ, start_response):
+    """?t=SECONDS: sleep, then say who ran it and when (CLOCK_MONOTONIC is
+    system-wide, so intervals compare across processes)."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    start = time.monotonic()
+    time.sleep(float(q.get("t", "0")))
+    body = json.dumps({"pid": os.getpid(), "thread": threading.get_ident(), "start": start,
+                       "end": time.monotonic(), "multithread": environ["wsgi.multithread"]})
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [body.encode()]
 
 
 def pid(environ, start_response):

@@ -3,6 +3,12 @@
 Every server is started as `python -m forkwsgi ...` with --bind 127.0.0.1:0;
 the port comes from its "Listening at" log line. Servers are stopped by PID
 (SIGTERM, then SIGKILL) at teardown.
+
+The tests that use the `server` and `make_server` fixtures run twice: with
+the app inline on the worker's loop thread (the default, --threads 1) and on
+app threads (FORKWSGI_THREADS=3), since each request then takes another path
+through the core. A module that sets APP_MODES = ("inline",) runs once (its
+servers choose their own --threads).
 """
 import os
 import re
@@ -103,21 +109,36 @@ class ServerProc:
         return self.proc.returncode
 
 
+APP_MODE_ENV = {"inline": {}, "threads": {"FORKWSGI_THREADS": "3"}}
+
+
+def pytest_generate_tests(metafunc):
+    if "app_mode" in metafunc.fixturenames:
+        modes = getattr(metafunc.module, "APP_MODES", tuple(APP_MODE_ENV))
+        metafunc.parametrize("app_mode", modes, scope="module")
+
+
+def mode_env(app_mode, env=None):
+    e = dict(APP_MODE_ENV[app_mode])
+    e.update(env or {})
+    return e
+
+
 @pytest.fixture(scope="module")
-def server():
+def server(app_mode):
     """The echo app with default settings, shared by a test module."""
-    s = ServerProc("apps:echo")
+    s = ServerProc("apps:echo", env=mode_env(app_mode, None))
     yield s
     s.stop()
 
 
 @pytest.fixture
-def make_server():
+def make_server(app_mode):
     """Start servers with custom apps/options; all are stopped at teardown."""
     started = []
 
-    def make(app="apps:echo", *args, **kw):
-        s = ServerProc(app, *args, **kw)
+    def make(app="apps:echo", *args, env=None, **kw):
+        s = ServerProc(app, *args, env=mode_env(app_mode, env), **kw)
         started.append(s)
         return s
 

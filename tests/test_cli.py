@@ -13,6 +13,9 @@ from httpraw import Conn, wait_for
 
 from forkwsgi import config
 
+# Command-line handling; the app mode does not matter.
+APP_MODES = ("inline",)
+
 
 def run_cli(*args, timeout=20, cwd=HERE):
     env = dict(os.environ, PYTHONPATH=HERE)

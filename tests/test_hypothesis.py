@@ -31,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import ServerProc
+from conftest import ServerProc, mode_env
 from httpraw import Conn
 
 SETTINGS = settings(
@@ -352,9 +352,9 @@ def run_pipeline(server, reqs, data, points):
 
 
 @pytest.fixture(scope="module")
-def spool_server():
+def spool_server(app_mode):
     """echo with bodies over 1000 bytes pre-read and spooled to a temp file."""
-    s = ServerProc("apps:echo", "--spool-threshold", "1000")
+    s = ServerProc("apps:echo", "--spool-threshold", "1000", env=mode_env(app_mode))
     yield s
     s.stop()
 

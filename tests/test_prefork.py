@@ -8,6 +8,9 @@ import pytest
 
 from httpraw import Conn, request, wait_for
 
+# Process-model tests; their servers choose --threads.
+APP_MODES = ("inline",)
+
 
 def titles(pids):
     out = {}

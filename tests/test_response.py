@@ -10,9 +10,9 @@ from httpraw import Conn, wait_for
 
 
 @pytest.fixture(scope="module")
-def errsrv():
-    from conftest import ServerProc
-    s = ServerProc("apps:errors")
+def errsrv(app_mode):
+    from conftest import ServerProc, mode_env
+    s = ServerProc("apps:errors", env=mode_env(app_mode))
     yield s
     s.stop()
 

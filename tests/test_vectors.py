@@ -46,7 +46,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import ServerProc
+from conftest import ServerProc, mode_env
 from httpraw import Closed, Conn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,14 +66,15 @@ class Live:
     """A module-scoped server that is restarted if a case killed it (that case
     fails; the following ones get a fresh server instead of a cascade)."""
 
-    def __init__(self, *args):
+    def __init__(self, app_mode, *args):
         self.args = args
-        self.proc = ServerProc(APP, *args)
+        self.env = mode_env(app_mode)
+        self.proc = ServerProc(APP, *args, env=self.env)
 
     def get(self):
         if not self.proc.alive():
             self.proc.stop()
-            self.proc = ServerProc(APP, *self.args)
+            self.proc = ServerProc(APP, *self.args, env=self.env)
         return self.proc
 
     def stop(self):
@@ -81,17 +82,17 @@ class Live:
 
 
 @pytest.fixture(scope="module")
-def vserver():
+def vserver(app_mode):
     """Default timeouts: complete payloads (valid, valid_or_reject, limit, smuggle, any)."""
-    s = Live()
+    s = Live(app_mode)
     yield s
     s.stop()
 
 
 @pytest.fixture(scope="module")
-def quick():
+def quick(app_mode):
     """Short timeouts: payloads the server may legitimately wait on (invalid, model, incomplete)."""
-    s = Live("--header-timeout", "1", "--body-timeout", "1")
+    s = Live(app_mode, "--header-timeout", "1", "--body-timeout", "1")
     yield s
     s.stop()
 

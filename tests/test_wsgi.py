@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ServerProc
+from conftest import ServerProc, mode_env
 from httpraw import Conn
 
 LOG_MARKERS = ("WSGIWarning", "AssertionError", "Traceback")
@@ -139,9 +139,9 @@ def echo_over(conn, raw):
     return json.loads(r.body)
 
 
-def check_common_environ(d):
+def check_common_environ(d, app_mode):
     assert d["version"] == [1, 0]
-    assert d["multithread"] is False
+    assert d["multithread"] is (app_mode == "threads")     # FORKWSGI_THREADS=3 in that mode
     assert d["multiprocess"] is False          # one process serves everything
     assert d["run_once"] is False
     assert d["input_terminated"] is True
@@ -157,12 +157,12 @@ def check_common_environ(d):
 
 
 @pytest.mark.parametrize("version", ["HTTP/1.1", "HTTP/1.0"])
-def test_environ_tcp_ipv4(server, version):
+def test_environ_tcp_ipv4(server, version, app_mode):
     with Conn(server.port) as c:
         d = echo_over(c, f"POST /p%20q?x=%20 {version}\r\nHost: example.org:8080\r\nContent-Type: text/x\r\n"
                          f"Content-Length: 2\r\n\r\nab".encode())
         client_port = c.sock.getsockname()[1]
-    check_common_environ(d)
+    check_common_environ(d, app_mode)
     assert d["url_scheme"] == "http"
     assert d["protocol"] == version
     # SERVER_NAME/PORT: the listening address (Host goes to HTTP_HOST only)
@@ -176,14 +176,14 @@ def test_environ_tcp_ipv4(server, version):
     with Conn(server.port) as c:
         d = echo_over(c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
     assert "CONTENT_LENGTH" not in d["types"] and "CONTENT_TYPE" not in d["types"]
-    check_common_environ(d)
+    check_common_environ(d, app_mode)
 
 
-def test_environ_no_os_environ_leak(make_server):
+def test_environ_no_os_environ_leak(make_server, app_mode):
     s = make_server("apps:echo", env={CANARY: "leaked", "SERVER_SOFTWARE_CANARY": "x"})
     with Conn(s.port) as c:
         d = echo_over(c, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-    check_common_environ(d)
+    check_common_environ(d, app_mode)
     server_env = set(os.environ) | {CANARY, "SERVER_SOFTWARE_CANARY", "PYTHONPATH", "PYTHONUNBUFFERED"}
     leaked = (set(d["types"]) & server_env) - CGI_KEYS
     assert not leaked, leaked
@@ -207,7 +207,7 @@ def _ipv6_available():
 
 
 @pytest.mark.skipif(not _ipv6_available(), reason="no IPv6 loopback on this machine")
-def test_environ_ipv6(make_server):
+def test_environ_ipv6(make_server, app_mode):
     s = make_server("apps:echo", bind=["[::1]:0"])
     # conftest's port regex reads "http://[::1]:33415" as port 1 (its lazy
     # host part stops at the first "::"): take the port from the log here.
@@ -217,7 +217,7 @@ def test_environ_ipv6(make_server):
     with Conn(s.port, host="::1") as c:
         d = echo_over(c, b"GET /six HTTP/1.1\r\nHost: [::1]\r\n\r\n")
         client_port = c.sock.getsockname()[1]
-    check_common_environ(d)
+    check_common_environ(d, app_mode)
     assert d["remote_addr"] == "::1"
     assert d["remote_port"] == str(client_port)
     assert d["server_name"] == "::1"
@@ -232,14 +232,14 @@ def sockdir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def test_environ_unix_socket(sockdir, make_server):     # servers stop before sockdir goes
+def test_environ_unix_socket(sockdir, make_server, app_mode):     # servers stop before sockdir goes
     path = os.path.join(sockdir, "s.sock")
     s = make_server("apps:echo", bind=[f"unix:{path}"])
     assert s.unix_path == path
     with Conn(None, path=path) as c:
         d = echo_over(c, b"POST /u HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\n\r\nabc")
         d2 = echo_over(c, b"GET /again HTTP/1.1\r\nHost: localhost\r\n\r\n")      # kept alive
-    check_common_environ(d)
+    check_common_environ(d, app_mode)
     assert d["body"] == "abc" and d2["path"] == "/again"
     assert d["server_name"] == path
     assert d["server_port"] == ""
@@ -249,7 +249,7 @@ def test_environ_unix_socket(sockdir, make_server):     # servers stop before so
     cpath = os.path.join(sockdir, "c.sock")
     with BoundUnixConn(path, cpath) as c:
         d = echo_over(c, b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
-    check_common_environ(d)
+    check_common_environ(d, app_mode)
     assert d["remote_addr"] == cpath
 
 
@@ -267,9 +267,9 @@ class BoundUnixConn(Conn):
 # ---- (c) Flask ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def flask_server():
+def flask_server(app_mode):
     pytest.importorskip("flask")
-    s = ServerProc("apps:flask_app()")
+    s = ServerProc("apps:flask_app()", env=mode_env(app_mode))
     yield s
     s.stop()
 
@@ -475,12 +475,13 @@ OPS = [
 
 
 @pytest.fixture(scope="module")
-def input_servers():
+def input_servers(app_mode):
+    env = mode_env(app_mode)
     servers = {
-        ("api", "default"): ServerProc("apps:input_api"),
-        ("api", "spool"): ServerProc("apps:input_api", "--spool-threshold", str(SPOOL_THRESHOLD)),
-        ("ops", "default"): ServerProc("apps:input_ops"),
-        ("ops", "spool"): ServerProc("apps:input_ops", "--spool-threshold", str(SPOOL_THRESHOLD)),
+        ("api", "default"): ServerProc("apps:input_api", env=env),
+        ("api", "spool"): ServerProc("apps:input_api", "--spool-threshold", str(SPOOL_THRESHOLD), env=env),
+        ("ops", "default"): ServerProc("apps:input_ops", env=env),
+        ("ops", "spool"): ServerProc("apps:input_ops", "--spool-threshold", str(SPOOL_THRESHOLD), env=env),
     }
     yield servers
     for s in servers.values():

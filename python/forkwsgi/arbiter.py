@@ -15,6 +15,7 @@ signals are queued by the handler and dispatched by name from the main loop
   workers keep dying right after they start; a worker that cannot import the
   app stops the master with that message instead of looping.
 """
+import array
 import gc
 import logging
 import mmap
@@ -22,19 +23,20 @@ import os
 import random
 import select
 import signal
+import socket
 import struct
 import time
 
-from . import appload, binding, config, proctitle, worker
+from . import _forkwsgi, appload, binding, config, proctitle, worker
 
 log = logging.getLogger("forkwsgi")
 
 # A worker dying sooner than this after its start counts as a crash at boot.
 BOOT_CRASH_SECONDS = 2.0
 MAX_BACKOFF = 10.0
-# Shared status slots (see src/glue.h: FW_STATUS_SIZE): one per live worker.
-STATUS_SIZE = 256
-STATUS_SLOTS = 1024
+# Shared status entries (see src/glue.h: FW_STATUS_SIZE): one per app thread
+# of each worker slot.
+STATUS_SIZE = _forkwsgi.STATUS_SIZE
 
 
 class HaltServer(Exception):
@@ -78,9 +80,29 @@ class Arbiter:
         self.stopping = False
         self.pid = os.getpid()
         self.wake_r = self.wake_w = None
-        # Anonymous shared memory made before any fork: each worker writes
-        # when its current call into the app began, and what it is.
-        self.status = mmap.mmap(-1, STATUS_SIZE * STATUS_SLOTS)
+        self.threads = cfg["threads"]
+        self.balance = cfg["balance"]
+        # Worker slots: room for a rolling reload (old and new side by side)
+        # and some SIGTTIN. Everything per slot is made before the first
+        # fork, so every worker inherits every other worker's kick eventfd
+        # and hand-off socket.
+        self.nslots = min(4096, max(16, 2 * self.num_workers + 8))
+        # Anonymous shared memory: each worker thread writes when its current
+        # call into the app began, and what it is (--timeout) ...
+        self.status_stride = STATUS_SIZE * self.threads
+        self.status = mmap.mmap(-1, self.status_stride * self.nslots)
+        # ... and each worker publishes its load (cserver/fw_balance.h).
+        self.scoreboard = mmap.mmap(-1, _forkwsgi.SB_SLOT_SIZE * self.nslots)
+        self.counting = self.balance == "least-busy" and self.threads > 1
+        self.kick_fds = []
+        self.pass_recv = []
+        self.pass_send = []
+        if self.counting:
+            for _ in range(self.nslots):
+                self.kick_fds.append(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC))
+                r, w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self.pass_recv.append(r)
+                self.pass_send.append(w)
 
     # ---- start-up ----------------------------------------------------------
 
@@ -90,7 +112,11 @@ class Arbiter:
         if self.cfg["master_nice"]:
             os.setpriority(os.PRIO_PROCESS, 0, self.cfg["master_nice"])
         for addr in self.cfg["bind"]:
-            self.sockets.append(binding.create(addr, self.cfg["backlog"]))
+            # reuseport: the master only holds the port (bound, not
+            # listening, so no connection queues on it); each worker gets a
+            # listening socket of its own in the group.
+            self.sockets.append(binding.create(addr, self.cfg["backlog"],
+                                               reuseport=self.balance == "reuseport"))
         if not self.lazy:
             self.app = appload.load(self.app_spec)
             # Objects made so far (the app, its imports) stay out of the
@@ -104,7 +130,8 @@ class Arbiter:
             signal.signal(sig, self._on_signal)
         for s in self.sockets:
             self.log.info("Listening at: %s", binding.describe(s)[2])
-        self.log.info("Master %d: %d worker(s), %s", self.pid, self.num_workers,
+        self.log.info("Master %d: %d worker(s) x %d thread(s), balance %s, %s", self.pid,
+                      self.num_workers, self.threads, self.balance,
                       "app loaded per worker (--lazy-apps)" if self.lazy else "app preloaded")
 
     def _on_signal(self, signum, frame):
@@ -185,7 +212,8 @@ class Arbiter:
             used = {w.index for w in current}
             for index in range(1, self.num_workers + 1):
                 if index not in used and len(used) < self.num_workers:
-                    self.spawn(index)
+                    if not self.spawn(index):
+                        break
                     used.add(index)
 
     def spawn(self, index):
@@ -195,11 +223,21 @@ class Arbiter:
             options = dict(options, max_requests=options["max_requests"] +
                            random.randint(0, self.cfg["max_requests_jitter"]))
         used = {x.slot for x in self.workers.values()}
-        slot = next((i for i in range(STATUS_SLOTS) if i not in used), None)
-        status = None
-        if slot is not None:
-            self.status[slot * STATUS_SIZE:(slot + 1) * STATUS_SIZE] = bytes(STATUS_SIZE)
-            status = memoryview(self.status)[slot * STATUS_SIZE:(slot + 1) * STATUS_SIZE]
+        slot = next((i for i in range(self.nslots) if i not in used), None)
+        if slot is None:
+            self.log.warning("all %d worker slots are in use: worker %d waits for one", self.nslots, index)
+            return False
+        lo, hi = slot * self.status_stride, (slot + 1) * self.status_stride
+        self.status[lo:hi] = bytes(self.status_stride)
+        status = memoryview(self.status)[lo:hi]
+        _forkwsgi.sb_spawn(self.scoreboard, slot, self.kick_fds or None)
+        balance = {"scoreboard": self.scoreboard, "slot": slot}
+        if self.counting:
+            balance.update(kick_fds=self.kick_fds, pass_fds=[s.fileno() for s in self.pass_send],
+                           pass_recv_fd=self.pass_recv[slot].fileno())
+        sockets = self.sockets
+        if self.balance == "reuseport":
+            sockets = [binding.reuseport_peer(s, self.cfg["backlog"]) for s in self.sockets]
         r, w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
@@ -209,16 +247,25 @@ class Arbiter:
             for other in self.workers.values():
                 if other.ready_fd is not None:
                     os.close(other.ready_fd)
+            for j, s in enumerate(self.pass_recv):
+                if j != slot:
+                    s.close()          # only the owner reads a slot's hand-offs
+            if sockets is not self.sockets:
+                for s in self.sockets:
+                    s.close()          # the master's placeholders
             # wsgi.multiprocess: true when the app may run in several processes at once.
-            worker.run(index, self.pid, self.sockets, self.app, self.app_spec, options, w,
+            worker.run(index, self.pid, sockets, self.app, self.app_spec, options, w,
                        self.log, self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
-                       status=status)
-        if status is not None:
-            status.release()
+                       status=status, balance=balance)
+        status.release()
+        if sockets is not self.sockets:
+            for s in sockets:
+                s.close()              # the worker's own now: its queue dies with it
         os.close(w)
         self.workers[pid] = WorkerInfo(pid, index, r)
         self.workers[pid].slot = slot
         self.log.info("Booted worker %d (pid %d)", index, pid)
+        return True
 
     def retire(self, w):
         w.retiring = True
@@ -243,6 +290,7 @@ class Arbiter:
                 continue
             if w.ready_fd is not None:
                 os.close(w.ready_fd)
+            self.release_slot(w.slot)
             code = os.waitstatus_to_exitcode(status)
             how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
             if code == worker.APP_LOAD_ERROR:
@@ -264,6 +312,52 @@ class Arbiter:
             else:
                 self.backoff = 0.0
 
+    def release_slot(self, slot):
+        """A worker ended: take it out of the scoreboard (a stale count would
+        throttle the others), and pass on connections handed to it that it
+        never read: their requests are still unread in the sockets."""
+        if slot is None:
+            return
+        _forkwsgi.sb_release(self.scoreboard, slot, self.kick_fds or None)
+        if not self.counting:
+            return
+        moved = lost = 0
+        for _ in range(64):
+            # recvmsg/sendmsg, not socket.recv_fds/send_fds: before 3.12
+            # those ignore their flags, and a blocking read would hang here.
+            try:
+                msg, anc, _, _ = self.pass_recv[slot].recvmsg(
+                    1, socket.CMSG_SPACE(4 * array.array("i").itemsize), socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                self.log.warning("hand-off queue of slot %d: %s", slot, e)
+                break
+            fds = array.array("i")
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+            for fd in fds:
+                target = self.least_busy_slot()
+                try:
+                    if target is None:
+                        raise OSError("no live worker")
+                    self.pass_send[target].sendmsg(
+                        [msg or b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
+                        socket.MSG_DONTWAIT)
+                    moved += 1
+                except OSError:
+                    lost += 1
+                finally:
+                    os.close(fd)
+        if moved or lost:
+            self.log.info("slot %d: %d handed-off connection(s) passed on, %d closed", slot, moved, lost)
+
+    def least_busy_slot(self):
+        alive = [(s["inflight"], i) for i, s in enumerate(_forkwsgi.sb_read(self.scoreboard))
+                 if s["state"] == "alive"]
+        return min(alive)[1] if alive else None
+
     def check_timeouts(self):
         """--timeout: a worker stuck in one call into the app is replaced; its
         request line and every thread's Python stack go to the log first."""
@@ -274,13 +368,18 @@ class Arbiter:
         for w in list(self.workers.values()):
             if w.retiring or not w.ready or w.slot is None:
                 continue
-            off = w.slot * STATUS_SIZE
-            began = struct.unpack_from("Q", self.status, off)[0]
-            if not began or (now - began) / 1e9 <= limit:
+            stuck = None
+            for t in range(self.threads):
+                off = w.slot * self.status_stride + t * STATUS_SIZE
+                began = struct.unpack_from("Q", self.status, off)[0]
+                if began and (now - began) / 1e9 > limit and (stuck is None or began < stuck[0]):
+                    stuck = (began, off, t)
+            if stuck is None:
                 continue
+            began, off, t = stuck
             line = bytes(self.status[off + 8:off + STATUS_SIZE]).split(b"\0", 1)[0].decode("latin-1")
-            self.log.error("Worker %d (pid %d) timed out: %.1f s in %r (--timeout %g); its Python stack:",
-                           w.index, w.pid, (now - began) / 1e9, line, limit)
+            self.log.error("Worker %d (pid %d) timed out: %.1f s in %r on app thread %d (--timeout %g); "
+                           "its Python stacks:", w.index, w.pid, (now - began) / 1e9, line, t, limit)
             for h in self.log.handlers:
                 h.flush()
             self.kill(w.pid, signal.SIGUSR2)       # faulthandler writes the stack to stderr

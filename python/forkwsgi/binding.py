@@ -58,9 +58,15 @@ def parse(addr):
     return "tcp", (family, host, port)
 
 
-def create(addr, backlog):
-    """Bind and listen; returns a non-blocking socket.socket."""
+def create(addr, backlog, reuseport=False):
+    """Bind and listen; returns a non-blocking socket.socket.
+
+    reuseport: TCP only; the socket is bound with SO_REUSEPORT but does not
+    listen: it holds the port, and reuseport_peer() makes the listening
+    sockets of the group."""
     kind, value = parse(addr)
+    if reuseport and kind != "tcp":
+        raise BindError(f"--balance reuseport needs HOST:PORT addresses, not {addr!r}")
     try:
         if kind == "fd":
             try:
@@ -85,8 +91,11 @@ def create(addr, backlog):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if reuseport:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, port))
-            sock.listen(backlog)
+            if not reuseport:
+                sock.listen(backlog)
     except BindError:
         raise
     except OSError as e:
@@ -94,6 +103,24 @@ def create(addr, backlog):
     sock.setblocking(False)
     os.set_inheritable(sock.fileno(), True)
     return sock
+
+
+def reuseport_peer(sock, backlog):
+    """A listening socket in the SO_REUSEPORT group of `sock` (made by
+    create(..., reuseport=True)), for one worker."""
+    peer = socket.socket(sock.family, socket.SOCK_STREAM)
+    try:
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if sock.family == socket.AF_INET6:
+            peer.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        peer.bind(sock.getsockname()[:2])
+        peer.listen(backlog)
+    except OSError:
+        peer.close()
+        raise
+    peer.setblocking(False)
+    return peer
 
 
 def describe(sock):

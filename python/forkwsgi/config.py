@@ -69,6 +69,16 @@ def _nice(v):
     return n
 
 
+BALANCE_MODES = ("least-busy", "reuseport", "shared")
+
+
+def _balance(v):
+    v = str(v).strip().lower()
+    if v not in BALANCE_MODES:
+        raise ValueError("use " + ", ".join(BALANCE_MODES))
+    return v
+
+
 def _log_level(v):
     s = str(v).upper()
     if s not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
@@ -105,6 +115,13 @@ SETTINGS = [
     Setting("backlog", ["--backlog"], 2048, _positive_int, "listen() backlog (capped by net.core.somaxconn)"),
     Setting("workers", ["-w", "--workers"], 1, _non_negative_int,
             "worker processes under a master; 0 serves from this process, with no master", section="Processes"),
+    Setting("threads", ["--threads"], 1, _positive_int,
+            "app threads per worker; 1 runs the app on the worker's I/O loop thread", section="Processes"),
+    Setting("balance", ["--balance"], "least-busy", _balance,
+            "how workers share connections: least-busy (the worker with the fewest requests in flight "
+            "and a free thread accepts; kept-alive connections move to free workers), reuseport "
+            "(a SO_REUSEPORT socket per worker, kernel hash), shared (every worker watches the socket)",
+            section="Processes"),
     Setting("lazy_apps", ["--lazy-apps"], False, _bool,
             "import the app in each worker instead of once in the master before forking", section="Processes"),
     Setting("worker_nice", ["--worker-nice"], 0, _nice, "nice level of the workers", section="Processes"),
@@ -164,6 +181,7 @@ CORE_OPTIONS = {
     "spool_dir": "spool_dir",
     "max_connections": "max_connections",
     "max_requests": "max_requests",
+    "threads": "threads",
 }
 
 

@@ -15,6 +15,12 @@ from . import _forkwsgi, binding, config
 
 log = logging.getLogger("forkwsgi")
 
+BALANCE = {
+    "least-busy": _forkwsgi.BALANCE_LEAST_BUSY,
+    "reuseport": _forkwsgi.BALANCE_REUSEPORT,
+    "shared": _forkwsgi.BALANCE_SHARED,
+}
+
 
 class Server:
     """Serve `app` on `bind` addresses (or host/port, or ready sockets).
@@ -24,7 +30,7 @@ class Server:
     """
 
     def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None,
-                 _multiprocess=False, _status=None, **options):
+                 _multiprocess=False, _status=None, _balance=None, **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
         if bind is not None and isinstance(bind, str):
@@ -54,7 +60,7 @@ class Server:
             "wsgi.version": (1, 0),
             "wsgi.url_scheme": self.settings["url_scheme"],
             "wsgi.errors": sys.stderr,
-            "wsgi.multithread": False,
+            "wsgi.multithread": self.settings["threads"] > 1,
             "wsgi.multiprocess": bool(_multiprocess),
             "wsgi.run_once": False,
             "wsgi.input_terminated": True,
@@ -63,6 +69,11 @@ class Server:
         }
         core = {cname: self.settings[name] for name, cname in config.CORE_OPTIONS.items()
                 if self.settings[name] is not None}
+        # A lone server has no peers: least-busy then just stops watching its
+        # listeners while every app thread is busy (connections wait in the
+        # kernel's queue, not in ours); the master passes the shared parts.
+        core["balance"] = BALANCE[self.settings["balance"]]
+        core.update(_balance or {})
         try:
             self._core = _forkwsgi.Server(
                 app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],
@@ -71,6 +82,10 @@ class Server:
             self.close()
             raise
         self._stopped = threading.Event()
+
+    def stats(self):
+        """Counters of this server: connections, requests, in-flight, accepted, hand-offs."""
+        return self._core.stats()
 
     @property
     def addresses(self):

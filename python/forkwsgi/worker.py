@@ -35,7 +35,7 @@ def _die_with_parent(master_pid):
 
 
 def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worker_nice=0,
-        multiprocess=True, status=None):
+        multiprocess=True, status=None, balance=None):
     """Entry point in the child; never returns."""
     code = 0
     try:
@@ -57,7 +57,7 @@ def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worke
                 log.exception("worker %d: error while importing the app %r", index, app_spec)
                 os._exit(APP_LOAD_ERROR)
         server = Server(app, sockets=sockets, logger=log, _multiprocess=multiprocess, _status=status,
-                        **options)
+                        _balance=balance, **options)
         # --timeout: the master asks for every thread's Python stack with
         # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode).
         faulthandler.register(signal.SIGUSR2, all_threads=True)

@@ -1,0 +1,134 @@
+/* fw_balance: how the workers of one master share their listening sockets.
+ *
+ * Modes (--balance):
+ *   least-busy  one shared listener, added to each worker's own epoll set
+ *               with EPOLLEXCLUSIVE only while that worker has a free app
+ *               thread and its in-flight count is the lowest among live
+ *               workers. Each new connection then wakes exactly one worker,
+ *               the least busy one; when every worker is full, connections
+ *               wait in the kernel's accept queue and the first thread to
+ *               free up takes the oldest. Kept-alive connections whose next
+ *               request reaches a saturated worker are handed, unread, to a
+ *               worker with a free thread (SCM_RIGHTS).
+ *   reuseport   one SO_REUSEPORT socket per worker: the kernel spreads new
+ *               connections by hash, blind to load.
+ *   shared      every worker always watches the shared listener (the herd:
+ *               what gunicorn does), kept for comparison.
+ *
+ * The scoreboard is shared memory made by the master before the first fork:
+ * one cache line per worker slot, each field with one writer. Each side
+ * publishes its own field (seq_cst) and then reads the others (seq_cst), so
+ * of two concurrent changes at least one sees the other: either the changer
+ * kicks the peer (an eventfd write) or the peer's own re-check corrects it.
+ * A slow backstop timer covers lost kicks and crashed peers. The design and
+ * its measurements: docs/accept-balancing.md.
+ *
+ * Threads: the loop thread and the app threads of the worker both change
+ * the in-flight count and the listener registration, under `mu`. */
+#ifndef FW_BALANCE_H
+#define FW_BALANCE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "fw_loop.h"
+
+enum fw_balance_mode { FW_BAL_SHARED = 0, FW_BAL_LEAST_BUSY = 1, FW_BAL_REUSEPORT = 2 };
+
+enum fw_sb_state { FW_SB_FREE = 0, FW_SB_ALIVE = 1, FW_SB_DRAINING = 2 };
+
+/* One worker's slot. Writers: the owner worker unless said. */
+typedef struct fw_sb_slot {
+    _Atomic uint32_t inflight;      /* connections accepted or requests dispatched, not finished */
+    _Atomic uint32_t armed;         /* the listener is in the owner's epoll set */
+    _Atomic uint32_t state;         /* fw_sb_state; master: FREE, owner: ALIVE, DRAINING */
+    _Atomic uint32_t gen;           /* master: bumped at each spawn into the slot */
+    _Atomic int32_t pid;            /* owner, when its loop starts; master zeroes it */
+    _Atomic uint32_t threads;       /* app threads of the owner */
+    _Atomic uint64_t accepted;      /* statistics, owner */
+    _Atomic uint64_t handed_in;
+    _Atomic uint64_t handed_out;
+    _Atomic uint64_t kicks_sent;
+} __attribute__((aligned(64))) fw_sb_slot;
+
+#define FW_SB_SLOT_SIZE 64
+
+/* A new connection counts as busy from accept until its first request has
+ * been dispatched, for at most this long: long enough for the request of
+ * any client that sends at once (so the next connection goes elsewhere),
+ * short enough that silent connections cannot hold a worker's capacity. */
+#define FW_FIRST_REQUEST_GRACE_MS 30
+
+/* What the worker is told (by the master, through the app layer). The fds
+ * and the scoreboard memory are owned by the caller and outlive the server. */
+typedef struct fw_balance_cfg {
+    int mode;                       /* fw_balance_mode */
+    void *scoreboard;               /* nslots * FW_SB_SLOT_SIZE bytes, 64-aligned; NULL: private */
+    int nslots;
+    int me;                         /* this worker's slot */
+    const int *kick_fds;            /* nslots eventfds (-1: none); ours is watched */
+    const int *pass_fds;            /* nslots sending ends of the hand-off sockets (-1: none) */
+    int pass_recv_fd;               /* our receiving end, -1 if none */
+    int backstop_ms;                /* re-check while disarmed with a free thread; 0 = 500 */
+} fw_balance_cfg;
+
+typedef struct fw_server fw_server;
+typedef struct fw_conn fw_conn;
+
+typedef struct fw_balance {
+    fw_balance_cfg cfg;             /* fd arrays not owned (see above) */
+    fw_sb_slot *sb;                 /* the scoreboard (cfg's, or own_sb) */
+    fw_sb_slot own_sb;              /* a private one-slot scoreboard for a lone server */
+    pthread_mutex_t mu;             /* guards everything below and listener epoll_ctl */
+    uint32_t threads;               /* capacity: app threads */
+    uint32_t inflight;              /* our count (the slot's copy is for the others) */
+    int allowed;                    /* the loop allows accepting (not stopping, fds left) */
+    int armed;                      /* listeners are in our epoll set */
+    int draining;
+    int64_t backstop_at;            /* loop thread: next re-check while disarmed */
+    fw_watch kick_w;                /* our kick eventfd (cfg.kick_fds[me]), not owned */
+    fw_watch pass_w;                /* our hand-off socket (cfg.pass_recv_fd), not owned */
+} fw_balance;
+
+/* Set up for srv (its listeners and loop exist). Returns 0 or -1 (errno). */
+int fw_balance_init(fw_server *srv);
+void fw_balance_destroy(fw_server *srv);
+
+/* Loop thread, when the loop starts: join the scoreboard (ALIVE) and arm. */
+void fw_balance_start(fw_server *srv);
+
+/* Loop thread: may the listeners be watched at all (not stopping, below
+ * max-connections, not paused after EMFILE)? Arms or disarms as the mode
+ * and the scoreboard say. */
+void fw_balance_allow(fw_server *srv, int on);
+/* Accept at most this many connections per listener wake-up. */
+int fw_balance_accept_batch(const fw_server *srv);
+
+/* A request is about to be handed to an app thread: it counts as busy until
+ * the app call returns. (Connections count for nothing until a request has
+ * arrived whole: silent ones must not hold capacity.) */
+void fw_balance_begin(fw_server *srv, fw_conn *c);
+/* The app call for c returned (any thread; before the response is written),
+ * or c closed while counted. */
+void fw_balance_end(fw_server *srv, fw_conn *c);
+
+/* Loop thread, a request is arriving on idle connection c (nothing of it
+ * read yet; kept alive, or new): when this worker
+ * has no free thread and another has, hand c to it unread and close it
+ * here. Returns 1 if handed off (c is closed), 0 to serve it here. */
+int fw_balance_handoff(fw_server *srv, fw_conn *c);
+
+/* Loop thread, each pass: the backstop re-check. Returns the ms until it is
+ * next due, or -1 when none is needed. */
+int fw_balance_tick(fw_server *srv);
+
+/* Graceful stop: leave the minimum (DRAINING), disarm, kick the others. */
+void fw_balance_drain(fw_server *srv);
+
+/* For the master (through the app layer): reset slot i for a new worker
+ * (it turns ALIVE itself when its loop runs), or mark it free after the worker ended, kicking the live
+ * workers so none stays throttled by a stale count. */
+void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds);
+void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds);
+
+#endif

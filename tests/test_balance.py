@@ -1,0 +1,313 @@
+"""App threads and load-aware accept (--threads, --balance): real worker
+processes, real sockets on 127.0.0.1, real signals.
+
+Who served what is read from the answers of apps:where (pid, thread, and
+CLOCK_MONOTONIC start and end, which compare across processes): two requests
+ran at the same time in one process when their intervals overlap. Nothing
+here asserts a speed.
+"""
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from httpraw import Closed, Conn, request, wait_for
+
+# Every server here sets its own --threads.
+APP_MODES = ("inline",)
+
+
+def get_json(port, path, timeout=20):
+    r = request(port, f"GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode(), timeout=timeout)
+    assert r.status == 200, r
+    return json.loads(r.body)
+
+
+def burst(port, n, path):
+    """n requests released together, each on a new connection; their answers."""
+    gate = threading.Barrier(n)
+    out, errors = [None] * n, []
+
+    def one(i):
+        try:
+            gate.wait(10)
+            out[i] = get_json(port, path)
+        except Exception as e:  # noqa: BLE001 - every failure is reported
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return out
+
+
+def overlap(a, b):
+    return a["start"] < b["end"] and b["start"] < a["end"]
+
+
+def most_at_once(answers):
+    """Per pid, the largest number of requests running at one moment."""
+    peak = collections.Counter()
+    for a in answers:
+        here = [b for b in answers if b["pid"] == a["pid"] and b["start"] <= a["start"] < b["end"]]
+        peak[a["pid"]] = max(peak[a["pid"]], len(here))
+    return peak
+
+
+def ready_workers(s, n):
+    """Wait until the master has n workers and each has started its loop."""
+    assert wait_for(lambda: len(s.worker_pids()) == n and s.log().count("Booted worker") >= n, timeout=20)
+    seen = set()
+    deadline = time.monotonic() + 20
+    while len(seen) < n and time.monotonic() < deadline:
+        seen.add(get_json(s.port, "/?t=0")["pid"])
+    assert len(seen) == n, (seen, s.worker_pids())
+    return sorted(seen)
+
+
+def listening_sockets(port):
+    """LISTEN sockets on 127.0.0.1:port, from /proc/net/tcp."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A" and int(local.split(":")[1], 16) == port:
+                n += 1
+    return n
+
+
+# ---- threads ---------------------------------------------------------------
+
+def test_threads_run_requests_at_once_in_one_process(make_server):
+    s = make_server("apps:where", "--workers", "0", "--threads", "4")
+    answers = burst(s.port, 4, "/?t=0.6")
+    assert {a["pid"] for a in answers} == {s.pid}
+    assert len({a["thread"] for a in answers}) == 4
+    assert all(overlap(a, b) for a in answers for b in answers)
+    assert all(a["multithread"] is True for a in answers)
+
+
+def test_one_thread_is_inline_and_not_multithread(make_server):
+    s = make_server("apps:where", "--workers", "0")
+    answers = burst(s.port, 3, "/?t=0.2")
+    assert most_at_once(answers)[s.pid] == 1
+    assert all(a["multithread"] is False for a in answers)
+
+
+def test_a_worker_runs_at_most_its_threads_and_the_rest_wait(make_server):
+    """Backpressure: past its threads a worker stops accepting; the extra
+    connections wait in the kernel's queue and are all served."""
+    s = make_server("apps:where", "--workers", "1", "--threads", "2")
+    ready_workers(s, 1)
+    answers = burst(s.port, 6, "/?t=0.4")
+    assert max(most_at_once(answers).values()) == 2
+
+
+def test_pipelined_and_kept_alive_requests_on_threads(make_server):
+    s = make_server("apps:echo", "--workers", "0", "--threads", "3")
+    with Conn(s.port) as c:
+        c.send(b"".join(b"GET /p%d HTTP/1.1\r\nHost: a\r\n\r\n" % i for i in range(20)))
+        paths = [json.loads(c.read_response().body)["path"] for _ in range(20)]
+        assert paths == ["/p%d" % i for i in range(20)]
+        for i in range(5):
+            c.send(b"POST /k HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc")
+            assert json.loads(c.read_response().body)["body"] == "abc"
+
+
+# ---- least-busy ------------------------------------------------------------
+
+def test_least_busy_puts_one_request_per_worker_before_doubling_up(make_server):
+    s = make_server("apps:where", "--workers", "4", "--threads", "2")
+    pids = ready_workers(s, 4)
+    for _ in range(2):
+        four = burst(s.port, 4, "/?t=0.8")
+        assert sorted(a["pid"] for a in four) == pids, four
+        eight = burst(s.port, 8, "/?t=0.8")
+        assert collections.Counter(a["pid"] for a in eight) == {p: 2 for p in pids}, eight
+        assert all(v == 2 for v in most_at_once(eight).values())
+
+
+def test_kept_alive_request_at_a_saturated_worker_moves_to_a_free_one(make_server):
+    s = make_server("apps:where", "--workers", "2", "--threads", "2", "--keep-alive", "30")
+    ready_workers(s, 2)
+    conns = collections.defaultdict(list)
+    for _ in range(20):            # kept-alive connections, until 3 sit on one worker
+        c = Conn(s.port, timeout=20)
+        c.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+        conns[json.loads(c.read_response().body)["pid"]].append(c)
+        if any(len(v) >= 3 for v in conns.values()):
+            break
+    busy = next(p for p, v in conns.items() if len(v) >= 3)
+    other = next(p for p in s.worker_pids() if p != busy)
+    a, b, c = conns[busy][:3]
+    try:
+        a.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n\r\n")
+        b.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n\r\n")
+        time.sleep(0.4)             # both threads of `busy` are in the app now
+        c.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+        moved = json.loads(c.read_response().body)
+        assert moved["pid"] == other, (moved, busy)
+        ra, rb = json.loads(a.read_response().body), json.loads(b.read_response().body)
+        assert ra["pid"] == rb["pid"] == busy
+        assert moved["end"] < ra["end"]          # it did not wait behind them
+        # The moved connection stays usable, now served by the other worker.
+        c.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert json.loads(c.read_response().body)["pid"] == other
+    finally:
+        for v in conns.values():
+            for x in v:
+                x.close()
+
+
+def test_sigkilled_worker_does_not_throttle_the_others(make_server):
+    """A dead worker's slot (count 0) must leave the minimum at once, or the
+    live worker would be held to one request at a time. The replacement
+    imports the app slowly here, so only the survivor serves meanwhile."""
+    s = make_server("apps:where", "--workers", "2", "--threads", "2", "--lazy-apps",
+                    env={"FW_TEST_IMPORT_DELAY": "3"})
+    victim, survivor = ready_workers(s, 2)
+    os.kill(victim, signal.SIGKILL)
+    assert wait_for(lambda: victim not in s.worker_pids() and "died (signal SIGKILL)" in s.log())
+    answers = burst(s.port, 2, "/?t=1")
+    assert [a["pid"] for a in answers] == [survivor, survivor]
+    assert overlap(*answers), answers
+    assert wait_for(lambda: len(s.worker_pids()) == 2, timeout=20)
+    assert len(ready_workers(s, 2)) == 2
+
+
+def test_sigterm_finishes_in_flight_requests_on_threads(make_server):
+    s = make_server("apps:sleep", "--workers", "1", "--threads", "2")
+    ready = wait_for(lambda: len(s.worker_pids()) == 1)
+    assert ready
+    idle = Conn(s.port, timeout=10)
+    idle.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert idle.read_response().status == 200
+    slow = Conn(s.port, timeout=10)
+    slow.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n\r\n")
+    time.sleep(0.3)
+    s.signal(signal.SIGTERM)
+    r = slow.read_response()
+    assert r.status == 200 and r.body == b"slept" and r.header("connection") == "close"
+    assert idle.is_closed(5)            # idle kept-alive connections are closed
+    assert s.proc.wait(15) == 0
+
+
+def test_timeout_on_an_app_thread_logs_that_thread(make_server):
+    s = make_server("apps:sleep", "--workers", "1", "--threads", "2", "--timeout", "1.5")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    stuck = s.worker_pids()[0]
+    with Conn(s.port, timeout=15) as c:
+        c.send(b"GET /?t=30 HTTP/1.1\r\nHost: a\r\n\r\n")
+        time.sleep(0.3)
+        # The other thread still serves while one is stuck.
+        r = request(s.port, b"GET /?t=0 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        assert r.status == 200
+        assert c.is_closed(10)
+    assert wait_for(lambda: len(s.worker_pids()) == 1 and stuck not in s.worker_pids())
+    log = s.log()
+    assert "timed out" in log and "'GET /?t=30'" in log and "on app thread" in log
+    assert "in sleep" in log
+
+
+# ---- other modes -----------------------------------------------------------
+
+def test_reuseport_gives_each_worker_its_own_listening_socket(make_server):
+    s = make_server("apps:where", "--workers", "2", "--threads", "2", "--balance", "reuseport")
+    pids = ready_workers(s, 2)
+    assert listening_sockets(s.port) == 2           # the master's socket only holds the port
+    os.kill(pids[0], signal.SIGKILL)
+    assert wait_for(lambda: len(s.worker_pids()) == 2 and pids[0] not in s.worker_pids())
+    assert wait_for(lambda: listening_sockets(s.port) == 2)
+    assert {a["pid"] for a in burst(s.port, 6, "/?t=0")} <= set(s.worker_pids())
+
+
+def test_shared_mode_serves_from_every_worker(make_server):
+    s = make_server("apps:where", "--workers", "2", "--threads", "2")
+    ready_workers(s, 2)
+    assert listening_sockets(s.port) == 1
+    answers = burst(s.port, 4, "/?t=0.3")
+    assert {a["pid"] for a in answers} <= set(s.worker_pids())
+
+
+def _cli(*args):
+    p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:pid", *args], capture_output=True,
+                       text=True, timeout=30, cwd=os.path.dirname(os.path.abspath(__file__)))
+    return p.returncode, p.stderr.strip().splitlines()
+
+
+def test_bad_balance_and_threads_are_one_line_errors(tmp_path):
+    code, err = _cli("--balance", "round-robin", "--bind", "127.0.0.1:0")
+    assert code != 0 and len(err) == 1 and "--balance" in err[0] and "least-busy" in err[0], err
+    code, err = _cli("--threads", "0", "--bind", "127.0.0.1:0")
+    assert code != 0 and len(err) == 1 and "--threads" in err[0], err
+    code, err = _cli("--balance", "reuseport", "--workers", "2", "--bind", f"unix:{tmp_path}/s.sock")
+    assert code != 0 and len(err) == 1 and "reuseport" in err[0], err
+
+
+def _steady_load(port, stop, results, keepalive):
+    """Requests until stop (at most 3000): each result is a pid or an error.
+    A kept-alive client retries once, on a new connection, a request that
+    got no byte of answer on a reused connection the server had closed as
+    idle (what clients do, RFC 9112 9.3.1); any other failure counts."""
+    c, n = None, 0
+    req = b"GET /?t=0.005 HTTP/1.1\r\nHost: a\r\n\r\n"
+    while not stop.is_set() and n < 3000:
+        n += 1
+        try:
+            if not keepalive:
+                results.append(get_json(port, "/?t=0.005")["pid"])
+                continue
+            reused = c is not None
+            if c is None:
+                c = Conn(port, timeout=10)
+            try:
+                c.send(req)
+                r = c.read_response()
+            except (Closed, ConnectionResetError, BrokenPipeError):
+                if not reused or c.buf:
+                    raise
+                c.close()
+                c = Conn(port, timeout=10)
+                c.send(req)
+                r = c.read_response()
+            results.append(json.loads(r.body)["pid"])
+            if r.header("connection") == "close":
+                c.close()
+                c = None
+        except Exception as e:  # noqa: BLE001 - every failure is counted
+            results.append(repr(e))
+            if c:
+                c.close()
+            c = None
+    if c:
+        c.close()
+
+
+def test_sighup_under_load_with_threads_fails_nothing(make_server):
+    s = make_server("apps:where", "--workers", "2", "--threads", "2", "--keep-alive", "30")
+    before = set(ready_workers(s, 2))
+    stop, results = threading.Event(), []
+    loops = [threading.Thread(target=_steady_load, args=(s.port, stop, results, ka))
+             for ka in (False, False, True, True)]
+    for t in loops:
+        t.start()
+    try:
+        time.sleep(0.5)
+        s.signal(signal.SIGHUP)
+        assert wait_for(lambda: len(s.worker_pids()) == 2 and not set(s.worker_pids()) & before, timeout=20)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for t in loops:
+            t.join(30)
+    errors = [r for r in results if not isinstance(r, int)]
+    assert not errors, errors[:5]
+    served_by = set(results)
+    assert served_by & before and served_by - before      # old workers, then new ones
