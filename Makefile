@@ -4,6 +4,7 @@
 #   make ctest         C unit tests (tests/c), ASan + UBSan
 #   make fuzz-smoke    the fuzz target without libFuzzer: corpus + random inputs, ~60 s
 #   make fuzz          libFuzzer (clang), FUZZ_SECONDS=60
+#   make fuzz-offload-smoke / fuzz-offload   the same for the offload record parser
 #   make asan-ext      extension built with ASan/UBSan into build/asan, pytest run on it
 #   make asan-smoke    the same build, a short run of a real server (tests/asan_smoke.py)
 #   make clean
@@ -47,7 +48,7 @@ ASAN_EXT_ENV = LD_PRELOAD=$(LIBASAN) \
     UBSAN_OPTIONS=print_stacktrace=1:log_path=$(abspath $(ASAN_DIR))/logs/ubsan \
     PYTHONPATH=$(abspath $(ASAN_DIR))
 
-.PHONY: help ctest fuzz-smoke fuzz asan-ext asan-ext-build asan-smoke clean
+.PHONY: help ctest fuzz-smoke fuzz fuzz-offload-smoke fuzz-offload asan-ext asan-ext-build asan-smoke clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -85,6 +86,29 @@ fuzz: $(FBUILD)/fuzz_http
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_http \
 	    -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -dict=tests/fuzz/http.dict \
 	    -artifact_prefix=$(FBUILD)/ -print_final_stats=1 $(FUZZ_ARGS) $(FBUILD)/corpus tests/fuzz/corpus
+
+OFL_SRC := cserver/fw_offload.c
+OFL_HDR := cserver/fw_offload.h
+
+$(FBUILD)/fuzz_offload_standalone: tests/fuzz/fuzz_offload.c tests/fuzz/standalone_main.c $(OFL_SRC) $(OFL_HDR)
+	@mkdir -p $(FBUILD)
+	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver tests/fuzz/fuzz_offload.c tests/fuzz/standalone_main.c \
+	    $(OFL_SRC) -lpthread -o $@
+
+fuzz-offload-smoke: $(FBUILD)/fuzz_offload_standalone
+	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) * 3 + 60 )) $(FBUILD)/fuzz_offload_standalone \
+	    -n $(FUZZ_SMOKE_N) -s $(FUZZ_SMOKE_SEED) -t $(FUZZ_SMOKE_SECONDS) -a $(FBUILD)/ tests/fuzz/corpus_offload
+
+$(FBUILD)/fuzz_offload: tests/fuzz/fuzz_offload.c $(OFL_SRC) $(OFL_HDR)
+	@mkdir -p $(FBUILD)
+	$(CLANG) $(CWARN) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+	    -g -O1 -Icserver tests/fuzz/fuzz_offload.c $(OFL_SRC) -lpthread -o $@
+
+fuzz-offload: $(FBUILD)/fuzz_offload
+	@mkdir -p $(FBUILD)/corpus_offload
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_offload \
+	    -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
+	    $(FUZZ_ARGS) $(FBUILD)/corpus_offload tests/fuzz/corpus_offload
 
 # ---- the extension under ASan/UBSan ---------------------------------------
 # Built into build/asan (objects in build/asan/tmp) next to a copy of the

@@ -45,6 +45,9 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import cpu_times, wait_until_quiet, write_section  # noqa: E402
+
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 VENV = os.path.join(BENCH, ".venv")
@@ -283,13 +286,6 @@ def start_server(name, family, workers, argv_fn, app, tag, env, ready_path):
 
 # ---------------------------------------------------------------- machine load
 
-def cpu_times():
-    """(process time, irq+softirq time) in seconds, summed over all CPUs."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
-    hz = os.sysconf("SC_CLK_TCK")
-    return (user + nice + system) / hz, (irq + softirq) / hz
 
 
 def self_cpu():
@@ -297,17 +293,6 @@ def self_cpu():
     return ru.ru_utime + ru.ru_stime
 
 
-def wait_until_quiet(max_wait, threshold_pct=10.0):
-    """Wait (at most max_wait s) until other processes use under threshold_pct
-    of one CPU; returns (seconds waited, last busy %)."""
-    t0 = time.monotonic()
-    while True:
-        before = cpu_times()[0]
-        time.sleep(0.5)
-        busy = 100 * (cpu_times()[0] - before) / 0.5
-        waited = time.monotonic() - t0
-        if busy < threshold_pct or waited >= max_wait:
-            return waited, busy
 
 
 class CpuMeter:
@@ -554,9 +539,9 @@ def mark_overlaps(records):
             max_end = max(max_end, r["e"])
 
 
-def run_cpu(name, conc, duration, warmup, env, quiet_wait):
+def run_cpu(name, conc, duration, warmup, env, quiet_wait, rep=0):
     family, workers, argv_fn = CPU_SERVERS[name]
-    tag = f"cpu-c{conc}-{name}"
+    tag = f"cpu-c{conc}-{name}-r{rep}"
     waited, busy = wait_until_quiet(quiet_wait)
     result = {"part": "cpu", "concurrency": conc, "server": name, "duration": duration,
               "warmup": warmup, "quiet_wait_s": round(waited, 1),
@@ -775,30 +760,42 @@ def mixed_table(results, modes, servers, unavailable):
     return "\n".join(lines)
 
 
+def cpu_runs(results, conc, name):
+    return [x for x in results if x["part"] == "cpu" and x["concurrency"] == conc and x["server"] == name]
+
+
+def median_run(runs):
+    """The run with the median req/s (the lower middle one for an even count)."""
+    ok = sorted((x for x in runs if "rps" in x and "failure" not in x and x["requests"]),
+                key=lambda x: x["rps"])
+    return ok[(len(ok) - 1) // 2] if ok else (runs[0] if runs else None)
+
+
 def cpu_table(results, servers, unavailable):
-    lines = ["| concurrency | server | req/s | p50 ms | p99 ms | overlapped % "
-             "| app CPU ms/req | requests per worker pid | errors | server CPU % "
+    lines = ["| concurrency | server | req/s (median) | req/s of each repetition | p50 ms | p99 ms "
+             "| overlapped % | app CPU ms/req | requests per worker pid | errors | server CPU % "
              "| others' CPU % |",
-             "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+             "|---:|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|"]
     for conc in CONCURRENCIES:
         for name in servers:
             fam = CPU_SERVERS[name][0]
-            r = next((x for x in results if x["part"] == "cpu" and x["concurrency"] == conc
-                      and x["server"] == name), None)
+            runs = cpu_runs(results, conc, name)
+            r = median_run(runs)
             if fam in unavailable:
                 lines.append(f"| {conc} | {name} | not available: {cell(unavailable[fam])} "
-                             "| | | | | | | | |")
+                             "| | | | | | | | | |")
                 continue
             if r is None:
                 continue
             if "rps" not in r:
                 lines.append(f"| {conc} | {name} | FAILED: {cell(r['failure'])} "
-                             "| | | | | | | | |")
+                             "| | | | | | | | | |")
                 continue
             fail = f" (**{cell(r['failure'])}**)" if "failure" in r else ""
             pids = " / ".join(str(n) for n in sorted(r["per_pid"].values(), reverse=True))
+            each = ", ".join(f"{x['rps']:.1f}" if "rps" in x else "failed" for x in runs)
             lines.append(
-                f"| {conc} | {name}{fail} | {r['rps']:.1f} | {fmt_ms(r['p50_ms'])} | "
+                f"| {conc} | {name}{fail} | {r['rps']:.1f} | {each} | {fmt_ms(r['p50_ms'])} | "
                 f"{fmt_ms(r['p99_ms'])} | {r['overlap_pct']:.0f} | {r['app_cpu_ms']:.1f} | "
                 f"{pids} | {r['errors']} | {r.get('server_cpu_pct', float('nan')):.0f} | "
                 f"{r.get('other_cpu_pct', float('nan')):.0f} |")
@@ -814,9 +811,8 @@ def verdicts(results, modes):
         return r["overhead_ms"]["p99"] if r else None
 
     def rps(conc, name):
-        r = next((x for x in results if x["part"] == "cpu" and x["concurrency"] == conc
-                  and x["server"] == name and "rps" in x and "failure" not in x), None)
-        return r["rps"] if r and r["requests"] else None
+        r = median_run(cpu_runs(results, conc, name))
+        return r["rps"] if r and "rps" in r and "failure" not in r and r["requests"] else None
 
     def check(desc, num, den, limit, le):
         if num is None or den is None or den == 0:
@@ -953,21 +949,7 @@ Server commands (mixed, then half-CPU; run from the repository root, `cwd` bench
 
 {chr(10).join(probs) if probs else 'None: every run completed, no request errors, no error lines in server logs.'}
 """
-    text = ""
-    if os.path.exists(RESULTS):
-        with open(RESULTS) as f:
-            text = f.read()
-    if not text.strip():
-        text = "# forkwsgi benchmarks\n\n"
-    if SECTION in text:
-        start = text.index(SECTION)
-        nxt = re.search(r"^## ", text[start + len(SECTION):], re.M)
-        end = start + len(SECTION) + nxt.start() if nxt else len(text)
-        text = text[:start] + section.rstrip() + "\n\n" + text[end:].lstrip()
-    else:
-        text = text.rstrip() + "\n\n" + section
-    with open(RESULTS, "w") as f:
-        f.write(text.rstrip() + "\n")
+    write_section(RESULTS, SECTION, section)
 
 
 # ---------------------------------------------------------------- main
@@ -982,6 +964,8 @@ def main():
                     help="short runs: mixed 15 s, half-CPU 8 s (1 s warm-up)")
     ap.add_argument("--duration-mixed", type=int, help="seconds per mixed run (default 120)")
     ap.add_argument("--duration-cpu", type=int, help="seconds per half-CPU cell (default 30)")
+    ap.add_argument("--reps-cpu", type=int,
+                    help="repetitions of each half-CPU cell, in interleaved rounds; the median counts")
     ap.add_argument("--warmup-cpu", type=int, help="discarded seconds per half-CPU cell "
                                                    "(default 2, --quick 1)")
     ap.add_argument("--only", help="comma-separated server names or families "
@@ -997,6 +981,7 @@ def main():
     args = ap.parse_args()
     args.duration_mixed = args.duration_mixed or (15 if args.quick else 120)
     args.duration_cpu = args.duration_cpu or (8 if args.quick else 30)
+    args.reps_cpu = args.reps_cpu or (1 if args.quick else 3)
     if args.warmup_cpu is None:
         args.warmup_cpu = 1 if args.quick else 2
     if args.quiet_wait is None:
@@ -1046,8 +1031,11 @@ def main():
 
     plan = [("mixed", m, s) for m in modes for s in mixed_servers
             if MIXED_SERVERS[s][0] not in unavailable]
-    plan += [("cpu", c, s) for c in CONCURRENCIES for s in cpu_servers
-             if CPU_SERVERS[s][0] not in unavailable]
+    # Half-CPU cells are short and this VM's speed drifts over minutes: each
+    # is repeated, in rounds that visit every server in turn, and reported
+    # as the median (run_core.py does the same).
+    plan += [("cpu", (c, rep), s) for rep in range(args.reps_cpu) for c in CONCURRENCIES
+             for s in cpu_servers if CPU_SERVERS[s][0] not in unavailable]
     est = sum(args.duration_mixed + 12 if p == "mixed" else args.duration_cpu
               + args.warmup_cpu + 4 for p, _, _ in plan)
     log(f"{len(plan)} runs, about {est / 60:.1f} min (plus waits for an idle machine)")
@@ -1058,11 +1046,13 @@ def main():
     interrupted = False
     try:
         for i, (part, x, name) in enumerate(plan):
-            head = f"[{i + 1}/{len(plan)}] {part:5} {str(x):9} {name:22}"
+            what = x if part == "mixed" else f"c={x[0]} #{x[1] + 1}"
+            head = f"[{i + 1}/{len(plan)}] {part:5} {what:9} {name:22}"
             if part == "mixed":
                 r = run_mixed(name, x, args.duration_mixed, env, args.quiet_wait)
             else:
-                r = run_cpu(name, x, args.duration_cpu, args.warmup_cpu, env, args.quiet_wait)
+                r = run_cpu(name, x[0], args.duration_cpu, args.warmup_cpu, env, args.quiet_wait, x[1])
+                r["rep"] = x[1]
             results.append(r)
             if part == "mixed" and "light_n" in r:
                 o = r["overhead_ms"]

@@ -33,6 +33,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import cpu_times, wait_until_quiet, write_section  # noqa: E402
+
 BENCH = os.path.dirname(os.path.abspath(__file__))
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -148,30 +151,8 @@ def ensure_venv():
 
 # ---------------------------------------------------------------- machine load
 
-def cpu_times():
-    """(process time, irq+softirq time) in seconds, summed over all CPUs.
-
-    Process time is user+nice+system; with IRQ time accounting (as here) the
-    kernel's network softirq work is counted apart from any process."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
-    hz = os.sysconf("SC_CLK_TCK")
-    return (user + nice + system) / hz, (irq + softirq) / hz
 
 
-def wait_until_quiet(max_wait, threshold_pct=10.0):
-    """Wait (at most max_wait s) until other processes use under threshold_pct
-    of one CPU over a 1 s sample; returns (seconds waited, last busy %).
-    Other jobs on this 2-core machine (test suites, builds) skew the figures."""
-    t0 = time.monotonic()
-    while True:
-        before = cpu_times()[0]
-        time.sleep(0.5)
-        busy = 100 * (cpu_times()[0] - before) / 0.5
-        waited = time.monotonic() - t0
-        if busy < threshold_pct or waited >= max_wait:
-            return waited, busy
 
 
 # ---------------------------------------------------------------- servers
@@ -599,21 +580,7 @@ wrk commands (each also run once for {args.warmup} s first, discarded; run from 
 
 {chr(10).join(problems) if problems else 'None: every run completed, no server exited early, no error lines in server logs.'}
 """
-    text = ""
-    if os.path.exists(RESULTS):
-        with open(RESULTS) as f:
-            text = f.read()
-    if not text.strip():
-        text = "# forkwsgi benchmarks\n\n"
-    if SECTION in text:
-        start = text.index(SECTION)
-        nxt = re.search(r"^## ", text[start + len(SECTION):], re.M)
-        end = start + len(SECTION) + nxt.start() if nxt else len(text)
-        text = text[:start] + section.rstrip() + "\n\n" + text[end:].lstrip()
-    else:
-        text = text.rstrip() + "\n\n" + section
-    with open(RESULTS, "w") as f:
-        f.write(text.rstrip() + "\n")
+    write_section(RESULTS, SECTION, section)
 
 
 # ---------------------------------------------------------------- main

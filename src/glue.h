@@ -99,4 +99,7 @@ void fw_status_leave(ServerObject *s, fw_conn *c);
 /* module.c */
 void fw_glue_log_exception(ServerObject *s, const char *what, fw_conn *c);
 
+/* offload.c: forkwsgi.offload() and its set-up, added to the module. */
+extern PyMethodDef fw_offload_methods[];
+
 #endif

@@ -484,6 +484,10 @@ PyMODINIT_FUNC PyInit__forkwsgi(void)
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
+    if (PyModule_AddFunctions(m, fw_offload_methods) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&Server_Type);
     Py_INCREF(&FileWrapper_Type);
     Py_INCREF(&Input_Type);

@@ -250,6 +250,50 @@ def where(environ, start_response):
     return [body.encode()]
 
 
+def offloader(environ, start_response):
+    """/emit?topic=T&n=N&size=S&key=K&mark=PATH&t=SECONDS: N records of S bytes
+    (value = "<pid>-<i>-" padded with x); writes PATH once they were handed
+    over, then sleeps t. /bad?case=...: a wrong call, answering the exception.
+    /stats: the offload counters."""
+    import forkwsgi
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    path = environ["PATH_INFO"]
+    if path == "/bad":
+        case = q["case"]
+        calls = {
+            "topic-type": lambda: forkwsgi.offload(5, b"v"),
+            "value-type": lambda: forkwsgi.offload("t", 5),
+            "key-type": lambda: forkwsgi.offload("t", b"v", key=3.5),
+            "topic-name": lambda: forkwsgi.offload("no spaces", b"v"),
+            "topic-dots": lambda: forkwsgi.offload("..", b"v"),
+            "too-big": lambda: forkwsgi.offload("t", b"x" * (int(q.get("size", "0")))),
+        }
+        try:
+            calls[case]()
+            out = "no error"
+        except Exception as e:  # noqa: BLE001 - the test reads the exception
+            out = f"{type(e).__name__}: {e}"
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [out.encode()]
+    if path == "/stats":
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [json.dumps(forkwsgi.offload_stats()).encode()]
+    n, size = int(q.get("n", "1")), int(q.get("size", "0"))
+    topic, key = q.get("topic", "events"), q.get("key")
+    results = []
+    emit = environ["forkwsgi.offload"]
+    for i in range(n):
+        v = f"{os.getpid()}-{q.get('id', '')}{i}-".encode()
+        v += b"x" * max(0, size - len(v))
+        results.append(emit(topic, v, key=key.encode() if key else None))
+    if "mark" in q:
+        with open(q["mark"], "w") as f:
+            f.write("handed over")
+    time.sleep(float(q.get("t", "0")))
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [json.dumps({"pid": os.getpid(), "results": results}).encode()]
+
+
 def pid(environ, start_response):
     start_response("200 OK", [("Content-Type", "text/plain")])
     return [str(os.getpid()).encode()]

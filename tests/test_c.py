@@ -3,7 +3,9 @@
 - `make ctest`: tests/c/test_http.c (parser, chunked decoder, split
   equivalence, fw_buf) under ASan + UBSan;
 - `make fuzz-smoke`: the fuzz target tests/fuzz/fuzz_http.c over the seed
-  corpus and 200k seeded random inputs, under ASan + UBSan, without libFuzzer.
+  corpus and 200k seeded random inputs, under ASan + UBSan, without libFuzzer;
+- `make fuzz-offload-smoke`: the same for the offload record parser
+  (tests/fuzz/fuzz_offload.c).
 
 Skipped only when there is no C compiler at all.
 """
@@ -51,4 +53,9 @@ def test_c_unit_tests():
 
 def test_fuzz_smoke():
     out = make("fuzz-smoke", timeout=280)
+    assert re.search(r"^standalone: \d+ files and \d+ random inputs .* no crash$", out, re.M), out[-5000:]
+
+
+def test_fuzz_offload_smoke():
+    out = make("fuzz-offload-smoke", timeout=280)
     assert re.search(r"^standalone: \d+ files and \d+ random inputs .* no crash$", out, re.M), out[-5000:]

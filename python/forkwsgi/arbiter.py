@@ -27,7 +27,7 @@ import socket
 import struct
 import time
 
-from . import _forkwsgi, appload, binding, config, proctitle, worker
+from . import _forkwsgi, appload, binding, config, proctitle, sibling, worker
 
 log = logging.getLogger("forkwsgi")
 
@@ -103,6 +103,17 @@ class Arbiter:
                 r, w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
                 self.pass_recv.append(r)
                 self.pass_send.append(w)
+        # Offload: the queue, the shared counters, the sibling.
+        self.offload_cfg = None
+        self.offload_pid = None
+        self.offload_started = 0.0
+        self.offload_next_spawn = 0.0
+        self.offload_backoff = 0.0
+        self.offload_restart = False
+        if cfg["offload_sink"]:
+            self.offload_cfg = dict(cfg, offload_dir=os.path.abspath(cfg["offload_dir"]))
+            self.offload_cfg["offload_spill_dir"] = os.path.join(self.offload_cfg["offload_dir"], "spill")
+            self.ofl_counters = mmap.mmap(-1, sibling.counters_size(self.nslots))
 
     # ---- start-up ----------------------------------------------------------
 
@@ -117,6 +128,8 @@ class Arbiter:
             # listening socket of its own in the group.
             self.sockets.append(binding.create(addr, self.cfg["backlog"],
                                                reuseport=self.balance == "reuseport"))
+        if self.offload_cfg:
+            self.start_offload_queue()
         if not self.lazy:
             self.app = appload.load(self.app_spec)
             # Objects made so far (the app, its imports) stay out of the
@@ -133,6 +146,48 @@ class Arbiter:
         self.log.info("Master %d: %d worker(s) x %d thread(s), balance %s, %s", self.pid,
                       self.num_workers, self.threads, self.balance,
                       "app loaded per worker (--lazy-apps)" if self.lazy else "app preloaded")
+
+    def start_offload_queue(self):
+        """The queue: a SOCK_SEQPACKET pair (see cserver/fw_offload.h). The
+        master keeps both ends for its whole life, so what is queued outlives
+        any worker or sibling."""
+        os.makedirs(self.offload_cfg["offload_spill_dir"], exist_ok=True)
+        self.ofl_send, self.ofl_recv = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        want = self.offload_cfg["offload_queue_bytes"]
+        try:     # as root, past net.core.wmem_max
+            self.ofl_send.setsockopt(socket.SOL_SOCKET, 32, want)      # SO_SNDBUFFORCE
+        except OSError:
+            self.ofl_send.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
+        self.log.info("Offload to %s (journal %s, overflow %s)", self.offload_cfg["offload_sink"],
+                      self.offload_cfg["offload_dir"], self.offload_cfg["offload_overflow"])
+
+    def spawn_offload(self):
+        pid = os.fork()
+        if pid == 0:
+            for fd in (self.wake_r, self.wake_w):
+                os.close(fd)
+            for w in self.workers.values():
+                if w.ready_fd is not None:
+                    os.close(w.ready_fd)
+            for s in self.sockets + self.pass_recv + self.pass_send:
+                s.close()
+            n = self.nslots
+            sibling.run_sibling(self.ofl_recv, self.offload_cfg, self.pid,
+                                counters=memoryview(self.ofl_counters)[n * sibling.COUNTER_BLOCK:
+                                                                       (n + 1) * sibling.COUNTER_BLOCK])
+        self.offload_pid = pid
+        self.offload_started = time.monotonic()
+        self.log.info("Booted the offload sibling (pid %d)", pid)
+
+    def offload_options(self, slot):
+        c = self.offload_cfg
+        return {"sock": self.ofl_send.fileno(),
+                "overflow": {"block": 0, "drop": 1, "spill": 2}[c["offload_overflow"]],
+                "block_ms": int(c["offload_block_timeout"] * 1000),
+                "max_record": c["offload_max_record"], "spill_dir": c["offload_spill_dir"],
+                "counters": memoryview(self.ofl_counters)[slot * sibling.COUNTER_BLOCK:
+                                                          (slot + 1) * sibling.COUNTER_BLOCK],
+                "stats": (self.ofl_counters, self.nslots)}
 
     def _on_signal(self, signum, frame):
         if len(self.sig_queue) < 16:
@@ -204,6 +259,8 @@ class Arbiter:
     def manage_workers(self):
         if self.stopping:
             return
+        if self.offload_cfg and self.offload_pid is None and time.monotonic() >= self.offload_next_spawn:
+            self.spawn_offload()
         current = [w for w in self.workers.values() if not w.old and not w.retiring]
         if len(current) > self.num_workers:
             for w in sorted(current, key=lambda w: -w.index)[:len(current) - self.num_workers]:
@@ -232,6 +289,7 @@ class Arbiter:
         status = memoryview(self.status)[lo:hi]
         _forkwsgi.sb_spawn(self.scoreboard, slot, self.kick_fds or None)
         balance = {"scoreboard": self.scoreboard, "slot": slot}
+        ofl = self.offload_options(slot) if self.offload_cfg else None
         if self.counting:
             balance.update(kick_fds=self.kick_fds, pass_fds=[s.fileno() for s in self.pass_send],
                            pass_recv_fd=self.pass_recv[slot].fileno())
@@ -256,7 +314,7 @@ class Arbiter:
             # wsgi.multiprocess: true when the app may run in several processes at once.
             worker.run(index, self.pid, sockets, self.app, self.app_spec, options, w,
                        self.log, self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
-                       status=status, balance=balance)
+                       status=status, balance=balance, offload=ofl)
         status.release()
         if sockets is not self.sockets:
             for s in sockets:
@@ -285,6 +343,9 @@ class Arbiter:
                 return
             if pid == 0:
                 return
+            if pid == self.offload_pid:
+                self.offload_reaped(pid, status)
+                continue
             w = self.workers.pop(pid, None)
             if w is None:
                 continue
@@ -311,6 +372,21 @@ class Arbiter:
                 self.log.warning("workers die at start-up: next start in %.1f s", self.backoff)
             else:
                 self.backoff = 0.0
+
+    def offload_reaped(self, pid, status):
+        self.offload_pid = None
+        code = os.waitstatus_to_exitcode(status)
+        how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+        if self.stopping or self.offload_restart:
+            self.log.info("Offload sibling (pid %d) exited (%s)", pid, how)
+            self.offload_restart = False
+            return
+        self.log.warning("Offload sibling (pid %d) died (%s); replacing it", pid, how)
+        if time.monotonic() - self.offload_started < BOOT_CRASH_SECONDS:
+            self.offload_backoff = min(max(0.1, self.offload_backoff * 2), MAX_BACKOFF)
+            self.offload_next_spawn = time.monotonic() + self.offload_backoff
+        else:
+            self.offload_backoff = 0.0
 
     def release_slot(self, slot):
         """A worker ended: take it out of the scoreboard (a stale count would
@@ -426,6 +502,27 @@ class Arbiter:
         while self.workers and time.monotonic() < deadline:
             self._reap_quietly()
             time.sleep(0.02)
+        self.stop_offload(graceful)
+
+    def stop_offload(self, graceful):
+        """After the workers (nothing more is produced): the sibling drains
+        the queue within the graceful timeout; what it cannot deliver stays
+        in its journal for the next start."""
+        if not self.offload_cfg:
+            return
+        if self.offload_pid is not None:
+            self.kill(self.offload_pid, signal.SIGTERM if graceful else signal.SIGQUIT)
+            deadline = time.monotonic() + (self.cfg["graceful_timeout"] + 2.0 if graceful else 3.0)
+            while self.offload_pid is not None and time.monotonic() < deadline:
+                self._reap_quietly()
+                time.sleep(0.02)
+            if self.offload_pid is not None:
+                self.log.warning("Offload sibling (pid %d) did not stop in time: killing it", self.offload_pid)
+                self.kill(self.offload_pid, signal.SIGKILL)
+                self._reap_quietly()
+        totals = sibling.read_counters(self.ofl_counters, self.nslots)
+        self.log.info("offload totals: %s", ", ".join(f"{k} {v}" for part in totals.values()
+                                                        for k, v in part.items()))
 
     def _reap_quietly(self):
         try:
@@ -458,6 +555,11 @@ class Arbiter:
         for w in self.workers.values():
             if not w.retiring:
                 w.old = True
+        if self.offload_pid is not None:
+            # A fresh sibling too (new code, new sink connection): this one
+            # drains what it holds and exits; its replacement takes over.
+            self.offload_restart = True
+            self.kill(self.offload_pid, signal.SIGHUP)
         self.manage_workers()
 
     def handle_ttin(self):

@@ -70,13 +70,36 @@ def _nice(v):
 
 
 BALANCE_MODES = ("least-busy", "reuseport", "shared")
+OVERFLOW_MODES = ("block", "drop", "spill")
 
 
-def _balance(v):
-    v = str(v).strip().lower()
-    if v not in BALANCE_MODES:
-        raise ValueError("use " + ", ".join(BALANCE_MODES))
-    return v
+def _choice(options):
+    """A converter accepting one of `options` (case-insensitive)."""
+    def convert(v):
+        v = str(v).strip().lower()
+        if v not in options:
+            raise ValueError("use " + ", ".join(options))
+        return v
+    return convert
+
+
+_balance = _choice(BALANCE_MODES)
+_overflow = _choice(OVERFLOW_MODES)
+_fsync = _choice(("batch", "never"))
+
+
+def _offload_sink(v):
+    v = str(v).strip()
+    kind, _, rest = v.partition(":")
+    if kind == "jsonl" and rest:
+        return v
+    if kind == "python" and rest.count(":") == 1 and all(rest.split(":")):
+        return v
+    if kind == "kafka":
+        raise ValueError("kafka:// sinks are not available in this version yet; use jsonl:PATH or "
+                         "python:MODULE:FACTORY")
+    raise ValueError("not an offload sink: use jsonl:PATH or python:MODULE:FACTORY")
+
 
 
 def _log_level(v):
@@ -162,6 +185,29 @@ SETTINGS = [
             "request bodies larger than this are buffered in a temp file", section="Limits"),
     Setting("spool_dir", ["--spool-dir"], None, help="directory for spooled request bodies (default: the temp dir)", metavar="DIR", section="Limits"),
     Setting("url_scheme", ["--url-scheme"], "http", help="wsgi.url_scheme (https behind a TLS proxy)"),
+    Setting("offload_sink", ["--offload-sink"], None, _offload_sink, metavar="SINK", section="Offload",
+            help="enable forkwsgi.offload(): a sibling process delivers the records to jsonl:PATH (JSON lines) "
+                 "or python:MODULE:FACTORY (an object with send(batch), close())"),
+    Setting("offload_dir", ["--offload-dir"], "forkwsgi-offload", metavar="DIR", section="Offload",
+            help="the offload journal and spill files: records not yet delivered survive restarts here"),
+    Setting("offload_overflow", ["--offload-overflow"], "spill", _overflow, section="Offload",
+            help="when the queue is full: spill (to a file the sibling collects), drop (counted and logged), "
+                 "or block (wait up to --offload-block-timeout, then drop)"),
+    Setting("offload_block_timeout", ["--offload-block-timeout"], 0.05, _seconds, section="Offload",
+            help="longest wait of one offload() call for room in the queue (block)"),
+    Setting("offload_max_record", ["--offload-max-record"], 16 << 20, _size, section="Offload",
+            help="largest record (topic + key + value); larger ones raise ValueError"),
+    Setting("offload_queue_bytes", ["--offload-queue-bytes"], 4 << 20, _size, section="Offload",
+            help="the queue's size in bytes (socket buffer); past it the overflow policy applies"),
+    Setting("offload_batch", ["--offload-batch"], 500, _positive_int, section="Offload",
+            help="records per delivery to the sink at most"),
+    Setting("offload_linger", ["--offload-linger"], 0.05, _seconds, section="Offload",
+            help="seconds a record may wait for its batch to fill"),
+    Setting("offload_max_pending", ["--offload-max-pending"], 100000, _positive_int, section="Offload",
+            help="records the sibling holds undelivered in memory; past it they wait in the queue, then overflow"),
+    Setting("offload_fsync", ["--offload-fsync"], "batch", _fsync, section="Offload",
+            help="batch: fsync the journal and the jsonl sink after each batch; never: leave it to the kernel"),
+    Setting("offload_nice", ["--offload-nice"], 0, _nice, section="Offload", help="nice level of the offload sibling"),
 ]
 
 BY_NAME = {s.name: s for s in SETTINGS}
@@ -187,7 +233,8 @@ CORE_OPTIONS = {
 
 # Settings of the process model (master, CLI), not of one server loop.
 PROCESS_ONLY = ("config", "chdir", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
-                "max_requests_jitter", "max_rss", "timeout")
+                "max_requests_jitter", "max_rss", "timeout") + tuple(s.name for s in SETTINGS
+                                                                      if s.name.startswith("offload_"))
 
 
 def server_options(cfg):

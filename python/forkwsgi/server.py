@@ -30,7 +30,7 @@ class Server:
     """
 
     def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None,
-                 _multiprocess=False, _status=None, _balance=None, **options):
+                 _multiprocess=False, _status=None, _balance=None, _offload=False, **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
         if bind is not None and isinstance(bind, str):
@@ -67,6 +67,8 @@ class Server:
             "wsgi.file_wrapper": _forkwsgi.FileWrapper,
             "SCRIPT_NAME": "",
         }
+        if _offload:
+            base["forkwsgi.offload"] = _forkwsgi.offload
         core = {cname: self.settings[name] for name, cname in config.CORE_OPTIONS.items()
                 if self.settings[name] is not None}
         # A lone server has no peers: least-busy then just stops watching its

@@ -12,7 +12,8 @@ import os
 import signal
 import sys
 
-from . import appload, proctitle
+from . import _forkwsgi, appload, proctitle
+from . import sibling
 from .server import Server
 
 # Exit codes the master acts on (gunicorn's numbers, for operators' scripts).
@@ -35,7 +36,7 @@ def _die_with_parent(master_pid):
 
 
 def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worker_nice=0,
-        multiprocess=True, status=None, balance=None):
+        multiprocess=True, status=None, balance=None, offload=None):
     """Entry point in the child; never returns."""
     code = 0
     try:
@@ -56,8 +57,13 @@ def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worke
             except Exception:
                 log.exception("worker %d: error while importing the app %r", index, app_spec)
                 os._exit(APP_LOAD_ERROR)
+        if offload:
+            # This process's producer: forkwsgi.offload() from any thread.
+            stats = offload.pop("stats")
+            _forkwsgi.offload_setup(on_drop=sibling.on_drop, **offload)
+            sibling.attach(*stats)
         server = Server(app, sockets=sockets, logger=log, _multiprocess=multiprocess, _status=status,
-                        _balance=balance, **options)
+                        _balance=balance, _offload=bool(offload), **options)
         # --timeout: the master asks for every thread's Python stack with
         # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode).
         faulthandler.register(signal.SIGUSR2, all_threads=True)

@@ -1,0 +1,221 @@
+/* fw_offload: framing and handing over records. See fw_offload.h. */
+#define _GNU_SOURCE
+#include "fw_offload.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SOCK_OVERHEAD 64     /* what the socket may keep per record beyond its bytes */
+
+static uint64_t now_ns(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int fw_offload_init(fw_offload *o, int sock, int overflow, int block_ms, size_t max_record,
+                    const char *spill_dir, fw_offload_counters *shared)
+{
+    memset(o, 0, sizeof(*o));
+    o->sock = sock;
+    o->overflow = overflow;
+    o->block_ms = block_ms > 0 ? block_ms : 0;
+    o->max_record = max_record;
+    o->spill_fd = -1;
+    o->pid = (uint32_t)getpid();
+    o->ctr = shared ? shared : &o->own_ctr;
+    /* The largest record the socket takes in one piece: its send buffer,
+     * less what the kernel accounts per record. */
+    int sndbuf = 0;
+    socklen_t len = sizeof(sndbuf);
+    if (getsockopt(sock, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0)
+        return -1;
+    o->sock_max = sndbuf > 4 * SOCK_OVERHEAD ? (size_t)sndbuf / 2 - SOCK_OVERHEAD : 0;
+    int n = snprintf(o->spill_path, sizeof(o->spill_path), "%s/spill-%u.fwo",
+                     spill_dir && *spill_dir ? spill_dir : "/tmp", o->pid);
+    if (n < 0 || (size_t)n >= sizeof(o->spill_path)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (pthread_mutex_init(&o->spill_mu, NULL) != 0)
+        return -1;
+    return 0;
+}
+
+void fw_offload_destroy(fw_offload *o)
+{
+    if (o->spill_fd >= 0)
+        close(o->spill_fd);
+    o->spill_fd = -1;
+    pthread_mutex_destroy(&o->spill_mu);
+}
+
+int fw_offload_topic_ok(const char *t, size_t n)
+{
+    if (n == 0 || n > FW_OFL_TOPIC_MAX || (n == 1 && t[0] == '.') ||
+        (n == 2 && t[0] == '.' && t[1] == '.'))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Append the whole record to this process's spill file, or nothing. */
+static int spill(fw_offload *o, const struct iovec *iov, int iovcnt, size_t total)
+{
+    int rc = FW_OFL_SPILLED;
+    pthread_mutex_lock(&o->spill_mu);
+    if (o->spill_fd < 0)
+        o->spill_fd = open(o->spill_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    off_t start = o->spill_fd >= 0 ? lseek(o->spill_fd, 0, SEEK_END) : -1;
+    if (start < 0) {
+        rc = FW_OFL_EIO;
+        goto out;
+    }
+    struct iovec v[4];
+    memcpy(v, iov, (size_t)iovcnt * sizeof(*v));
+    size_t done = 0;
+    int first = 0;
+    while (done < total) {
+        ssize_t w = writev(o->spill_fd, v + first, iovcnt - first);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            /* Disk full or worse: take the half record back, so the file
+             * stays a sequence of whole records. */
+            int e = w < 0 ? errno : EIO;
+            if (ftruncate(o->spill_fd, start) != 0)
+                e = errno;
+            errno = e;
+            rc = FW_OFL_EIO;
+            goto out;
+        }
+        done += (size_t)w;
+        while (first < iovcnt && (size_t)w >= v[first].iov_len) {
+            w -= (ssize_t)v[first].iov_len;
+            first++;
+        }
+        if (first < iovcnt) {
+            v[first].iov_base = (char *)v[first].iov_base + w;
+            v[first].iov_len -= (size_t)w;
+        }
+    }
+out:
+    pthread_mutex_unlock(&o->spill_mu);
+    if (rc == FW_OFL_SPILLED)
+        atomic_fetch_add(&o->ctr->spilled, 1);
+    return rc;
+}
+
+static int try_send(fw_offload *o, struct msghdr *mh)
+{
+    for (;;) {
+        ssize_t n = sendmsg(o->sock, mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n >= 0)
+            return 0;
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *key, size_t klen,
+                    const char *value, size_t vlen)
+{
+    if (!fw_offload_topic_ok(topic, tlen) || (!key && klen) || (!value && vlen))
+        return FW_OFL_EINVAL;
+    size_t total = sizeof(fw_offload_hdr) + tlen + klen + vlen;
+    if (klen > UINT32_MAX || vlen > UINT32_MAX || total > o->max_record || total > UINT32_MAX)
+        return FW_OFL_ETOOBIG;
+    fw_offload_hdr h = {
+        .magic = FW_OFL_MAGIC, .total = (uint32_t)total, .flags = key ? FW_OFL_KEY : 0,
+        .topic_len = (uint32_t)tlen, .key_len = (uint32_t)klen, .value_len = (uint32_t)vlen,
+        .pid = o->pid, .seq = atomic_fetch_add(&o->seq, 1), .ts_ns = now_ns(CLOCK_REALTIME),
+    };
+    struct iovec iov[4] = {
+        { .iov_base = &h, .iov_len = sizeof(h) },
+        { .iov_base = (void *)topic, .iov_len = tlen },
+        { .iov_base = (void *)(key ? key : ""), .iov_len = klen },
+        { .iov_base = (void *)(value ? value : ""), .iov_len = vlen },
+    };
+    struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 4 };
+    if (total > o->sock_max)
+        return spill(o, iov, 4, total);       /* too big to travel in one piece */
+    if (try_send(o, &mh) == 0)
+        goto queued;
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
+        /* The queue itself is gone (only if the master died): keep it on disk. */
+        int rc = spill(o, iov, 4, total);
+        if (rc == FW_OFL_SPILLED)
+            return rc;
+        goto drop;
+    }
+    if (o->overflow == FW_OFL_DROP)
+        goto drop;
+    if (o->overflow == FW_OFL_SPILL) {
+        if (spill(o, iov, 4, total) == FW_OFL_SPILLED)
+            return FW_OFL_SPILLED;
+        goto drop;
+    }
+    /* Block: wait for room, never longer than block_ms in all. */
+    uint64_t start = now_ns(CLOCK_MONOTONIC), limit = (uint64_t)o->block_ms * 1000000u;
+    for (;;) {
+        uint64_t spent = now_ns(CLOCK_MONOTONIC) - start;
+        if (spent >= limit) {
+            atomic_fetch_add(&o->ctr->blocked_ns, spent);
+            goto drop;
+        }
+        struct pollfd pfd = { .fd = o->sock, .events = POLLOUT };
+        int wait_ms = (int)((limit - spent + 999999) / 1000000);
+        if (poll(&pfd, 1, wait_ms) < 0 && errno != EINTR) {
+            atomic_fetch_add(&o->ctr->blocked_ns, now_ns(CLOCK_MONOTONIC) - start);
+            goto drop;
+        }
+        if (try_send(o, &mh) == 0) {
+            atomic_fetch_add(&o->ctr->blocked_ns, now_ns(CLOCK_MONOTONIC) - start);
+            goto queued;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
+            goto drop;
+    }
+queued:
+    atomic_fetch_add(&o->ctr->queued, 1);
+    atomic_fetch_add(&o->ctr->bytes, total);
+    return FW_OFL_OK;
+drop:
+    atomic_fetch_add(&o->ctr->dropped, 1);
+    return FW_OFL_DROPPED;
+}
+
+long fw_offload_parse(const char *buf, size_t n, fw_offload_rec *rec)
+{
+    if (n < sizeof(fw_offload_hdr))
+        return 0;
+    memcpy(&rec->h, buf, sizeof(rec->h));
+    const fw_offload_hdr *h = &rec->h;
+    uint64_t want = (uint64_t)sizeof(*h) + h->topic_len + (uint64_t)h->key_len + h->value_len;
+    if (h->magic != FW_OFL_MAGIC || h->total != want || (h->flags & ~FW_OFL_KEY) ||
+        (!(h->flags & FW_OFL_KEY) && h->key_len) || h->topic_len == 0 ||
+        h->topic_len > FW_OFL_TOPIC_MAX)
+        return -1;
+    if (n < h->total)
+        return 0;                /* rec->h.total says how much is needed */
+    rec->topic = buf + sizeof(*h);
+    if (!fw_offload_topic_ok(rec->topic, h->topic_len))
+        return -1;
+    rec->key = (h->flags & FW_OFL_KEY) ? rec->topic + h->topic_len : NULL;
+    rec->value = rec->topic + h->topic_len + h->key_len;
+    return (long)h->total;
+}

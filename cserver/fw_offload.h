@@ -1,0 +1,110 @@
+/* fw_offload: side-effect records (a topic, an optional key, a value) handed
+ * from request threads to the offload sibling process.
+ *
+ * The queue is one AF_UNIX SOCK_SEQPACKET socket pair made by the master
+ * before it forks: every worker sends on one end, the sibling reads the
+ * other. It is a pipe that keeps record boundaries: each record is one
+ * sendmsg(), delivered whole, never split and never interleaved with other
+ * writers' records (a pipe only guarantees that up to PIPE_BUF bytes), and a
+ * full queue answers EAGAIN instead of blocking. The master keeps both ends
+ * open, so records queued there outlive any worker or sibling that dies.
+ *
+ * When the queue is full (the sibling is behind, the sink is down) the
+ * overflow policy decides: wait up to a bound, drop (counted), or spill to a
+ * file of this worker's that the sibling collects. A record too large for
+ * the socket always spills.
+ *
+ * Wire and file format of one record (little-endian), fw_offload_hdr then
+ * topic, key, value bytes:
+ *   magic "FWO1", total length, flags (FW_OFL_KEY: a key is present),
+ *   topic length, key length, value length, producer pid, sequence number
+ *   (per producer), wall-clock time in ns.
+ * The parser checks every length against the record's size. */
+#ifndef FW_OFFLOAD_H
+#define FW_OFFLOAD_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FW_OFL_MAGIC 0x314f5746u      /* "FWO1" little-endian */
+#define FW_OFL_KEY 1u
+#define FW_OFL_TOPIC_MAX 249          /* Kafka's limit for a topic name */
+
+typedef struct fw_offload_hdr {
+    uint32_t magic;
+    uint32_t total;                   /* header + topic + key + value */
+    uint32_t flags;
+    uint32_t topic_len;
+    uint32_t key_len;
+    uint32_t value_len;
+    uint32_t pid;
+    uint32_t seq;
+    uint64_t ts_ns;
+} fw_offload_hdr;
+
+_Static_assert(sizeof(fw_offload_hdr) == 40, "packed record header");
+
+/* A parsed record: pointers into the caller's buffer. */
+typedef struct fw_offload_rec {
+    fw_offload_hdr h;
+    const char *topic, *key, *value;  /* key NULL when absent */
+} fw_offload_rec;
+
+enum fw_ofl_overflow { FW_OFL_BLOCK = 0, FW_OFL_DROP = 1, FW_OFL_SPILL = 2 };
+
+/* Counters of one producer process, in shared memory so the master and the
+ * sibling can read them (writer: that process). */
+typedef struct fw_offload_counters {
+    _Atomic uint64_t queued;          /* records handed to the queue */
+    _Atomic uint64_t spilled;         /* records written to the spill file */
+    _Atomic uint64_t dropped;         /* records lost by policy (counted, logged) */
+    _Atomic uint64_t blocked_ns;      /* time spent waiting for room (block policy) */
+    _Atomic uint64_t bytes;
+    uint64_t pad[3];
+} fw_offload_counters;
+
+/* One producer (a worker process); shared by its threads. fds not owned. */
+typedef struct fw_offload {
+    int sock;                         /* sending end of the queue */
+    int overflow;                     /* fw_ofl_overflow */
+    int block_ms;                     /* longest wait for room (block, and spill's own wait) */
+    size_t max_record;                /* larger records are refused */
+    size_t sock_max;                  /* larger records go to the spill file */
+    char spill_path[256];             /* this producer's spill file */
+    int spill_fd;                     /* opened on first use, -1 before */
+    pthread_mutex_t spill_mu;         /* spill writes are whole records */
+    _Atomic uint32_t seq;
+    uint32_t pid;
+    fw_offload_counters *ctr;         /* shared memory, or own_ctr */
+    fw_offload_counters own_ctr;
+} fw_offload;
+
+enum {
+    FW_OFL_OK = 0,          /* queued */
+    FW_OFL_SPILLED = 1,     /* written to the spill file */
+    FW_OFL_DROPPED = 2,     /* lost by policy, counted */
+    FW_OFL_EINVAL = -1,     /* bad arguments (nothing was written) */
+    FW_OFL_ETOOBIG = -2,    /* over max_record (nothing was written) */
+    FW_OFL_EIO = -3         /* the queue is gone and the record could not be spilled; errno set */
+};
+
+int fw_offload_init(fw_offload *o, int sock, int overflow, int block_ms, size_t max_record,
+                    const char *spill_dir, fw_offload_counters *shared);
+void fw_offload_destroy(fw_offload *o);
+
+/* A valid Kafka topic name: 1..249 of [A-Za-z0-9._-], not "." or "..". */
+int fw_offload_topic_ok(const char *topic, size_t len);
+
+/* Frame and hand over one record. Never blocks longer than block_ms; call
+ * without holding an interpreter lock. key NULL: no key. */
+int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *key, size_t klen,
+                    const char *value, size_t vlen);
+
+/* Parse the record at buf (n bytes available). Returns its total length, 0
+ * if more bytes are needed (a record split across reads of a file; once the
+ * header is there, rec->h.total says how many), or -1 if the bytes are not
+ * a record. */
+long fw_offload_parse(const char *buf, size_t n, fw_offload_rec *rec);
+
+#endif

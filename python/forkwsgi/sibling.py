@@ -1,0 +1,549 @@
+"""The offload sibling: takes records off the queue, journals them, delivers
+them to a sink in batches, and remembers what the sink acknowledged.
+
+Delivery is at least once. A record is in one of these places, and each
+survives the death of any one process:
+
+- the queue (a SOCK_SEQPACKET socket pair the master holds open), until the
+  sibling has appended it to the journal: it peeks at a record, journals it,
+  and only then takes it off the queue (a sibling killed in between journals
+  it twice; the duplicate is recognised by its producer pid and sequence);
+- a worker's spill file (overflow, or too large for the queue), until the
+  sibling has copied it into the journal; the offset read so far is in the
+  state file;
+- the journal (segment files in --offload-dir), until the sink acknowledged
+  it; the acknowledged position is in the state file, written atomically
+  after each delivered batch, so a new sibling (after a crash, a reload, or
+  the next start of the server) delivers again exactly what was not
+  acknowledged.
+"""
+import collections
+import importlib
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import struct
+import time
+
+from . import proctitle
+
+log = logging.getLogger("forkwsgi")
+
+HDR = struct.Struct("<IIIIIIIIQ")        # cserver/fw_offload.h: fw_offload_hdr
+MAGIC = 0x314F5746
+FLAG_KEY = 1
+SEGMENT_BYTES = 64 << 20                 # a journal segment is closed past this size
+STATE = "state.json"
+
+Record = collections.namedtuple("Record", "topic key value ts pid seq")
+
+
+class BadRecord(ValueError):
+    pass
+
+
+def parse(buf, off=0):
+    """(Record, length) for the record at buf[off:], (None, 0) if it is not
+    all there yet. Raises BadRecord for bytes that are not a record."""
+    if len(buf) - off < HDR.size:
+        return None, 0
+    magic, total, flags, tlen, klen, vlen, pid, seq, ts = HDR.unpack_from(buf, off)
+    if (magic != MAGIC or total != HDR.size + tlen + klen + vlen or flags & ~FLAG_KEY
+            or (not flags & FLAG_KEY and klen) or not 0 < tlen <= 249):
+        raise BadRecord("not an offload record")
+    if len(buf) - off < total:
+        return None, 0
+    p = off + HDR.size
+    topic = bytes(buf[p:p + tlen]).decode("ascii", "replace")
+    p += tlen
+    key = bytes(buf[p:p + klen]) if flags & FLAG_KEY else None
+    p += klen
+    value = bytes(buf[p:p + vlen])
+    return Record(topic, key, value, ts / 1e9, pid, seq), total
+
+
+# ---- sinks ------------------------------------------------------------------
+
+class SinkError(Exception):
+    """The sink could not take the batch now; it is retried."""
+
+
+def _text_or_b64(d, name, b):
+    import base64
+    if b is None:
+        d[name] = None
+        return
+    try:
+        d[name] = b.decode("utf-8")
+    except UnicodeDecodeError:
+        d[name + "_b64"] = base64.b64encode(b).decode("ascii")
+
+
+class JsonlSink:
+    """jsonl:PATH: one JSON object per line (topic, key, value, ts; key and
+    value as text when they are UTF-8, else key_b64 / value_b64).
+    fsync: "batch" (after each batch, the default), "always" (same: a batch
+    is one write), or "never" (the page cache is enough)."""
+
+    def __init__(self, path, fsync="batch"):
+        self.path = path
+        self.fsync = fsync
+        d = os.path.dirname(os.path.abspath(path))
+        os.makedirs(d, exist_ok=True)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def send(self, batch):
+        lines = []
+        for r in batch:
+            d = {"topic": r.topic}
+            _text_or_b64(d, "key", r.key)
+            _text_or_b64(d, "value", r.value)
+            d["ts"] = round(r.ts, 6)
+            lines.append(json.dumps(d, separators=(",", ":")))
+        data = ("\n".join(lines) + "\n").encode()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.fd, view):]
+            if self.fsync != "never":
+                os.fsync(self.fd)
+        except OSError as e:
+            raise SinkError(f"{self.path}: {e.strerror}") from None
+
+    def close(self):
+        os.close(self.fd)
+
+
+def make_sink(spec, cfg):
+    """jsonl:PATH or python:MODULE:FACTORY (config.py validated the form)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "jsonl" and rest:
+        return JsonlSink(rest, cfg.get("offload_fsync", "batch"))
+    if kind == "python" and rest.count(":") == 1:
+        mod, factory = rest.split(":")
+        obj = getattr(importlib.import_module(mod), factory)()
+        if not callable(getattr(obj, "send", None)):
+            raise ValueError(f"{spec}: the sink has no send(batch)")
+        return obj
+    raise ValueError(f"unknown offload sink {spec!r}: use jsonl:PATH or python:MODULE:FACTORY")
+
+
+# ---- the journal -------------------------------------------------------------
+
+class Journal:
+    """Segment files journal-N.fwo in `directory`, plus state.json: the
+    acknowledged position (segment, offset) and how far each spill file was
+    collected. Only the sibling writes here, one at a time."""
+
+    def __init__(self, directory, fsync):
+        self.dir = directory
+        self.fsync = fsync
+        os.makedirs(directory, exist_ok=True)
+        self.state = {"segment": 0, "offset": 0, "spill": {}}
+        path = os.path.join(directory, STATE)
+        if os.path.exists(path):
+            with open(path) as f:
+                self.state.update(json.load(f))
+        segs = self.segments()
+        self.seg = max(segs) if segs else self.state["segment"]
+        self.fd = os.open(self.seg_path(self.seg), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.size = os.fstat(self.fd).st_size
+        self.dirty = False
+
+    def seg_path(self, n):
+        return os.path.join(self.dir, f"journal-{n:08d}.fwo")
+
+    def segments(self):
+        out = []
+        for name in os.listdir(self.dir):
+            if name.startswith("journal-") and name.endswith(".fwo"):
+                try:
+                    out.append(int(name[8:-4]))
+                except ValueError:
+                    pass
+        return sorted(out)
+
+    def append(self, data):
+        """Append one framed record; returns its (segment, end offset)."""
+        if self.size >= SEGMENT_BYTES:
+            os.close(self.fd)
+            self.seg += 1
+            self.fd = os.open(self.seg_path(self.seg), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self.size = 0
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+        self.size += len(data)
+        self.dirty = True
+        return self.seg, self.size
+
+    def sync(self):
+        if self.dirty and self.fsync != "never":
+            os.fsync(self.fd)
+        self.dirty = False
+
+    def unacked(self):
+        """Every journaled record after the acknowledged position, in order,
+        as (Record, segment, end offset)."""
+        for n in self.segments():
+            if n < self.state["segment"]:
+                continue
+            with open(self.seg_path(n), "rb") as f:
+                data = f.read()
+            off = self.state["offset"] if n == self.state["segment"] else 0
+            while off < len(data):
+                try:
+                    rec, size = parse(data, off)
+                except BadRecord:
+                    log.error("offload journal %s is damaged at offset %d: skipping the rest of it",
+                              self.seg_path(n), off)
+                    break
+                if rec is None:
+                    break             # a torn tail: the sibling died while appending
+                off += size
+                yield rec, n, off
+
+    def ack(self, seg, off):
+        """Everything up to (seg, off) was delivered: record it, and drop
+        segments that hold nothing unacknowledged any more."""
+        self.sync()
+        self.state["segment"], self.state["offset"] = seg, off
+        self.save_state()
+        for n in self.segments():
+            if n < seg:
+                os.unlink(self.seg_path(n))
+
+    def save_state(self):
+        path = os.path.join(self.dir, STATE)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.state, f)
+            f.flush()
+            if self.fsync != "never":
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def backlog_bytes(self):
+        total = 0
+        for n in self.segments():
+            if n >= self.state["segment"]:
+                total += os.path.getsize(self.seg_path(n))
+        return max(0, total - self.state["offset"])
+
+
+# ---- counters ----------------------------------------------------------------
+#
+# Shared memory made by the master: one 64-byte block per worker slot (the
+# producer counters of cserver/fw_offload.h, written by that worker), then
+# one block for the sibling (SIB, written by the sibling).
+
+COUNTER_BLOCK = 64
+PRODUCER = struct.Struct("<QQQQQ")       # queued, spilled, dropped, blocked_ns, bytes
+PRODUCER_NAMES = ("queued", "spilled", "dropped", "blocked_ns", "bytes")
+SIB = struct.Struct("<QQQQQQQd")
+SIB_NAMES = ("delivered", "retried", "in_flight", "journaled", "pending", "batches", "sink_errors",
+             "oldest_ts")
+
+# In a worker: the shared counters, for stats() (set by attach()).
+_shared = None
+_drops = {"last": 0.0, "count": 0}
+
+
+def counters_size(nslots):
+    return COUNTER_BLOCK * (nslots + 1)
+
+
+def read_counters(buf, nslots):
+    """{"workers": producer counters summed over every slot ever used,
+    "sibling": the sibling's}, from the shared counters."""
+    workers = dict.fromkeys(PRODUCER_NAMES, 0)
+    for i in range(nslots):
+        for name, v in zip(PRODUCER_NAMES, PRODUCER.unpack_from(buf, i * COUNTER_BLOCK)):
+            workers[name] += v
+    sib = dict(zip(SIB_NAMES, SIB.unpack_from(buf, nslots * COUNTER_BLOCK)))
+    oldest = sib.pop("oldest_ts")
+    sib["oldest_age"] = round(max(0.0, time.time() - oldest), 3) if oldest else 0.0
+    return {"workers": workers, "sibling": sib}
+
+
+def attach(buf, nslots):
+    global _shared
+    _shared = (buf, nslots)
+
+
+def stats():
+    """The offload counters of the whole server (every worker's and the
+    sibling's), or None when offload is not enabled in this process:
+    workers: queued, spilled, dropped, blocked_ns, bytes;
+    sibling: delivered, retried, in_flight, journaled, pending, batches,
+    sink_errors, oldest_age (seconds the oldest undelivered record waited)."""
+    if _shared is None:
+        return None
+    return read_counters(*_shared)
+
+
+def on_drop(topic):
+    """Called by the C producer for every record the overflow policy drops:
+    counted there; logged here, at most once a second with the count."""
+    _drops["count"] += 1
+    now = time.monotonic()
+    if now - _drops["last"] >= 1.0:
+        log.warning("offload: dropped %d record(s) (topic %r last): the queue is full (--offload-overflow)",
+                    _drops["count"], topic)
+        _drops["last"], _drops["count"] = now, 0
+
+
+# ---- the sibling -------------------------------------------------------------
+
+class Sibling:
+    def __init__(self, sock, cfg, counters=None, producers_alive=None):
+        self.sock = sock                  # receiving end of the queue (socket.socket)
+        self.cfg = cfg
+        self.counters = counters          # shared mmap region (SIB layout) or None
+        self.producers_alive = producers_alive or (lambda pid: _pid_alive(pid))
+        self.max_record = cfg["offload_max_record"]
+        # A queued record is at most about the queue's size (larger ones are
+        # spilled by the producer): one buffer, peeked into again and again.
+        self.rbuf = bytearray(min(self.max_record, cfg["offload_queue_bytes"] * 2) + HDR.size)
+        self.batch_size = cfg["offload_batch"]
+        self.linger = cfg["offload_linger"]
+        self.spill_dir = cfg["offload_spill_dir"]
+        self.journal = Journal(cfg["offload_dir"], cfg["offload_fsync"])
+        self.sink = make_sink(cfg["offload_sink"], cfg)
+        self.pending = collections.deque()      # (Record, segment, end offset)
+        self.stop_at = None
+        self.stop_reading = False
+        self.stats = dict.fromkeys(SIB_NAMES, 0)
+        self.retry_at = 0.0
+        self.backoff = 0.1
+        self.last_journaled = None               # (pid, seq) of the newest journaled record
+        self.next_spill_scan = 0.0
+
+    # -- reading ------------------------------------------------------------
+
+    def resume(self):
+        n = 0
+        for rec, seg, off in self.journal.unacked():
+            self.pending.append((rec, seg, off))
+            self.last_journaled = (rec.pid, rec.seq)
+            n += 1
+        if n:
+            log.info("offload: %d journaled record(s) not yet delivered: delivering them", n)
+
+    def read_queue(self, limit=4096):
+        """Move records from the queue into the journal: peek, append, take."""
+        n = 0
+        while n < limit:
+            try:
+                got = self.sock.recv_into(self.rbuf, 0, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not got:
+                break
+            data = memoryview(self.rbuf)[:got]
+            try:
+                rec, size = parse(data)
+                if rec is None or size != got:
+                    raise BadRecord("truncated")
+            except BadRecord as e:
+                log.error("offload: dropping a malformed record from the queue (%s)", e)
+                self.sock.recv(1, socket.MSG_DONTWAIT)
+                continue
+            if (rec.pid, rec.seq) != self.last_journaled:     # else journaled by our predecessor
+                seg, off = self.journal.append(data)
+                self.pending.append((rec, seg, off))
+                self.last_journaled = (rec.pid, rec.seq)
+                self.stats["journaled"] += 1
+            self.sock.recv(1, socket.MSG_DONTWAIT)               # now take it off the queue
+            n += 1
+        return n
+
+    def collect_spills(self):
+        """Copy whole records from the workers' spill files into the journal;
+        delete a file once it is read to the end and its writer is gone."""
+        try:
+            names = [n for n in os.listdir(self.spill_dir) if n.startswith("spill-") and n.endswith(".fwo")]
+        except FileNotFoundError:
+            return
+        for name in names:
+            path = os.path.join(self.spill_dir, name)
+            done = self.journal.state["spill"].get(name, 0)
+            try:
+                pid = int(name[6:-4])
+            except ValueError:
+                continue
+            alive = self.producers_alive(pid)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(done)
+                    data = f.read(64 << 20)
+            except FileNotFoundError:
+                self.journal.state["spill"].pop(name, None)
+                continue
+            off = 0
+            while off < len(data):
+                try:
+                    rec, size = parse(data, off)
+                except BadRecord:
+                    log.error("offload: spill file %s is damaged at offset %d", path, done + off)
+                    size, rec = len(data) - off, None
+                    off += size
+                    break
+                if rec is None:
+                    break
+                seg, end = self.journal.append(bytes(data[off:off + size]))
+                self.pending.append((rec, seg, end))
+                self.stats["journaled"] += 1
+                off += size
+            if off:
+                self.journal.sync()
+                self.journal.state["spill"][name] = done + off
+                self.journal.save_state()
+            if not alive and done + off >= os.path.getsize(path):
+                os.unlink(path)
+                self.journal.state["spill"].pop(name, None)
+                self.journal.save_state()
+
+    # -- delivering ---------------------------------------------------------
+
+    def deliver(self, force=False):
+        """Send one batch if it is full, old enough, or forced. Returns True if
+        something was delivered."""
+        if not self.pending or time.monotonic() < self.retry_at:
+            return False
+        oldest = self.pending[0][0].ts
+        if not force and len(self.pending) < self.batch_size and time.time() - oldest < self.linger:
+            return False
+        batch = [self.pending[i] for i in range(min(self.batch_size, len(self.pending)))]
+        self.journal.sync()
+        self.stats["in_flight"] = len(batch)
+        try:
+            self.sink.send([r for r, _, _ in batch])
+        except Exception as e:  # noqa: BLE001 - any sink failure is retried
+            self.stats["sink_errors"] += 1
+            self.stats["retried"] += len(batch)
+            self.retry_at = time.monotonic() + self.backoff
+            log.warning("offload: sink failed (%s); %d record(s) retried in %.1f s", e, len(batch), self.backoff)
+            self.backoff = min(self.backoff * 2, 5.0)
+            self.stats["in_flight"] = 0
+            return False
+        self.backoff = 0.1
+        for _ in batch:
+            self.pending.popleft()
+        _, seg, off = batch[-1]
+        self.journal.ack(seg, off)
+        self.stats["delivered"] += len(batch)
+        self.stats["batches"] += 1
+        self.stats["in_flight"] = 0
+        return True
+
+    def publish(self):
+        self.stats["pending"] = len(self.pending)
+        self.stats["oldest_ts"] = self.pending[0][0].ts if self.pending else 0.0
+        if self.counters is not None:
+            SIB.pack_into(self.counters, 0, *(int(self.stats[n]) if n != "oldest_ts" else float(self.stats[n])
+                                               for n in SIB_NAMES))
+
+    # -- the loop -----------------------------------------------------------
+
+    def request_stop(self, deadline, read=True):
+        """Stop by `deadline`. read: drain the queue first (the whole server
+        stops); else only deliver what was taken (a successor takes over)."""
+        self.stop_at = deadline
+        self.stop_reading = not read
+
+    def run(self):
+        self.resume()
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        while True:
+            now = time.monotonic()
+            if now >= self.next_spill_scan:
+                self.collect_spills()
+                self.next_spill_scan = now + 0.5
+            room = self.cfg["offload_max_pending"] - len(self.pending)
+            if room > 0 and not self.stop_reading:
+                self.read_queue(min(room, 4096))
+            delivered = self.deliver(force=self.stop_at is not None)
+            self.publish()
+            if self.stop_at is not None:
+                # Draining: read what is queued, deliver it, stop when both
+                # are empty or the graceful timeout is up (what is left stays
+                # journaled for the next start).
+                queued = not self.stop_reading and self._queue_has_data()
+                if not self.pending and not queued or time.monotonic() >= self.stop_at:
+                    break
+                if not delivered and self.pending and time.monotonic() < self.retry_at:
+                    time.sleep(min(0.05, max(0.0, self.retry_at - time.monotonic())))
+                continue
+            wait = self.linger if self.pending else 0.5
+            if self.pending and time.monotonic() < self.retry_at:
+                wait = self.retry_at - time.monotonic()
+            if room <= 0:
+                time.sleep(min(wait, 0.05))     # full: the queue waits (workers apply their overflow policy)
+                continue
+            try:
+                poller.poll(max(1, int(wait * 1000)))
+            except InterruptedError:
+                pass
+        self.collect_spills()
+        self.journal.sync()
+        left = len(self.pending)
+        if left:
+            log.warning("offload: %d record(s) not delivered before the stop: kept in %s for the next start",
+                        left, self.journal.dir)
+        log.info("offload: %s", ", ".join(f"{n} {self.stats[n]}" for n in SIB_NAMES if n != "oldest_ts"))
+        close = getattr(self.sink, "close", None)
+        if close:
+            close()
+
+    def _queue_has_data(self):
+        r, _, _ = select.select([self.sock], [], [], 0)
+        return bool(r)
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def run_sibling(sock, cfg, master_pid, counters=None):
+    """Entry point in the forked sibling; never returns."""
+    from .worker import _die_with_parent
+    code = 0
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
+        _die_with_parent(master_pid)
+        proctitle.set("forkwsgi: offload")
+        os.setpriority(os.PRIO_PROCESS, 0, cfg["offload_nice"])
+        sib = Sibling(sock, cfg, counters)
+
+        def drain(signum, frame):
+            sib.request_stop(time.monotonic() + cfg["graceful_timeout"])
+
+        def fast(signum, frame):
+            sib.request_stop(time.monotonic())
+
+        def hand_over(signum, frame):
+            sib.request_stop(time.monotonic() + cfg["graceful_timeout"], read=False)
+
+        signal.signal(signal.SIGHUP, hand_over)
+        signal.signal(signal.SIGTERM, drain)
+        signal.signal(signal.SIGINT, fast)
+        signal.signal(signal.SIGQUIT, fast)
+        sib.run()
+    except BaseException:
+        log.exception("the offload sibling failed")
+        code = 1
+    finally:
+        os._exit(code)

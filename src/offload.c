@@ -1,0 +1,193 @@
+/* offload: forkwsgi.offload(topic, value, key=None) and its set-up in a
+ * worker. The record is framed and handed over by cserver/fw_offload.c in
+ * one non-blocking sendmsg, with the GIL released: no pickling, no helper
+ * thread. One producer per process (the module state below): a worker
+ * process has one queue, shared by all its threads. */
+#include "glue.h"
+#include "fw_offload.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+
+typedef struct {
+    fw_offload ofl;
+    Py_buffer counters;          /* shared counters (fw_offload_counters), buf NULL if private */
+    PyObject *on_drop;           /* called with the topic of each dropped record (it logs) */
+    int ready;
+} offload_state;
+
+/* The process's producer: set up once in each worker, after fork. */
+static offload_state g_offload;
+
+static PyObject *offload_setup(PyObject *mod, PyObject *args, PyObject *kwds)
+{
+    (void)mod;
+    static char *kwlist[] = { "sock", "overflow", "block_ms", "max_record", "spill_dir", "counters",
+                              "on_drop", NULL };
+    int sock, overflow, block_ms;
+    Py_ssize_t max_record;
+    const char *spill_dir;
+    PyObject *counters = Py_None, *on_drop = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiinz|OO:offload_setup", kwlist, &sock, &overflow,
+                                     &block_ms, &max_record, &spill_dir, &counters, &on_drop))
+        return NULL;
+    if (overflow < FW_OFL_BLOCK || overflow > FW_OFL_SPILL || max_record < (Py_ssize_t)sizeof(fw_offload_hdr) + 1) {
+        PyErr_SetString(PyExc_ValueError, "bad offload settings");
+        return NULL;
+    }
+    if (g_offload.ready) {
+        fw_offload_destroy(&g_offload.ofl);
+        if (g_offload.counters.buf)
+            PyBuffer_Release(&g_offload.counters);
+        g_offload.ready = 0;
+    }
+    fw_offload_counters *shared = NULL;
+    if (counters != Py_None) {
+        if (PyObject_GetBuffer(counters, &g_offload.counters, PyBUF_WRITABLE) < 0)
+            return NULL;
+        if (g_offload.counters.len < (Py_ssize_t)sizeof(fw_offload_counters) ||
+            ((uintptr_t)g_offload.counters.buf & 7)) {
+            PyBuffer_Release(&g_offload.counters);
+            g_offload.counters.buf = NULL;
+            PyErr_SetString(PyExc_ValueError, "counters: a writable, 8-aligned buffer of 64 bytes");
+            return NULL;
+        }
+        shared = g_offload.counters.buf;
+    }
+    if (fw_offload_init(&g_offload.ofl, sock, overflow, block_ms, (size_t)max_record, spill_dir, shared) != 0) {
+        if (g_offload.counters.buf)
+            PyBuffer_Release(&g_offload.counters);
+        g_offload.counters.buf = NULL;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_XSETREF(g_offload.on_drop, on_drop == Py_None ? NULL : Py_NewRef(on_drop));
+    g_offload.ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* bytes as is; str as UTF-8. */
+static int as_bytes(PyObject *o, const char *what, PyObject **keep, const char **p, Py_ssize_t *n)
+{
+    if (PyBytes_Check(o)) {
+        *p = PyBytes_AS_STRING(o);
+        *n = PyBytes_GET_SIZE(o);
+        return 0;
+    }
+    if (PyUnicode_Check(o)) {
+        *p = PyUnicode_AsUTF8AndSize(o, n);
+        if (!*p)
+            return -1;
+        *keep = o;
+        return 0;
+    }
+    if (PyByteArray_Check(o) || PyMemoryView_Check(o)) {
+        *keep = PyBytes_FromObject(o);      /* a copy: the caller may change it meanwhile */
+        if (!*keep)
+            return -1;
+        *p = PyBytes_AS_STRING(*keep);
+        *n = PyBytes_GET_SIZE(*keep);
+        return 1;
+    }
+    PyErr_Format(PyExc_TypeError, "offload(): %s must be bytes or str, not %.100s", what, Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static PyObject *offload_call(PyObject *mod, PyObject *args, PyObject *kwds)
+{
+    (void)mod;
+    static char *kwlist[] = { "topic", "value", "key", NULL };
+    PyObject *topic, *value, *key = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|O:offload", kwlist, &topic, &value, &key))
+        return NULL;
+    if (!g_offload.ready) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "offload() needs the offload sibling: start forkwsgi with --offload-sink");
+        return NULL;
+    }
+    Py_ssize_t tlen, vlen = 0, klen = 0;
+    const char *t = PyUnicode_AsUTF8AndSize(topic, &tlen);
+    if (!t)
+        return NULL;
+    if (!fw_offload_topic_ok(t, (size_t)tlen)) {
+        PyErr_Format(PyExc_ValueError, "offload(): %R is not a valid Kafka topic name "
+                                       "(1 to 249 of A-Z a-z 0-9 . _ -, not . or ..)", topic);
+        return NULL;
+    }
+    PyObject *vkeep = NULL, *kkeep = NULL;
+    const char *v, *k = NULL;
+    int vown = as_bytes(value, "value", &vkeep, &v, &vlen);
+    if (vown < 0)
+        return NULL;
+    int kown = 0;
+    if (key != Py_None) {
+        kown = as_bytes(key, "key", &kkeep, &k, &klen);
+        if (kown < 0) {
+            if (vown > 0)
+                Py_DECREF(vkeep);
+            return NULL;
+        }
+    }
+    /* str/bytes objects are immutable: their buffers stay put without the GIL
+     * while this call holds its references. */
+    Py_INCREF(value);
+    Py_XINCREF(key);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fw_offload_send(&g_offload.ofl, t, (size_t)tlen, k, (size_t)klen, v, (size_t)vlen);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(value);
+    Py_XDECREF(key);
+    if (vown > 0)
+        Py_DECREF(vkeep);
+    if (kown > 0)
+        Py_DECREF(kkeep);
+    switch (rc) {
+    case FW_OFL_OK:
+    case FW_OFL_SPILLED:
+        Py_RETURN_TRUE;
+    case FW_OFL_DROPPED:
+        /* Counted in C; never silent: the callback logs (rate-limited). */
+        if (g_offload.on_drop) {
+            PyObject *x = PyObject_CallOneArg(g_offload.on_drop, topic);
+            if (!x)
+                return NULL;
+            Py_DECREF(x);
+        }
+        Py_RETURN_FALSE;
+    case FW_OFL_ETOOBIG:
+        PyErr_Format(PyExc_ValueError, "offload(): the record is larger than --offload-max-record (%zu bytes)",
+                     g_offload.ofl.max_record);
+        return NULL;
+    case FW_OFL_EINVAL:
+        PyErr_SetString(PyExc_ValueError, "offload(): invalid record");
+        return NULL;
+    default:
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+}
+
+static PyObject *offload_counters(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    if (!g_offload.ready)
+        Py_RETURN_NONE;
+    fw_offload_counters *c = g_offload.ofl.ctr;
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}",
+                         "queued", (unsigned long long)atomic_load(&c->queued),
+                         "spilled", (unsigned long long)atomic_load(&c->spilled),
+                         "dropped", (unsigned long long)atomic_load(&c->dropped),
+                         "blocked_ns", (unsigned long long)atomic_load(&c->blocked_ns),
+                         "bytes", (unsigned long long)atomic_load(&c->bytes));
+}
+
+PyMethodDef fw_offload_methods[] = {
+    { "offload_setup", (PyCFunction)(void (*)(void))offload_setup, METH_VARARGS | METH_KEYWORDS,
+      "offload_setup(sock, overflow, block_ms, max_record, spill_dir, counters=None, on_drop=None): "
+      "this process's producer" },
+    { "offload", (PyCFunction)(void (*)(void))offload_call, METH_VARARGS | METH_KEYWORDS,
+      "offload(topic, value, key=None) -> True if queued or spilled, False if dropped by the overflow policy" },
+    { "offload_counters", offload_counters, METH_NOARGS, "this process's producer counters, or None" },
+    { NULL, NULL, 0, NULL },
+};

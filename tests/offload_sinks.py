@@ -1,0 +1,40 @@
+"""A sink for the offload tests (--offload-sink python:offload_sinks:make).
+
+It appends every batch it takes to $FW_SINK_OUT as JSON lines, each with the
+batch number, and obeys files in $FW_SINK_CTL:
+  fail    raise (the sink is "down"): the batch is retried later
+  slow    sleep this many seconds (the file's content) before taking a batch
+"""
+import json
+import os
+import time
+
+
+class ControlledSink:
+    def __init__(self):
+        self.out = os.environ["FW_SINK_OUT"]
+        self.ctl = os.environ["FW_SINK_CTL"]
+        self.batches = 0
+
+    def send(self, batch):
+        if os.path.exists(os.path.join(self.ctl, "fail")):
+            raise ConnectionError("sink down (test)")
+        slow = os.path.join(self.ctl, "slow")
+        if os.path.exists(slow):
+            with open(slow) as f:
+                time.sleep(float(f.read().strip() or "0.1"))
+        self.batches += 1
+        lines = [json.dumps({"pid": os.getpid(), "batch": self.batches, "topic": r.topic,
+                             "key": r.key.hex() if r.key is not None else None,
+                             "value": r.value.hex(), "src": r.pid, "seq": r.seq}) for r in batch]
+        with open(self.out, "a") as f:
+            f.write("\n".join(lines) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def close(self):
+        pass
+
+
+def make():
+    return ControlledSink()

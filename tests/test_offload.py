@@ -1,0 +1,301 @@
+"""forkwsgi.offload(): records handed from request threads to the offload
+sibling, journaled, and delivered to a sink at least once. Real server
+processes, real signals; the sinks here are the JSON-lines file sink and a
+test sink (tests/offload_sinks.py) that can be made slow or failing."""
+import hashlib
+import json
+import os
+import re
+import signal
+import threading
+import time
+
+import pytest
+
+from httpraw import request, wait_for
+
+APP_MODES = ("inline",)        # every server here sets its own --threads
+
+
+def get(s, path, timeout=20):
+    r = request(s.port, f"GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode(), timeout=timeout)
+    return r
+
+
+def lines(path):
+    """The complete lines of a JSON-lines file (the sink may be writing the last one)."""
+    try:
+        with open(path) as f:
+            whole = f.read().split("\n")[:-1]
+    except FileNotFoundError:
+        return []
+    return [json.loads(x) for x in whole if x]
+
+
+def sibling_pid(s):
+    for p in s.worker_pids():
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if f.read().startswith(b"forkwsgi: offload"):
+                    return p
+        except FileNotFoundError:
+            pass
+    return None
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    d = {"journal": tmp_path / "journal", "ctl": tmp_path / "ctl", "out": tmp_path / "out.jsonl"}
+    d["ctl"].mkdir()
+    return d
+
+
+def start(make_server, dirs, *args, sink=None, workers="2", threads="2", env=None):
+    e = {"FW_SINK_OUT": str(dirs["out"]), "FW_SINK_CTL": str(dirs["ctl"])}
+    e.update(env or {})
+    return make_server("apps:offloader", "--workers", workers, "--threads", threads,
+                       "--offload-sink", sink or "python:offload_sinks:make",
+                       "--offload-dir", str(dirs["journal"]), "--offload-linger", "0.02", *args, env=e)
+
+
+# ---- the API -----------------------------------------------------------------
+
+def test_jsonl_sink_gets_every_record_with_text_or_base64(make_server, dirs):
+    s = start(make_server, dirs, sink=f"jsonl:{dirs['out']}")
+    assert wait_for(lambda: sibling_pid(s) is not None)
+    for i in range(20):
+        r = get(s, f"/emit?n=5&id=r{i}&key=k{i}")
+        assert r.status == 200 and json.loads(r.body)["results"] == [True] * 5
+    assert wait_for(lambda: len(lines(dirs["out"])) == 100)
+    got = lines(dirs["out"])
+    assert {x["topic"] for x in got} == {"events"}
+    assert all(x["value"].split("-")[1].startswith("r") for x in got)
+    assert {x["key"] for x in got} == {f"k{i}" for i in range(20)}
+    assert all(isinstance(x["ts"], float) and abs(x["ts"] - time.time()) < 120 for x in got)
+
+
+def test_binary_values_are_base64_in_jsonl(tmp_path):
+    from forkwsgi.sibling import JsonlSink, Record
+    path = tmp_path / "o.jsonl"
+    sink = JsonlSink(str(path))
+    sink.send([Record("t", b"\xff\x00", b"\x80abc", 1.5, 1, 0), Record("t", None, "é".encode(), 2.0, 1, 1)])
+    sink.close()
+    a, b = lines(path)
+    assert a == {"topic": "t", "key_b64": "/wA=", "value_b64": "gGFiYw==", "ts": 1.5}
+    assert b == {"topic": "t", "key": None, "value": "é", "ts": 2.0}
+
+
+def test_bad_calls_raise_clear_errors_and_send_nothing(make_server, dirs):
+    s = start(make_server, dirs, "--offload-max-record", "65536")
+    expected = {
+        "topic-type": "TypeError",
+        "value-type": "TypeError: offload(): value must be bytes or str",
+        "key-type": "TypeError: offload(): key must be bytes or str",
+        "topic-name": "ValueError: offload(): 'no spaces' is not a valid Kafka topic name",
+        "topic-dots": "ValueError: offload(): '..' is not a valid Kafka topic name",
+    }
+    for case, want in expected.items():
+        body = get(s, f"/bad?case={case}").body.decode()
+        assert body.startswith(want), (case, body)
+    body = get(s, "/bad?case=too-big&size=70000").body.decode()
+    assert body.startswith("ValueError: offload(): the record is larger than --offload-max-record"), body
+    time.sleep(0.5)
+    assert lines(dirs["out"]) == []
+
+
+def test_offload_without_a_sink_says_how_to_enable_it(make_server):
+    s = make_server("apps:offloader", "--workers", "1")
+    r = get(s, "/bad?case=too-big&size=1")
+    assert r.body.decode().startswith("RuntimeError: offload() needs the offload sibling"), r.body
+
+
+def test_large_records_arrive_whole_from_many_threads(make_server, dirs):
+    """Records far over PIPE_BUF, some over the queue's own limit (those go
+    through the spill file), from 2 workers x 3 threads at once."""
+    s = start(make_server, dirs, threads="3", workers="2")
+    sizes = [100, 5000, 70000, 300000, 3 << 20]
+    errors = []
+
+    def client(i):
+        try:
+            for size in sizes:
+                r = get(s, f"/emit?n=2&size={size}&id=c{i}s{size}x")
+                assert r.status == 200 and json.loads(r.body)["results"] == [True, True]
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors, errors
+    want = 6 * len(sizes) * 2
+    assert wait_for(lambda: len(lines(dirs["out"])) >= want, timeout=60)
+    got = lines(dirs["out"])
+    values = [bytes.fromhex(x["value"]) for x in got]
+    assert len(values) == want
+    seen = set()
+    for v in values:                     # "<pid>-c<client>s<size>x<n>-" then x up to <size> bytes
+        m = re.fullmatch(rb"(\d+)-c(\d)s(\d+)x(\d)-x*", v)
+        assert m and len(v) == int(m.group(3)), v[:80]
+        seen.add(m.groups()[1:])
+    assert len(seen) == want             # every record once, none torn or mixed with another
+
+
+# ---- nothing lost ----------------------------------------------------------------
+
+def test_worker_sigkilled_right_after_offload_returned(make_server, dirs, tmp_path):
+    s = start(make_server, dirs, workers="1", threads="2")
+    mark = tmp_path / "mark"
+    c = threading.Thread(target=lambda: _ignore(lambda: get(s, f"/emit?n=50&id=k&mark={mark}&t=30")))
+    c.start()
+    assert wait_for(lambda: mark.exists())
+    worker = next(p for p in s.worker_pids() if p != sibling_pid(s))
+    os.kill(worker, signal.SIGKILL)
+    c.join(30)
+    assert wait_for(lambda: len(lines(dirs["out"])) == 50)
+    assert sorted(int(bytes.fromhex(x["value"]).split(b"-")[1][1:]) for x in lines(dirs["out"])) == list(range(50))
+
+
+def _ignore(fn):
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - the connection dies with the worker on purpose
+        pass
+
+
+def test_sibling_sigkilled_mid_batch_resumes_from_the_journal(make_server, dirs):
+    (dirs["ctl"] / "slow").write_text("0.3")
+    s = start(make_server, dirs, "--offload-batch", "50", workers="1", threads="2")
+    for i in range(10):
+        assert get(s, f"/emit?n=50&id=b{i}-").status == 200
+    assert wait_for(lambda: len(lines(dirs["out"])) >= 100, timeout=30)
+    victim = sibling_pid(s)
+    os.kill(victim, signal.SIGKILL)
+    assert wait_for(lambda: sibling_pid(s) not in (None, victim), timeout=20)
+    (dirs["ctl"] / "slow").unlink()
+    assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == 500, timeout=30)
+    got = lines(dirs["out"])
+    dup = len(got) - len({x["value"] for x in got})
+    assert dup <= 50, dup          # at most the batch in the sink's hands when it died
+    assert "died" in s.log() and "offload" in s.log()
+
+
+def test_sigterm_drains_the_queue_and_keeps_the_rest_for_the_next_start(make_server, dirs):
+    (dirs["ctl"] / "fail").write_text("")
+    s = start(make_server, dirs, "--graceful-timeout", "2", workers="1", threads="2")
+    assert get(s, "/emit?n=30&id=a").status == 200
+    time.sleep(0.5)
+    s.signal(signal.SIGTERM)
+    assert s.proc.wait(20) == 0
+    assert lines(dirs["out"]) == []
+    assert "not delivered before the stop" in s.log()
+    (dirs["ctl"] / "fail").unlink()
+    s2 = start(make_server, dirs, workers="1", threads="2")
+    assert wait_for(lambda: len(lines(dirs["out"])) == 30, timeout=20), s2.log()
+    # A stop with a working sink leaves nothing behind.
+    assert get(s2, "/emit?n=40&id=b").status == 200
+    s2.signal(signal.SIGTERM)
+    assert s2.proc.wait(20) == 0
+    assert len(lines(dirs["out"])) == 70
+
+
+def test_sink_down_for_a_while_then_everything_arrives(make_server, dirs):
+    (dirs["ctl"] / "fail").write_text("")
+    s = start(make_server, dirs, "--offload-max-pending", "100", workers="2", threads="2")
+    for i in range(20):
+        assert get(s, f"/emit?n=25&id=d{i}-").status == 200
+    time.sleep(2)
+    assert lines(dirs["out"]) == []
+    (dirs["ctl"] / "fail").unlink()
+    assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == 500, timeout=30)
+    assert "sink failed" in s.log()
+
+
+# ---- overflow ------------------------------------------------------------------
+
+def test_overflow_drop_is_counted_and_logged(make_server, dirs):
+    (dirs["ctl"] / "fail").write_text("")
+    s = start(make_server, dirs, "--offload-overflow", "drop", "--offload-max-pending", "10",
+              "--offload-queue-bytes", "65536", workers="1", threads="1")
+    got = json.loads(get(s, "/emit?n=400&size=1000").body)["results"]
+    assert False in got and True in got
+    dropped = got.count(False)
+    stats = json.loads(get(s, "/stats").body)
+    assert stats["workers"]["dropped"] >= dropped
+    assert "offload: dropped" in s.log()
+
+
+def test_overflow_spill_keeps_everything(make_server, dirs):
+    (dirs["ctl"] / "fail").write_text("")
+    s = start(make_server, dirs, "--offload-max-pending", "10", "--offload-queue-bytes", "65536",
+              workers="1", threads="1")
+    got = json.loads(get(s, "/emit?n=400&size=1000").body)["results"]
+    assert got == [True] * 400
+    stats = json.loads(get(s, "/stats").body)
+    assert stats["workers"]["spilled"] > 0
+    (dirs["ctl"] / "fail").unlink()
+    assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == 400, timeout=30)
+
+
+def test_overflow_block_waits_a_bounded_time(make_server, dirs):
+    (dirs["ctl"] / "fail").write_text("")
+    s = start(make_server, dirs, "--offload-overflow", "block", "--offload-block-timeout", "0.05",
+              "--offload-max-pending", "10", "--offload-queue-bytes", "65536", workers="1", threads="1")
+    got = json.loads(get(s, "/emit?n=200&size=1000").body)["results"]
+    assert False in got                       # past the bound: dropped, counted
+    stats = json.loads(get(s, "/stats").body)
+    assert stats["workers"]["blocked_ns"] > 0 and stats["workers"]["dropped"] == got.count(False)
+
+
+# ---- the process -------------------------------------------------------------------
+
+def test_sibling_title_respawn_and_counters(make_server, dirs):
+    s = start(make_server, dirs, "--offload-nice", "7", workers="2", threads="2")
+    assert wait_for(lambda: sibling_pid(s) is not None)
+    sib = sibling_pid(s)
+    with open(f"/proc/{sib}/stat") as f:
+        assert int(f.read().rsplit(")", 1)[1].split()[16]) == 7
+    assert get(s, "/emit?n=10").status == 200
+    assert wait_for(lambda: len(lines(dirs["out"])) == 10)
+    stats = json.loads(get(s, "/stats").body)
+    assert stats["workers"]["queued"] >= 10 and stats["sibling"]["delivered"] >= 10
+    assert set(stats["sibling"]) >= {"delivered", "retried", "in_flight", "pending", "oldest_age"}
+    os.kill(sib, signal.SIGKILL)
+    assert wait_for(lambda: sibling_pid(s) not in (None, sib), timeout=20)
+    assert get(s, "/emit?n=5&id=z").status == 200
+    assert wait_for(lambda: len(lines(dirs["out"])) == 15)
+
+
+def test_bad_offload_options_are_one_line_errors(tmp_path):
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    for args, word in ((["--offload-sink", "ftp://x"], "offload sink"), (["--offload-sink", "kafka://127.0.0.1:9092"], "kafka"),
+                       (["--offload-sink", "jsonl:/tmp/x", "--offload-overflow", "maybe"], "--offload-overflow")):
+        p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:pid", "--bind", "127.0.0.1:0",
+                            "--offload-dir", str(tmp_path), *args], capture_output=True, text=True,
+                           timeout=30, cwd=here)
+        err = p.stderr.strip().splitlines()
+        assert p.returncode != 0 and len(err) == 1 and word in err[0], err
+
+
+def test_record_hashes_survive_the_journal(tmp_path):
+    """The journal format round-trips through the parser (the sibling's
+    reader of journal and spill files)."""
+    from forkwsgi.sibling import HDR, MAGIC, Journal, parse
+    j = Journal(str(tmp_path), "never")
+    recs = []
+    for i in range(200):
+        v = hashlib.sha256(str(i).encode()).digest() * (i % 7)
+        t = b"topic.%d" % (i % 3)
+        k = b"k%d" % i if i % 2 else b""
+        data = HDR.pack(MAGIC, HDR.size + len(t) + len(k) + len(v), 1 if i % 2 else 0, len(t), len(k), len(v),
+                        42, i, 10**18) + t + k + v
+        j.append(data)
+        recs.append((t.decode(), k if i % 2 else None, v))
+    got = [(r.topic, r.key, r.value) for r, _, _ in j.unacked()]
+    assert got == recs
+    with pytest.raises(Exception):
+        parse(b"\x00" * HDR.size)
