@@ -272,8 +272,10 @@ def test_bad_offload_options_are_one_line_errors(tmp_path):
     import subprocess
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
-    for args, word in ((["--offload-sink", "ftp://x"], "offload sink"), (["--offload-sink", "kafka://127.0.0.1:9092"], "kafka"),
-                       (["--offload-sink", "jsonl:/tmp/x", "--offload-overflow", "maybe"], "--offload-overflow")):
+    cases = ((["--offload-sink", "ftp://x"], "offload sink"),
+             (["--offload-sink", "kafka://127.0.0.1:9092"], "kafka"),
+             (["--offload-sink", "jsonl:/tmp/x", "--offload-overflow", "maybe"], "--offload-overflow"))
+    for args, word in cases:
         p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:pid", "--bind", "127.0.0.1:0",
                             "--offload-dir", str(tmp_path), *args], capture_output=True, text=True,
                            timeout=30, cwd=here)
@@ -299,3 +301,18 @@ def test_record_hashes_survive_the_journal(tmp_path):
     assert got == recs
     with pytest.raises(Exception):
         parse(b"\x00" * HDR.size)
+
+
+def test_offload_sink_without_a_master_is_refused(tmp_path):
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:pid", "--bind", "127.0.0.1:0", "--workers", "0",
+                        "--offload-sink", f"jsonl:{tmp_path}/o.jsonl"], capture_output=True, text=True,
+                       timeout=30, cwd=here)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode != 0 and len(err) == 1 and "needs a master" in err[0], err
+    import forkwsgi
+    from forkwsgi import config
+    with pytest.raises(config.ConfigError, match="offload_sink needs"):
+        forkwsgi.Server(lambda e, s: [], bind="127.0.0.1:0", offload_sink=f"jsonl:{tmp_path}/o.jsonl")

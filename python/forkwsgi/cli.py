@@ -39,6 +39,8 @@ def main(argv=None):
         sys.path.insert(0, os.getcwd())
     if cfg["workers"] > 0:
         return run_master(app_spec, cfg)
+    if cfg["offload_sink"]:
+        return fail("--offload-sink needs a master (--workers 1 or more): the master runs the offload sibling")
     try:
         app = appload.load(app_spec)
     except appload.AppImportError as e:

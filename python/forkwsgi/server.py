@@ -40,6 +40,9 @@ class Server:
             p = 8000 if port is None else port
             bind = list(bind or []) + [f"[{h}]:{p}" if ":" in h else f"{h}:{p}"]
         self.settings = config.resolve(options)
+        if self.settings["offload_sink"]:
+            raise config.ConfigError("offload_sink needs the forkwsgi command with --workers 1 or more "
+                                     "(its master runs the offload sibling); an embedded Server has none yet")
         if bind:
             self.settings["bind"] = list(bind)
         self.log = logger or log

@@ -48,6 +48,12 @@ def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worke
         proctitle.set(f"forkwsgi: worker {index}")
         # Absolute, not relative to the master's (inherited) level.
         os.setpriority(os.PRIO_PROCESS, 0, worker_nice)
+        if offload:
+            # This process's producer: forkwsgi.offload() from any thread
+            # (and from the app's own import, with --lazy-apps).
+            stats = offload.pop("stats")
+            _forkwsgi.offload_setup(on_drop=sibling.on_drop, **offload)
+            sibling.attach(*stats)
         if app is None:
             try:
                 app = appload.load(app_spec)
@@ -57,11 +63,6 @@ def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worke
             except Exception:
                 log.exception("worker %d: error while importing the app %r", index, app_spec)
                 os._exit(APP_LOAD_ERROR)
-        if offload:
-            # This process's producer: forkwsgi.offload() from any thread.
-            stats = offload.pop("stats")
-            _forkwsgi.offload_setup(on_drop=sibling.on_drop, **offload)
-            sibling.attach(*stats)
         server = Server(app, sockets=sockets, logger=log, _multiprocess=multiprocess, _status=status,
                         _balance=balance, _offload=bool(offload), **options)
         # --timeout: the master asks for every thread's Python stack with
