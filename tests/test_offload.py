@@ -235,6 +235,9 @@ def test_overflow_spill_keeps_everything(make_server, dirs):
     assert got == [True] * 400
     stats = json.loads(get(s, "/stats").body)
     assert stats["workers"]["spilled"] > 0
+    for _ in range(6):                   # the sibling keeps within its memory bound meanwhile
+        time.sleep(0.25)
+        assert 0 < json.loads(get(s, "/stats").body)["sibling"]["pending"] <= 10
     (dirs["ctl"] / "fail").unlink()
     assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == 400, timeout=30)
 

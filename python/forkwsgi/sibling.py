@@ -362,13 +362,16 @@ class Sibling:
         return n
 
     def collect_spills(self):
-        """Copy whole records from the workers' spill files into the journal;
+        """Copy whole records from the workers' spill files into the journal,
+        as far as --offload-max-pending allows (the rest waits in the file);
         delete a file once it is read to the end and its writer is gone."""
         try:
             names = [n for n in os.listdir(self.spill_dir) if n.startswith("spill-") and n.endswith(".fwo")]
         except FileNotFoundError:
             return
         for name in names:
+            if len(self.pending) >= self.cfg["offload_max_pending"]:
+                return
             path = os.path.join(self.spill_dir, name)
             done = self.journal.state["spill"].get(name, 0)
             try:
@@ -384,7 +387,7 @@ class Sibling:
                 self.journal.state["spill"].pop(name, None)
                 continue
             off = 0
-            while off < len(data):
+            while off < len(data) and len(self.pending) < self.cfg["offload_max_pending"]:
                 try:
                     rec, size = parse(data, off)
                 except BadRecord:
