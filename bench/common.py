@@ -2,7 +2,28 @@
 their sections of bench/RESULTS.md."""
 import os
 import re
+import subprocess
 import time
+
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+def run_quiet(argv, **kw):
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def apt_install(*packages):
+    """Debian packages the benchmark needs (as root); what fails is logged."""
+    log(f"installing with apt-get: {' '.join(packages)}")
+    try:
+        run_quiet(["apt-get", "update"])
+        r = run_quiet(["apt-get", "install", "-y", *packages])
+        if r.returncode != 0:
+            log(r.stdout[-2000:])
+    except OSError as e:
+        log(f"apt-get unavailable: {e}")
 
 
 def cpu_times():

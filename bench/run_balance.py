@@ -46,7 +46,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import cpu_times, wait_until_quiet, write_section  # noqa: E402
+from common import apt_install, cpu_times, log, run_quiet, wait_until_quiet, write_section  # noqa: E402
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
@@ -75,8 +75,6 @@ CONCURRENCIES = (2, 4)
 GUNICORN_EXTRA = []
 
 
-def log(msg=""):
-    print(msg, flush=True)
 
 
 # ---------------------------------------------------------------- servers
@@ -402,6 +400,19 @@ def save_run(tag, result, **raw):
 
 # ---------------------------------------------------------------- mixed workload
 
+def start_cell(result, name, family, workers, argv_fn, app, tag, env, ready_path):
+    """Start the server of one cell; None (the failure saved in result) if it
+    did not come up."""
+    srv, failure = start_server(name, family, workers, argv_fn, app, tag, env, ready_path)
+    result["command"] = display_command(srv.argv, srv.port)
+    if failure:
+        result["failure"] = failure
+        result["log_tail"] = srv.log_text()[-1500:]
+        save_run(tag, result)
+        return None
+    return srv
+
+
 def mixed_loop(kind, idx, client, base, deadline, stop, out, errors):
     """One client loop; requests are started only before `deadline`."""
     rng = random.Random(1000 + idx)      # the same delays for every server
@@ -436,12 +447,8 @@ def run_mixed(name, mode, duration, env, quiet_wait):
     waited, busy = wait_until_quiet(quiet_wait)
     result = {"part": "mixed", "mode": mode, "server": name, "duration": duration,
               "quiet_wait_s": round(waited, 1), "busy_before_pct": round(busy, 1)}
-    srv, failure = start_server(name, family, workers, argv_fn, "sleep_app", tag, env, "/?d=0")
-    result["command"] = display_command(srv.argv, srv.port)
-    if failure:
-        result["failure"] = failure
-        result["log_tail"] = srv.log_text()[-1500:]
-        save_run(tag, result)
+    srv = start_cell(result, name, family, workers, argv_fn, "sleep_app", tag, env, "/?d=0")
+    if srv is None:
         return result
     keepalive = mode == "keepalive"
     records, errors, threads = [], [], []
@@ -546,12 +553,8 @@ def run_cpu(name, conc, duration, warmup, env, quiet_wait, rep=0):
     result = {"part": "cpu", "concurrency": conc, "server": name, "duration": duration,
               "warmup": warmup, "quiet_wait_s": round(waited, 1),
               "busy_before_pct": round(busy, 1)}
-    srv, failure = start_server(name, family, workers, argv_fn, "cpu_app", tag, env, "/")
-    result["command"] = display_command(srv.argv, srv.port)
-    if failure:
-        result["failure"] = failure
-        result["log_tail"] = srv.log_text()[-1500:]
-        save_run(tag, result)
+    srv = start_cell(result, name, family, workers, argv_fn, "cpu_app", tag, env, "/")
+    if srv is None:
         return result
     records, errors = [], []
     try:
@@ -596,9 +599,6 @@ def run_cpu(name, conc, duration, warmup, env, quiet_wait, rep=0):
 
 # ---------------------------------------------------------------- setup
 
-def run_quiet(argv, **kw):
-    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, **kw)
 
 
 def first_error_line(output):
@@ -608,17 +608,6 @@ def first_error_line(output):
             if re.search(pattern, line):
                 return line
     return lines[-1] if lines else "(no output)"
-
-
-def apt_install(*packages):
-    log(f"installing with apt-get: {' '.join(packages)}")
-    try:
-        run_quiet(["apt-get", "update"])
-        r = run_quiet(["apt-get", "install", "-y", *packages])
-        if r.returncode != 0:
-            log(r.stdout[-2000:])
-    except OSError as e:
-        log(f"apt-get unavailable: {e}")
 
 
 def ensure_venv(need_gunicorn, need_uwsgi):

@@ -34,7 +34,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import cpu_times, wait_until_quiet, write_section  # noqa: E402
+from common import apt_install, cpu_times, log, run_quiet, wait_until_quiet, write_section  # noqa: E402
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 VENV = os.path.join(BENCH, ".venv")
@@ -72,15 +72,10 @@ WORKLOADS = {
 EXPECTED_BODY = {"hello": b"Hello, World!", "body4k": b"x" * 4096}
 
 
-def log(msg):
-    print(msg, flush=True)
 
 
 # ---------------------------------------------------------------- setup
 
-def run_quiet(argv, **kw):
-    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, **kw)
 
 
 def ensure_system_packages():
@@ -94,14 +89,7 @@ def ensure_system_packages():
         missing.append("util-linux")
     if not missing:
         return
-    log(f"installing with apt-get: {' '.join(missing)}")
-    try:
-        run_quiet(["apt-get", "update"])
-        r = run_quiet(["apt-get", "install", "-y", *missing])
-        if r.returncode != 0:
-            log(r.stdout[-2000:])
-    except OSError as e:
-        log(f"apt-get unavailable: {e}")
+    apt_install(*missing)
     if not shutil.which("wrk") or not shutil.which("taskset"):
         sys.exit("wrk and taskset are required")
 

@@ -131,6 +131,31 @@ static int try_send(fw_offload *o, struct msghdr *mh)
     }
 }
 
+/* Block policy: wait for room and send, never longer than block_ms in all.
+ * Returns 0 if sent, -1 if not. */
+static int send_within(fw_offload *o, struct msghdr *mh)
+{
+    uint64_t start = now_ns(CLOCK_MONOTONIC), limit = (uint64_t)o->block_ms * 1000000u;
+    int rc = -1;
+    for (;;) {
+        uint64_t spent = now_ns(CLOCK_MONOTONIC) - start;
+        if (spent >= limit)
+            break;
+        struct pollfd pfd = { .fd = o->sock, .events = POLLOUT };
+        int wait_ms = (int)((limit - spent + 999999) / 1000000);
+        if (poll(&pfd, 1, wait_ms) < 0 && errno != EINTR)
+            break;
+        if (try_send(o, mh) == 0) {
+            rc = 0;
+            break;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
+            break;
+    }
+    atomic_fetch_add(&o->ctr->blocked_ns, now_ns(CLOCK_MONOTONIC) - start);
+    return rc;
+}
+
 int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *key, size_t klen,
                     const char *value, size_t vlen)
 {
@@ -169,27 +194,8 @@ int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *k
             return FW_OFL_SPILLED;
         goto drop;
     }
-    /* Block: wait for room, never longer than block_ms in all. */
-    uint64_t start = now_ns(CLOCK_MONOTONIC), limit = (uint64_t)o->block_ms * 1000000u;
-    for (;;) {
-        uint64_t spent = now_ns(CLOCK_MONOTONIC) - start;
-        if (spent >= limit) {
-            atomic_fetch_add(&o->ctr->blocked_ns, spent);
-            goto drop;
-        }
-        struct pollfd pfd = { .fd = o->sock, .events = POLLOUT };
-        int wait_ms = (int)((limit - spent + 999999) / 1000000);
-        if (poll(&pfd, 1, wait_ms) < 0 && errno != EINTR) {
-            atomic_fetch_add(&o->ctr->blocked_ns, now_ns(CLOCK_MONOTONIC) - start);
-            goto drop;
-        }
-        if (try_send(o, &mh) == 0) {
-            atomic_fetch_add(&o->ctr->blocked_ns, now_ns(CLOCK_MONOTONIC) - start);
-            goto queued;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
-            goto drop;
-    }
+    if (send_within(o, &mh) != 0)
+        goto drop;
 queued:
     atomic_fetch_add(&o->ctr->queued, 1);
     atomic_fetch_add(&o->ctr->bytes, total);

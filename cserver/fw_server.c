@@ -345,7 +345,18 @@ static void begin_stop(fw_server *srv)
  * threads hand the rest back. An app call that never returns keeps this
  * waiting: in a worker the master kills the process after the graceful
  * timeout; an embedded serve() returns when the call does. */
-static void close_all(fw_server *srv);
+/* Close every connection except those a pool thread owns. */
+static void close_all(fw_server *srv)
+{
+    fw_conn *c = srv->conns;
+    while (c) {
+        fw_conn *next = c->next;
+        if (!(srv->pool && c->state == FW_C_APP))
+            fw_conn_close(c);
+        c = next;
+    }
+    free_graveyard(srv);
+}
 
 static void drain_pool(fw_server *srv)
 {
@@ -373,18 +384,6 @@ static void drain_pool(fw_server *srv)
                 p->done_w.cb(&srv->loop, &p->done_w, srv->loop.events[i].events);
         close_all(srv);
     }
-}
-
-static void close_all(fw_server *srv)
-{
-    fw_conn *c = srv->conns;
-    while (c) {
-        fw_conn *next = c->next;
-        if (!(srv->pool && c->state == FW_C_APP))
-            fw_conn_close(c);
-        c = next;
-    }
-    free_graveyard(srv);
 }
 
 int fw_server_run(fw_server *srv)
@@ -448,9 +447,7 @@ int fw_server_run(fw_server *srv)
     }
     srv->accepting = 0;
     if (!srv->stopping)
-        fw_balance_drain(srv);
-    else
-        fw_balance_allow(srv, 0);
+        fw_balance_drain(srv);     /* (begin_stop drained already) */
     srv->stopping = 1;          /* what comes back from the threads closes */
     close_all(srv);
     if (srv->pool) {

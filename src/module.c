@@ -394,38 +394,34 @@ static int sb_args_get(sb_args *a, PyObject *buf, PyObject *kicks)
     return int_list(kicks, a->kicks, a->nslots, "kick_fds");
 }
 
-static PyObject *sb_spawn(PyObject *mod, PyObject *args)
+/* (scoreboard, slot, kick_fds) -> fn(scoreboard, nslots, slot, kicks) */
+static PyObject *sb_slot_call(PyObject *args, const char *fmt,
+                              void (*fn)(void *, int, int, const int *))
 {
-    (void)mod;
     PyObject *buf, *kicks;
     int i;
     sb_args a;
-    if (!PyArg_ParseTuple(args, "OiO:sb_spawn", &buf, &i, &kicks))
+    if (!PyArg_ParseTuple(args, fmt, &buf, &i, &kicks))
         return NULL;
     if (sb_args_get(&a, buf, kicks) < 0) {
         sb_args_release(&a);
         return NULL;
     }
-    fw_sb_spawn(a.buf.buf, a.nslots, i, a.kicks);
+    fn(a.buf.buf, a.nslots, i, a.kicks);
     sb_args_release(&a);
     Py_RETURN_NONE;
+}
+
+static PyObject *sb_spawn(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    return sb_slot_call(args, "OiO:sb_spawn", fw_sb_spawn);
 }
 
 static PyObject *sb_release(PyObject *mod, PyObject *args)
 {
     (void)mod;
-    PyObject *buf, *kicks;
-    int i;
-    sb_args a;
-    if (!PyArg_ParseTuple(args, "OiO:sb_release", &buf, &i, &kicks))
-        return NULL;
-    if (sb_args_get(&a, buf, kicks) < 0) {
-        sb_args_release(&a);
-        return NULL;
-    }
-    fw_sb_release(a.buf.buf, a.nslots, i, a.kicks);
-    sb_args_release(&a);
-    Py_RETURN_NONE;
+    return sb_slot_call(args, "OiO:sb_release", fw_sb_release);
 }
 
 static PyObject *sb_read(PyObject *mod, PyObject *arg)

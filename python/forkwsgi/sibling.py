@@ -17,6 +17,7 @@ survives the death of any one process:
   the next start of the server) delivers again exactly what was not
   acknowledged.
 """
+import base64
 import collections
 import importlib
 import json
@@ -72,7 +73,6 @@ class SinkError(Exception):
 
 
 def _text_or_b64(d, name, b):
-    import base64
     if b is None:
         d[name] = None
         return
@@ -226,12 +226,6 @@ class Journal:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
 
-    def backlog_bytes(self):
-        total = 0
-        for n in self.segments():
-            if n >= self.state["segment"]:
-                total += os.path.getsize(self.seg_path(n))
-        return max(0, total - self.state["offset"])
 
 
 # ---- counters ----------------------------------------------------------------
@@ -303,7 +297,7 @@ class Sibling:
         self.sock = sock                  # receiving end of the queue (socket.socket)
         self.cfg = cfg
         self.counters = counters          # shared mmap region (SIB layout) or None
-        self.producers_alive = producers_alive or (lambda pid: _pid_alive(pid))
+        self.producers_alive = producers_alive or _pid_alive
         self.max_record = cfg["offload_max_record"]
         # A queued record is at most about the queue's size (larger ones are
         # spilled by the producer): one buffer, peeked into again and again.
