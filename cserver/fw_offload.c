@@ -8,7 +8,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,7 +25,7 @@ static uint64_t now_ns(clockid_t clk)
 }
 
 int fw_offload_init(fw_offload *o, int sock, int overflow, int block_ms, size_t max_record,
-                    const char *spill_dir, fw_offload_counters *shared)
+                    const char *spill_dir, uint64_t spill_max, fw_offload_counters *shared)
 {
     memset(o, 0, sizeof(*o));
     o->sock = sock;
@@ -31,6 +33,7 @@ int fw_offload_init(fw_offload *o, int sock, int overflow, int block_ms, size_t 
     o->block_ms = block_ms > 0 ? block_ms : 0;
     o->max_record = max_record;
     o->spill_fd = -1;
+    o->spill_max = spill_max;
     o->pid = (uint32_t)getpid();
     o->ctr = shared ? shared : &o->own_ctr;
     /* The largest record the socket takes in one piece: its send buffer,
@@ -73,17 +76,59 @@ int fw_offload_topic_ok(const char *t, size_t n)
     return 1;
 }
 
-/* Append the whole record to this process's spill file, or nothing. */
+static int lock_file(int fd, int op)
+{
+    while (flock(fd, op) != 0) {
+        if (errno != EINTR)
+            return -1;
+    }
+    return 0;
+}
+
+/* This producer's spill file, open and locked, with its size in *size; -1
+ * (errno set) if it cannot be had. The sibling may have unlinked the file
+ * after collecting all of it: then a new one is made. Called under spill_mu. */
+static int spill_open_locked(fw_offload *o, off_t *size)
+{
+    for (int tries = 0; tries < 3; tries++) {
+        if (o->spill_fd < 0)
+            o->spill_fd = open(o->spill_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+        if (o->spill_fd < 0 || lock_file(o->spill_fd, LOCK_EX) != 0)
+            return -1;
+        struct stat st;
+        if (fstat(o->spill_fd, &st) != 0) {
+            int e = errno;
+            lock_file(o->spill_fd, LOCK_UN);
+            errno = e;
+            return -1;
+        }
+        if (st.st_nlink > 0) {
+            *size = st.st_size;
+            return 0;
+        }
+        close(o->spill_fd);          /* collected and unlinked: start a new file */
+        o->spill_fd = -1;
+    }
+    errno = ESTALE;
+    return -1;
+}
+
+/* Append the whole record to this process's spill file, or nothing. Returns
+ * FW_OFL_SPILLED, or FW_OFL_EIO with errno set (EFBIG: the file is at
+ * spill_max). */
 static int spill(fw_offload *o, const struct iovec *iov, int iovcnt, size_t total)
 {
     int rc = FW_OFL_SPILLED;
     pthread_mutex_lock(&o->spill_mu);
-    if (o->spill_fd < 0)
-        o->spill_fd = open(o->spill_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    off_t start = o->spill_fd >= 0 ? lseek(o->spill_fd, 0, SEEK_END) : -1;
-    if (start < 0) {
+    off_t start;
+    if (spill_open_locked(o, &start) != 0) {
         rc = FW_OFL_EIO;
         goto out;
+    }
+    if ((uint64_t)start + total > o->spill_max) {
+        errno = EFBIG;
+        rc = FW_OFL_EIO;
+        goto unlock;
     }
     struct iovec v[4];
     memcpy(v, iov, (size_t)iovcnt * sizeof(*v));
@@ -101,7 +146,7 @@ static int spill(fw_offload *o, const struct iovec *iov, int iovcnt, size_t tota
                 e = errno;
             errno = e;
             rc = FW_OFL_EIO;
-            goto out;
+            goto unlock;
         }
         done += (size_t)w;
         while (first < iovcnt && (size_t)w >= v[first].iov_len) {
@@ -113,6 +158,10 @@ static int spill(fw_offload *o, const struct iovec *iov, int iovcnt, size_t tota
             v[first].iov_len -= (size_t)w;
         }
     }
+unlock:;
+    int e = errno;
+    lock_file(o->spill_fd, LOCK_UN);
+    errno = e;
 out:
     pthread_mutex_unlock(&o->spill_mu);
     if (rc == FW_OFL_SPILLED)
@@ -176,15 +225,19 @@ int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *k
         { .iov_base = (void *)(value ? value : ""), .iov_len = vlen },
     };
     struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 4 };
-    if (total > o->sock_max)
-        return spill(o, iov, 4, total);       /* too big to travel in one piece */
+    /* A spill that fails (the file is at spill_max, the disk is full) is a
+     * counted drop: offload() never raises for what happens after the call. */
+    if (total > o->sock_max) {                /* too big to travel in one piece */
+        if (spill(o, iov, 4, total) == FW_OFL_SPILLED)
+            return FW_OFL_SPILLED;
+        goto drop;
+    }
     if (try_send(o, &mh) == 0)
         goto queued;
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
         /* The queue itself is gone (only if the master died): keep it on disk. */
-        int rc = spill(o, iov, 4, total);
-        if (rc == FW_OFL_SPILLED)
-            return rc;
+        if (spill(o, iov, 4, total) == FW_OFL_SPILLED)
+            return FW_OFL_SPILLED;
         goto drop;
     }
     if (o->overflow == FW_OFL_DROP)

@@ -14,6 +14,13 @@
  * file of this worker's that the sibling collects. A record too large for
  * the socket always spills.
  *
+ * The spill file is bounded: it holds at most spill_max bytes; past that a
+ * record is dropped (counted). The sibling deletes a file it has collected
+ * to the end, so the bound is on what waits uncollected. Both sides take
+ * flock(LOCK_EX) on the file: the producer for each append, the sibling to
+ * check that it has read everything before it unlinks. A producer that
+ * finds its file unlinked (st_nlink 0) opens a new one.
+ *
  * Wire and file format of one record (little-endian), fw_offload_hdr then
  * topic, key, value bytes:
  *   magic "FWO1", total length, flags (FW_OFL_KEY: a key is present),
@@ -73,6 +80,7 @@ typedef struct fw_offload {
     size_t sock_max;                  /* larger records go to the spill file */
     char spill_path[256];             /* this producer's spill file */
     int spill_fd;                     /* opened on first use, -1 before */
+    uint64_t spill_max;               /* bytes the file may hold uncollected; past it records drop */
     pthread_mutex_t spill_mu;         /* spill writes are whole records */
     _Atomic uint32_t seq;
     uint32_t pid;
@@ -86,11 +94,11 @@ enum {
     FW_OFL_DROPPED = 2,     /* lost by policy, counted */
     FW_OFL_EINVAL = -1,     /* bad arguments (nothing was written) */
     FW_OFL_ETOOBIG = -2,    /* over max_record (nothing was written) */
-    FW_OFL_EIO = -3         /* the queue is gone and the record could not be spilled; errno set */
+    FW_OFL_EIO = -3         /* internal: a spill that failed (errno set); fw_offload_send drops then */
 };
 
 int fw_offload_init(fw_offload *o, int sock, int overflow, int block_ms, size_t max_record,
-                    const char *spill_dir, fw_offload_counters *shared);
+                    const char *spill_dir, uint64_t spill_max, fw_offload_counters *shared);
 void fw_offload_destroy(fw_offload *o);
 
 /* A valid Kafka topic name: 1..249 of [A-Za-z0-9._-], not "." or "..". */

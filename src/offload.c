@@ -23,14 +23,15 @@ static offload_state g_offload;
 static PyObject *offload_setup(PyObject *mod, PyObject *args, PyObject *kwds)
 {
     (void)mod;
-    static char *kwlist[] = { "sock", "overflow", "block_ms", "max_record", "spill_dir", "counters",
-                              "on_drop", NULL };
+    static char *kwlist[] = { "sock", "overflow", "block_ms", "max_record", "spill_dir", "spill_max",
+                              "counters", "on_drop", NULL };
     int sock, overflow, block_ms;
     Py_ssize_t max_record;
+    unsigned long long spill_max = UINT64_MAX;
     const char *spill_dir;
     PyObject *counters = Py_None, *on_drop = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiinz|OO:offload_setup", kwlist, &sock, &overflow,
-                                     &block_ms, &max_record, &spill_dir, &counters, &on_drop))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiinz|KOO:offload_setup", kwlist, &sock, &overflow,
+                                     &block_ms, &max_record, &spill_dir, &spill_max, &counters, &on_drop))
         return NULL;
     if (overflow < FW_OFL_BLOCK || overflow > FW_OFL_SPILL || max_record < (Py_ssize_t)sizeof(fw_offload_hdr) + 1) {
         PyErr_SetString(PyExc_ValueError, "bad offload settings");
@@ -55,7 +56,8 @@ static PyObject *offload_setup(PyObject *mod, PyObject *args, PyObject *kwds)
         }
         shared = g_offload.counters.buf;
     }
-    if (fw_offload_init(&g_offload.ofl, sock, overflow, block_ms, (size_t)max_record, spill_dir, shared) != 0) {
+    if (fw_offload_init(&g_offload.ofl, sock, overflow, block_ms, (size_t)max_record, spill_dir,
+                        (uint64_t)spill_max, shared) != 0) {
         if (g_offload.counters.buf)
             PyBuffer_Release(&g_offload.counters);
         g_offload.counters.buf = NULL;
@@ -167,6 +169,21 @@ static PyObject *offload_call(PyObject *mod, PyObject *args, PyObject *kwds)
     }
 }
 
+static PyObject *offload_teardown(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    if (g_offload.ready) {
+        g_offload.ready = 0;
+        fw_offload_destroy(&g_offload.ofl);
+        if (g_offload.counters.buf)
+            PyBuffer_Release(&g_offload.counters);
+        g_offload.counters.buf = NULL;
+        Py_CLEAR(g_offload.on_drop);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *offload_counters(PyObject *mod, PyObject *unused)
 {
     (void)mod;
@@ -184,10 +201,13 @@ static PyObject *offload_counters(PyObject *mod, PyObject *unused)
 
 PyMethodDef fw_offload_methods[] = {
     { "offload_setup", (PyCFunction)(void (*)(void))offload_setup, METH_VARARGS | METH_KEYWORDS,
-      "offload_setup(sock, overflow, block_ms, max_record, spill_dir, counters=None, on_drop=None): "
+      "offload_setup(sock, overflow, block_ms, max_record, spill_dir, spill_max=2**64-1, counters=None, "
+      "on_drop=None): "
       "this process's producer" },
     { "offload", (PyCFunction)(void (*)(void))offload_call, METH_VARARGS | METH_KEYWORDS,
       "offload(topic, value, key=None) -> True if queued or spilled, False if dropped by the overflow policy" },
     { "offload_counters", offload_counters, METH_NOARGS, "this process's producer counters, or None" },
+    { "offload_teardown", offload_teardown, METH_NOARGS,
+      "forget this process's producer (offload() then raises until the next offload_setup)" },
     { NULL, NULL, 0, NULL },
 };

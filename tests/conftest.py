@@ -78,12 +78,20 @@ class ServerProc:
         return self.request(f"{method} {path} HTTP/1.1\r\nHost: t\r\n".encode() + headers + b"\r\n", method)
 
     def worker_pids(self):
-        """PIDs of the master's child processes (its workers)."""
+        """PIDs of the server's child processes (workers, offload sibling),
+        whichever of its threads started them."""
+        pids = []
         try:
-            with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:
-                return [int(p) for p in f.read().split()]
+            tasks = os.listdir(f"/proc/{self.pid}/task")
         except FileNotFoundError:
             return []
+        for t in sorted(tasks, key=int):
+            try:
+                with open(f"/proc/{self.pid}/task/{t}/children") as f:
+                    pids += [int(p) for p in f.read().split()]
+            except FileNotFoundError:
+                pass
+        return pids
 
     def alive(self):
         return self.proc.poll() is None

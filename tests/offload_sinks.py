@@ -4,6 +4,7 @@ It appends every batch it takes to $FW_SINK_OUT as JSON lines, each with the
 batch number, and obeys files in $FW_SINK_CTL:
   fail    raise (the sink is "down"): the batch is retried later
   slow    sleep this many seconds (the file's content) before taking a batch
+and refuses for good every record whose value contains b"REJECT".
 """
 import json
 import os
@@ -24,13 +25,16 @@ class ControlledSink:
             with open(slow) as f:
                 time.sleep(float(f.read().strip() or "0.1"))
         self.batches += 1
+        refused = [(i, "refused by the test sink") for i, r in enumerate(batch) if b"REJECT" in r.value]
         lines = [json.dumps({"pid": os.getpid(), "batch": self.batches, "topic": r.topic,
                              "key": r.key.hex() if r.key is not None else None,
-                             "value": r.value.hex(), "src": r.pid, "seq": r.seq}) for r in batch]
+                             "value": r.value.hex(), "src": r.pid, "seq": r.seq})
+                 for r in batch if b"REJECT" not in r.value]
         with open(self.out, "a") as f:
             f.write("\n".join(lines) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        return refused
 
     def close(self):
         pass

@@ -201,6 +201,23 @@ def test_sigterm_drains_the_queue_and_keeps_the_rest_for_the_next_start(make_ser
     assert len(lines(dirs["out"])) == 70
 
 
+def test_records_left_in_the_queue_at_exit_are_kept_for_the_next_start(make_server, dirs):
+    """The sink is down and the sibling full (--offload-max-pending): at
+    SIGTERM the queue still holds records; the master moves them to a spill
+    file before it exits, and the next start delivers them."""
+    (dirs["ctl"] / "fail").write_text("")
+    s = start(make_server, dirs, "--offload-max-pending", "10", "--graceful-timeout", "1",
+              workers="1", threads="1")
+    assert json.loads(get(s, "/emit?n=60&size=500&id=q").body)["results"] == [True] * 60
+    time.sleep(0.5)
+    s.signal(signal.SIGTERM)
+    assert s.proc.wait(20) == 0
+    assert "still queued at exit" in s.log()
+    (dirs["ctl"] / "fail").unlink()
+    start(make_server, dirs, workers="1", threads="1")
+    assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == 60, timeout=30)
+
+
 def test_sink_down_for_a_while_then_everything_arrives(make_server, dirs):
     (dirs["ctl"] / "fail").write_text("")
     s = start(make_server, dirs, "--offload-max-pending", "100", workers="2", threads="2")
@@ -242,6 +259,53 @@ def test_overflow_spill_keeps_everything(make_server, dirs):
     assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == 400, timeout=30)
 
 
+def test_spill_file_is_bounded_and_deleted_once_collected(make_server, dirs):
+    """--offload-max-spill bounds what waits in a worker's spill file (past
+    it: counted drops); a file the sibling has read to the end is deleted
+    while its worker lives, and the worker starts a new one."""
+    (dirs["ctl"] / "fail").write_text("")
+    s = start(make_server, dirs, "--offload-max-pending", "10", "--offload-queue-bytes", "65536",
+              "--offload-max-spill", "200K", workers="1", threads="1")
+    got = json.loads(get(s, "/emit?n=400&size=1000&id=a").body)["results"]
+    kept = got.count(True)
+    assert False in got and kept > 200           # queue + 200 KB of spill, then drops
+    spill_dir = dirs["journal"] / "spill"
+    files = list(spill_dir.iterdir())
+    assert len(files) == 1 and files[0].stat().st_size <= 200 * 1024
+    stats = json.loads(get(s, "/stats").body)
+    assert stats["workers"]["dropped"] == got.count(False) and stats["workers"]["spilled"] > 0
+    assert "offload: dropped" in s.log()
+    (dirs["ctl"] / "fail").unlink()
+    assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == kept, timeout=30)
+    assert wait_for(lambda: list(spill_dir.iterdir()) == [], timeout=10)    # collected, writer alive
+    (dirs["ctl"] / "fail").write_text("")
+    got2 = json.loads(get(s, "/emit?n=300&size=1000&id=b").body)["results"]
+    assert got2.count(True) > 200 and len(list(spill_dir.iterdir())) == 1     # a new file, same bound
+    (dirs["ctl"] / "fail").unlink()
+    assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == kept + got2.count(True), timeout=30)
+
+
+def test_records_the_sink_refuses_for_good_are_set_aside(make_server, dirs):
+    from forkwsgi.sibling import parse
+    s = start(make_server, dirs, workers="1", threads="1")
+    assert json.loads(get(s, "/emit?n=10&id=ok").body)["results"] == [True] * 10
+    assert json.loads(get(s, "/emit?n=3&id=REJECT").body)["results"] == [True] * 3
+    assert json.loads(get(s, "/emit?n=10&id=later").body)["results"] == [True] * 10
+    assert wait_for(lambda: len(lines(dirs["out"])) == 20)
+    aside = dirs["journal"] / "rejected.fwo"
+    assert wait_for(aside.exists)
+    data, recs, off = aside.read_bytes(), [], 0
+    while off < len(data):
+        rec, size = parse(data, off)
+        recs.append(rec)
+        off += size
+    assert sorted(r.value.split(b"-")[1] for r in recs) == [b"REJECT0", b"REJECT1", b"REJECT2"]
+    assert json.loads(get(s, "/stats").body)["sibling"]["rejected"] == 3
+    assert "refused" in s.log() and "for good" in s.log()
+    time.sleep(0.5)
+    assert len(lines(dirs["out"])) == 20                     # never retried
+
+
 def test_overflow_block_waits_a_bounded_time(make_server, dirs):
     (dirs["ctl"] / "fail").write_text("")
     s = start(make_server, dirs, "--offload-overflow", "block", "--offload-block-timeout", "0.05",
@@ -276,7 +340,9 @@ def test_bad_offload_options_are_one_line_errors(tmp_path):
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
     cases = ((["--offload-sink", "ftp://x"], "offload sink"),
-             (["--offload-sink", "kafka://127.0.0.1:9092"], "kafka"),
+             (["--offload-sink", "kafka://127.0.0.1"], "HOST:PORT"),
+             (["--offload-sink", "kafka://127.0.0.1:9092", "--offload-kafka-topics", "a b"], "topic name"),
+             (["--offload-sink", "kafka://127.0.0.1:9092", "--offload-kafka-option", "linger.ms"], "KEY=VALUE"),
              (["--offload-sink", "jsonl:/tmp/x", "--offload-overflow", "maybe"], "--offload-overflow"))
     for args, word in cases:
         p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:pid", "--bind", "127.0.0.1:0",
@@ -306,16 +372,73 @@ def test_record_hashes_survive_the_journal(tmp_path):
         parse(b"\x00" * HDR.size)
 
 
-def test_offload_sink_without_a_master_is_refused(tmp_path):
+def test_without_a_master_the_server_process_supervises_the_sibling(make_server, dirs):
+    """--workers 0: the one process holds the queue and runs the sibling as
+    a program of its own; a killed sibling is restarted, nothing is lost,
+    and SIGTERM drains it."""
+    s = start(make_server, dirs, workers="0", threads="2")
+    assert wait_for(lambda: sibling_pid(s) is not None)
+    first = sibling_pid(s)
+    for i in range(10):
+        assert json.loads(get(s, f"/emit?n=10&id=a{i}-").body)["results"] == [True] * 10
+    os.kill(first, signal.SIGKILL)
+    for i in range(10):
+        assert json.loads(get(s, f"/emit?n=10&id=b{i}-").body)["results"] == [True] * 10
+    assert wait_for(lambda: sibling_pid(s) not in (None, first))
+    assert "the sibling exited" in s.log()
+    s.signal(signal.SIGTERM)
+    assert s.proc.wait(20) == 0
+    assert len({x["value"] for x in lines(dirs["out"])}) == 200
+    assert "offload totals" in s.log()
+
+
+EMBEDDED = """
+import sys, threading, forkwsgi, apps
+server = forkwsgi.Server(apps.offloader, bind="127.0.0.1:0", threads=2,
+                         offload_sink="jsonl:" + sys.argv[1], offload_dir=sys.argv[2])
+try:
+    forkwsgi.Server(apps.pid, bind="127.0.0.1:0", offload_sink="jsonl:" + sys.argv[1])
+except ValueError as e:
+    print("second:", e, flush=True)
+print("port", server.addresses[0][1], flush=True)
+import signal
+signal.signal(signal.SIGTERM, lambda *a: server.stop())
+with server:
+    server.serve(announce=False)
+try:
+    forkwsgi.offload("t", b"after close")
+except RuntimeError as e:
+    print("after:", e, flush=True)
+"""
+
+
+def test_embedded_server_offloads_and_drains_on_close(tmp_path):
     import subprocess
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
-    p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:pid", "--bind", "127.0.0.1:0", "--workers", "0",
-                        "--offload-sink", f"jsonl:{tmp_path}/o.jsonl"], capture_output=True, text=True,
-                       timeout=30, cwd=here)
-    err = p.stderr.strip().splitlines()
-    assert p.returncode != 0 and len(err) == 1 and "needs a master" in err[0], err
-    import forkwsgi
-    from forkwsgi import config
-    with pytest.raises(config.ConfigError, match="offload_sink needs"):
-        forkwsgi.Server(lambda e, s: [], bind="127.0.0.1:0", offload_sink=f"jsonl:{tmp_path}/o.jsonl")
+    script = tmp_path / "embedded.py"
+    script.write_text(EMBEDDED)
+    out = tmp_path / "out.jsonl"
+    env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, str(script), str(out), str(tmp_path / "j")], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=env, cwd=here)
+    try:
+        first = p.stdout.readline()
+        assert first.startswith("second: offload_sink: this process already runs an offload sibling"), first
+        port = int(p.stdout.readline().split()[1])
+
+        class S:
+            pass
+        s = S()
+        s.port = port
+        for i in range(10):
+            assert json.loads(get(s, f"/emit?n=10&id=e{i}-").body)["results"] == [True] * 10
+        p.send_signal(signal.SIGTERM)
+        rest = p.communicate(timeout=30)[0]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, rest
+    assert "after: offload() needs the offload sibling" in rest
+    assert len({x["value"] for x in lines(out)}) == 100, (rest, os.listdir(tmp_path))

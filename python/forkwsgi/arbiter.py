@@ -111,8 +111,7 @@ class Arbiter:
         self.offload_backoff = 0.0
         self.offload_restart = False
         if cfg["offload_sink"]:
-            self.offload_cfg = dict(cfg, offload_dir=os.path.abspath(cfg["offload_dir"]))
-            self.offload_cfg["offload_spill_dir"] = os.path.join(self.offload_cfg["offload_dir"], "spill")
+            self.offload_cfg = sibling.sibling_config(cfg)
             self.ofl_counters = mmap.mmap(-1, sibling.counters_size(self.nslots))
 
     # ---- start-up ----------------------------------------------------------
@@ -151,19 +150,22 @@ class Arbiter:
         """The queue: a SOCK_SEQPACKET pair (see cserver/fw_offload.h). The
         master keeps both ends for its whole life, so what is queued outlives
         any worker or sibling."""
-        os.makedirs(self.offload_cfg["offload_spill_dir"], exist_ok=True)
-        self.ofl_send, self.ofl_recv = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        want = self.offload_cfg["offload_queue_bytes"]
-        try:     # as root, past net.core.wmem_max
-            self.ofl_send.setsockopt(socket.SOL_SOCKET, 32, want)      # SO_SNDBUFFORCE
-        except OSError:
-            self.ofl_send.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
+        self.ofl_send, self.ofl_recv = sibling.make_queue(self.offload_cfg)
         self.log.info("Offload to %s (journal %s, overflow %s)", self.offload_cfg["offload_sink"],
                       self.offload_cfg["offload_dir"], self.offload_cfg["offload_overflow"])
 
     def spawn_offload(self):
-        pid = os.fork()
-        if pid == 0:
+        # The stop signals wait until the sibling has its own handlers (it
+        # unblocks them); the master's handlers it inherits would swallow them.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sibling.STOP_SIGNALS)
+        try:
+            pid = os.fork()
+        except OSError:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            raise
+        if pid != 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        else:
             for fd in (self.wake_r, self.wake_w):
                 os.close(fd)
             for w in self.workers.values():
@@ -171,23 +173,15 @@ class Arbiter:
                     os.close(w.ready_fd)
             for s in self.sockets + self.pass_recv + self.pass_send:
                 s.close()
-            n = self.nslots
             sibling.run_sibling(self.ofl_recv, self.offload_cfg, self.pid,
-                                counters=memoryview(self.ofl_counters)[n * sibling.COUNTER_BLOCK:
-                                                                       (n + 1) * sibling.COUNTER_BLOCK])
+                                counters=sibling.sibling_counters(self.ofl_counters, self.nslots))
         self.offload_pid = pid
         self.offload_started = time.monotonic()
         self.log.info("Booted the offload sibling (pid %d)", pid)
 
     def offload_options(self, slot):
-        c = self.offload_cfg
-        return {"sock": self.ofl_send.fileno(),
-                "overflow": {"block": 0, "drop": 1, "spill": 2}[c["offload_overflow"]],
-                "block_ms": int(c["offload_block_timeout"] * 1000),
-                "max_record": c["offload_max_record"], "spill_dir": c["offload_spill_dir"],
-                "counters": memoryview(self.ofl_counters)[slot * sibling.COUNTER_BLOCK:
-                                                          (slot + 1) * sibling.COUNTER_BLOCK],
-                "stats": (self.ofl_counters, self.nslots)}
+        return dict(sibling.producer_options(self.offload_cfg, self.ofl_send, self.ofl_counters, slot),
+                    stats=(self.ofl_counters, self.nslots))
 
     def _on_signal(self, signum, frame):
         if len(self.sig_queue) < 16:
@@ -520,6 +514,7 @@ class Arbiter:
                 self.log.warning("Offload sibling (pid %d) did not stop in time: killing it", self.offload_pid)
                 self.kill(self.offload_pid, signal.SIGKILL)
                 self._reap_quietly()
+        sibling.rescue_queue(self.ofl_recv, self.offload_cfg["offload_spill_dir"])
         totals = sibling.read_counters(self.ofl_counters, self.nslots)
         self.log.info("offload totals: %s", ", ".join(f"{k} {v}" for part in totals.values()
                                                         for k, v in part.items()))

@@ -4,7 +4,7 @@ import os
 import signal
 import sys
 
-from . import appload, arbiter, binding, config
+from . import appload, arbiter, binding, config, offload_host
 from .server import Server
 
 log = logging.getLogger("forkwsgi")
@@ -39,8 +39,21 @@ def main(argv=None):
         sys.path.insert(0, os.getcwd())
     if cfg["workers"] > 0:
         return run_master(app_spec, cfg)
-    if cfg["offload_sink"]:
-        return fail("--offload-sink needs a master (--workers 1 or more): the master runs the offload sibling")
+    host = None
+    if cfg["offload_sink"]:           # before the app, which may offload at import
+        try:
+            host = offload_host.OffloadHost(cfg, log)
+        except (OSError, ValueError) as e:
+            return fail(f"offload: {e}")
+    try:
+        return serve_here(app_spec, cfg, host)
+    finally:
+        if host is not None:
+            host.stop(graceful=True)
+
+
+def serve_here(app_spec, cfg, host):
+    """--workers 0: serve from this process."""
     try:
         app = appload.load(app_spec)
     except appload.AppImportError as e:
@@ -53,7 +66,7 @@ def main(argv=None):
         log.warning("--max-requests and --max-rss need a master (--workers 1 or more): ignored")
         options["max_requests"] = 0
     try:
-        server = Server(app, logger=log, **options)
+        server = Server(app, logger=log, _offload_host=host, **options)
     except binding.BindError as e:
         return fail(e)
     except (config.ConfigError, ValueError) as e:

@@ -6,6 +6,7 @@ line. ``forkwsgi --help`` lists every setting with its default.
 """
 import argparse
 import os
+import re
 import runpy
 
 from . import __version__
@@ -88,6 +89,16 @@ _overflow = _choice(OVERFLOW_MODES)
 _fsync = _choice(("batch", "never"))
 
 
+def _kafka_brokers(spec):
+    """HOST:PORT[,HOST:PORT...] -> the same, checked (bootstrap.servers)."""
+    hosts = [h.strip() for h in spec.split(",")]
+    for h in hosts:
+        host, sep, port = h.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"kafka://HOST:PORT[,HOST:PORT]: {h!r} is not HOST:PORT")
+    return ",".join(hosts)
+
+
 def _offload_sink(v):
     v = str(v).strip()
     kind, _, rest = v.partition(":")
@@ -95,11 +106,23 @@ def _offload_sink(v):
         return v
     if kind == "python" and rest.count(":") == 1 and all(rest.split(":")):
         return v
-    if kind == "kafka":
-        raise ValueError("kafka:// sinks are not available in this version yet; use jsonl:PATH or "
-                         "python:MODULE:FACTORY")
-    raise ValueError("not an offload sink: use jsonl:PATH or python:MODULE:FACTORY")
+    if kind == "kafka" and rest.startswith("//"):
+        return "kafka://" + _kafka_brokers(rest[2:])
+    raise ValueError("not an offload sink: use jsonl:PATH, kafka://HOST:PORT[,HOST:PORT] or python:MODULE:FACTORY")
 
+
+def _kafka_option(v):
+    key, sep, value = str(v).partition("=")
+    if not sep or not key.strip():
+        raise ValueError("KEY=VALUE (a librdkafka producer setting)")
+    return f"{key.strip()}={value.strip()}"
+
+
+def _topic(v):
+    t = str(v).strip()
+    if not 0 < len(t) <= 249 or t in (".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]+", t):
+        raise ValueError(f"{t!r} is not a Kafka topic name (1-249 of A-Z a-z 0-9 . _ -)")
+    return t
 
 
 def _log_level(v):
@@ -111,7 +134,7 @@ def _log_level(v):
 
 class Setting:
     def __init__(self, name, flags, default, convert=str, help="", metavar=None,
-                 multiple=False, section="Server"):
+                 multiple=False, section="Server", split=True):
         self.name = name
         self.flags = flags
         self.default = default
@@ -119,12 +142,15 @@ class Setting:
         self.help = help
         self.metavar = metavar
         self.multiple = multiple
+        self.split = split            # multiple: a value may list several, comma-separated
         self.section = section
 
     def parse(self, value, origin):
         try:
             if self.multiple:
-                values = value if isinstance(value, (list, tuple)) else str(value).split(",")
+                values = value if isinstance(value, (list, tuple)) else [value]
+                if self.split:
+                    values = [part for v in values for part in str(v).split(",")]
                 return [self.convert(v) for v in values]
             return self.convert(value)
         except (TypeError, ValueError) as e:
@@ -186,7 +212,8 @@ SETTINGS = [
     Setting("spool_dir", ["--spool-dir"], None, help="directory for spooled request bodies (default: the temp dir)", metavar="DIR", section="Limits"),
     Setting("url_scheme", ["--url-scheme"], "http", help="wsgi.url_scheme (https behind a TLS proxy)"),
     Setting("offload_sink", ["--offload-sink"], None, _offload_sink, metavar="SINK", section="Offload",
-            help="enable forkwsgi.offload(): a sibling process delivers the records to jsonl:PATH (JSON lines) "
+            help="enable forkwsgi.offload(): a sibling process delivers the records to jsonl:PATH (JSON lines), "
+                 "kafka://HOST:PORT[,HOST:PORT] (needs confluent-kafka: pip install 'forkwsgi[kafka]') "
                  "or python:MODULE:FACTORY (an object with send(batch), close())"),
     Setting("offload_dir", ["--offload-dir"], "forkwsgi-offload", metavar="DIR", section="Offload",
             help="the offload journal and spill files: records not yet delivered survive restarts here"),
@@ -208,6 +235,19 @@ SETTINGS = [
     Setting("offload_fsync", ["--offload-fsync"], "batch", _fsync, section="Offload",
             help="batch: fsync the journal and the jsonl sink after each batch; never: leave it to the kernel"),
     Setting("offload_nice", ["--offload-nice"], 0, _nice, section="Offload", help="nice level of the offload sibling"),
+    Setting("offload_max_spill", ["--offload-max-spill"], 256 << 20, _size, section="Offload",
+            help="bytes a worker's spill file may hold not yet collected by the sibling; past it records "
+                 "are dropped (counted and logged)"),
+    Setting("offload_kafka_timeout", ["--offload-kafka-timeout"], 30.0, _seconds, section="Offload",
+            help="kafka sink: message.timeout.ms in seconds; a record not acknowledged by then is retried "
+                 "by the sibling (it stays journaled)"),
+    Setting("offload_kafka_topics", ["--offload-kafka-topics"], [], _topic, multiple=True, metavar="TOPIC",
+            section="Offload", help="kafka sink: topics created at start if missing (others are created "
+                                    "when first used), comma-separated or repeated"),
+    Setting("offload_kafka_option", ["--offload-kafka-option"], [], _kafka_option, multiple=True,
+            metavar="KEY=VALUE", section="Offload", split=False,
+            help="kafka sink: a librdkafka producer setting, repeatable (e.g. security.protocol=SSL); "
+                 "acks=all and enable.idempotence=true are always set"),
 ]
 
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 
-from . import _forkwsgi, binding, config
+from . import _forkwsgi, binding, config, offload_host
 
 log = logging.getLogger("forkwsgi")
 
@@ -30,7 +30,8 @@ class Server:
     """
 
     def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None,
-                 _multiprocess=False, _status=None, _balance=None, _offload=False, **options):
+                 _multiprocess=False, _status=None, _balance=None, _offload=False, _offload_host=None,
+                 **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
         if bind is not None and isinstance(bind, str):
@@ -40,13 +41,17 @@ class Server:
             p = 8000 if port is None else port
             bind = list(bind or []) + [f"[{h}]:{p}" if ":" in h else f"{h}:{p}"]
         self.settings = config.resolve(options)
-        if self.settings["offload_sink"]:
-            raise config.ConfigError("offload_sink needs the forkwsgi command with --workers 1 or more "
-                                     "(its master runs the offload sibling); an embedded Server has none yet")
         if bind:
             self.settings["bind"] = list(bind)
         self.log = logger or log
         self._own_sockets = sockets is None
+        # Offload without a master: this process holds the queue and
+        # supervises the sibling (offload_host.py); it lives as long as the
+        # server, unless the caller made it (and then stops it).
+        self._offload_host = None
+        if self.settings["offload_sink"] and _offload_host is None:
+            self._offload_host = offload_host.OffloadHost(self.settings, self.log)
+        _offload = _offload or _offload_host is not None or self._offload_host is not None
         if sockets is None:
             sockets = []
             try:
@@ -55,6 +60,7 @@ class Server:
             except Exception:
                 for s in sockets:
                     s.close()
+                self._stop_offload()
                 raise
         self.sockets = list(sockets)
         described = [binding.describe(s) for s in self.sockets]
@@ -128,10 +134,18 @@ class Server:
         self._core.stop(graceful=graceful)
 
     def close(self):
+        """Close the sockets (if the server made them) and, with offload, let
+        the sibling drain and stop."""
         if self._own_sockets:
             for s in self.sockets:
                 s.close()
         self.sockets = []
+        self._stop_offload()
+
+    def _stop_offload(self):
+        host, self._offload_host = self._offload_host, None
+        if host is not None:
+            host.stop(graceful=True)
 
     def __enter__(self):
         return self

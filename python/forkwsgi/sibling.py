@@ -19,6 +19,7 @@ survives the death of any one process:
 """
 import base64
 import collections
+import fcntl
 import importlib
 import json
 import logging
@@ -66,7 +67,23 @@ def parse(buf, off=0):
     return Record(topic, key, value, ts / 1e9, pid, seq), total
 
 
+def frame(rec):
+    """The record's bytes in the queue's format (the inverse of parse)."""
+    topic = rec.topic.encode("ascii")
+    key = rec.key or b""
+    flags = FLAG_KEY if rec.key is not None else 0
+    total = HDR.size + len(topic) + len(key) + len(rec.value)
+    return HDR.pack(MAGIC, total, flags, len(topic), len(key), len(rec.value), rec.pid, rec.seq,
+                    int(rec.ts * 1e9)) + topic + key + rec.value
+
+
 # ---- sinks ------------------------------------------------------------------
+#
+# A sink has send(batch) and, optionally, close(). batch: a list of Record.
+# send returns when the sink holds every record (None), or a list of
+# (index, reason) for records it refuses for good (they are set aside in
+# rejected.fwo, counted and logged, never retried); it raises for a failure
+# that may pass (the whole batch is retried, with back-off).
 
 class SinkError(Exception):
     """The sink could not take the batch now; it is retried."""
@@ -117,18 +134,125 @@ class JsonlSink:
         os.close(self.fd)
 
 
-def make_sink(spec, cfg):
-    """jsonl:PATH or python:MODULE:FACTORY (config.py validated the form)."""
+class KafkaSink:
+    """kafka://HOST:PORT[,HOST:PORT]: a confluent-kafka producer with acks=all
+    and idempotence. send() returns only when every record of the batch has
+    its delivery report: delivered, failed for now (SinkError: the sibling
+    retries the batch; at least once, so a retry may repeat records the
+    broker already has), or refused for good (returned, kept aside by the
+    sibling). Topics are created when first seen (or at start, listed in
+    --offload-kafka-topics) with the broker's default partitions and
+    replication; a broker that refuses creation is left to its own rules."""
+
+    # Errors that no retry can fix: the record is set aside, not retried.
+    PERMANENT = ("MSG_SIZE_TOO_LARGE", "INVALID_MSG", "INVALID_RECORD", "TOPIC_AUTHORIZATION_FAILED",
+                 "RECORD_LIST_TOO_LARGE", "INVALID_TOPIC_EXCEPTION", "_INVALID_ARG", "_MSG_SIZE_TOO_LARGE")
+
+    def __init__(self, brokers, cfg, stopping=lambda: False):
+        try:
+            import confluent_kafka
+            from confluent_kafka import admin
+        except ImportError:
+            raise ValueError("the kafka sink needs confluent-kafka: pip install 'forkwsgi[kafka]'") from None
+        self.kafka = confluent_kafka
+        self.admin_mod = admin
+        self.stopping = stopping          # true when the sibling must give up waiting
+        self.timeout = cfg.get("offload_kafka_timeout", 30.0)
+        conf = {"bootstrap.servers": brokers, "client.id": "forkwsgi-offload", "linger.ms": 5,
+                "message.timeout.ms": max(1, int(self.timeout * 1000))}
+        for opt in cfg.get("offload_kafka_option") or []:
+            k, _, v = opt.partition("=")
+            conf[k] = v
+        conf.update({"acks": "all", "enable.idempotence": True})
+        self.producer = confluent_kafka.Producer(conf, logger=log)
+        self.admin = admin.AdminClient({k: v for k, v in conf.items() if k.startswith(("bootstrap.", "security.",
+                                                                                       "ssl.", "sasl.",
+                                                                                       "client.id"))})
+        self.topics = set()               # known to exist (or left to the broker)
+        try:
+            self.ensure_topics(set(cfg.get("offload_kafka_topics") or []))
+        except SinkError as e:
+            log.warning("offload: could not create topics at start (%s); retried with the first batch", e)
+
+    def ensure_topics(self, topics):
+        new = topics - self.topics
+        if not new:
+            return
+        futures = self.admin.create_topics([self.admin_mod.NewTopic(t) for t in sorted(new)],
+                                           request_timeout=10.0)
+        for topic, fut in futures.items():
+            try:
+                fut.result(timeout=15)
+                log.info("offload: created Kafka topic %s", topic)
+            except self.kafka.KafkaException as e:
+                err = e.args[0]
+                if err.code() != self.kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+                    if err.retriable() or err.code() in (self.kafka.KafkaError._TRANSPORT,
+                                                         self.kafka.KafkaError._TIMED_OUT):
+                        raise SinkError(f"creating topic {topic}: {err.str()}") from None
+                    log.warning("offload: Kafka topic %s not created (%s): left to the broker", topic, err.str())
+            except Exception as e:  # noqa: BLE001 - a future that timed out
+                raise SinkError(f"creating topic {topic}: {e}") from None
+            self.topics.add(topic)
+
+    def send(self, batch):
+        self.ensure_topics({r.topic for r in batch})
+        left = [len(batch)]
+        failed, rejected = [], []
+
+        def report(i):
+            def on_delivery(err, msg):
+                left[0] -= 1
+                if err is not None:
+                    (rejected if err.name() in self.PERMANENT else failed).append((i, err.str()))
+            return on_delivery
+
+        for i, r in enumerate(batch):
+            while True:
+                try:
+                    self.producer.produce(r.topic, r.value, r.key, timestamp=int(r.ts * 1000),
+                                          on_delivery=report(i))
+                    break
+                except BufferError:               # librdkafka's own queue is full: let it drain
+                    self._wait(0.05)
+                except self.kafka.KafkaException as e:
+                    left[0] -= 1
+                    err = e.args[0]
+                    (rejected if err.name() in self.PERMANENT else failed).append((i, err.str()))
+                    break
+        while left[0] > 0:
+            self._wait(0.1)
+        if failed:
+            raise SinkError(f"{len(failed)} of {len(batch)} record(s) not acknowledged: {failed[0][1]}")
+        return rejected or None
+
+    def _wait(self, seconds):
+        self.producer.poll(seconds)
+        if self.stopping():
+            raise SinkError("stopping before every delivery report arrived")
+
+    def close(self):
+        left = self.producer.flush(5.0)
+        if left:
+            log.warning("offload: %d Kafka record(s) without a delivery report at close (they stay journaled)",
+                        left)
+
+
+def make_sink(spec, cfg, stopping=lambda: False):
+    """jsonl:PATH, kafka://HOSTS or python:MODULE:FACTORY (config.py validated
+    the form). stopping: tells a sink that waits when to give up."""
     kind, _, rest = spec.partition(":")
     if kind == "jsonl" and rest:
         return JsonlSink(rest, cfg.get("offload_fsync", "batch"))
+    if kind == "kafka" and rest.startswith("//"):
+        return KafkaSink(rest[2:], cfg, stopping)
     if kind == "python" and rest.count(":") == 1:
         mod, factory = rest.split(":")
         obj = getattr(importlib.import_module(mod), factory)()
         if not callable(getattr(obj, "send", None)):
             raise ValueError(f"{spec}: the sink has no send(batch)")
         return obj
-    raise ValueError(f"unknown offload sink {spec!r}: use jsonl:PATH or python:MODULE:FACTORY")
+    raise ValueError(f"unknown offload sink {spec!r}: use jsonl:PATH, kafka://HOST:PORT or python:MODULE:FACTORY")
 
 
 # ---- the journal -------------------------------------------------------------
@@ -237,9 +361,76 @@ class Journal:
 COUNTER_BLOCK = 64
 PRODUCER = struct.Struct("<QQQQQ")       # queued, spilled, dropped, blocked_ns, bytes
 PRODUCER_NAMES = ("queued", "spilled", "dropped", "blocked_ns", "bytes")
-SIB = struct.Struct("<QQQQQQQd")
+SIB = struct.Struct("<QQQQQQQdQ")
 SIB_NAMES = ("delivered", "retried", "in_flight", "journaled", "pending", "batches", "sink_errors",
-             "oldest_ts")
+             "oldest_ts", "rejected")
+SIB_BLOCKS = 2                           # the sibling's counters take two blocks
+
+# ---- the queue and the producers' settings (for the master, or an embedded server)
+
+def sibling_config(cfg):
+    """The settings the sibling and the producers use, from the server's:
+    absolute paths (the sibling may run elsewhere), the spill directory."""
+    out = dict(cfg, offload_dir=os.path.abspath(cfg["offload_dir"]))
+    out["offload_spill_dir"] = os.path.join(out["offload_dir"], "spill")
+    return out
+
+
+def make_queue(cfg):
+    """The queue: a SOCK_SEQPACKET pair (see cserver/fw_offload.h), (send, receive)."""
+    os.makedirs(cfg["offload_spill_dir"], exist_ok=True)
+    send, recv = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    want = cfg["offload_queue_bytes"]
+    try:     # as root, past net.core.wmem_max
+        send.setsockopt(socket.SOL_SOCKET, 32, want)      # SO_SNDBUFFORCE
+    except OSError:
+        send.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
+    return send, recv
+
+
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT}
+
+
+def rescue_queue(recv, spill_dir):
+    """After the last sibling is gone (the server stops): records still in
+    the queue would die with it, so move them to a spill file of this
+    process's, which the next start collects. Returns how many."""
+    recv.setblocking(False)
+    path = os.path.join(spill_dir, f"spill-{os.getpid()}.fwo")
+    n, fd = 0, None
+    try:
+        while True:
+            try:
+                data = recv.recv(1 << 26)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not data:
+                break
+            if fd is None:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            n += 1
+        if fd is not None:
+            os.fsync(fd)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    if n:
+        log.warning("offload: %d record(s) were still queued at exit: kept in %s for the next start", n, path)
+    return n
+
+
+def producer_options(cfg, send, counters, slot):
+    """Keyword arguments of _forkwsgi.offload_setup for the producer in slot."""
+    return {"sock": send.fileno(),
+            "overflow": {"block": 0, "drop": 1, "spill": 2}[cfg["offload_overflow"]],
+            "block_ms": int(cfg["offload_block_timeout"] * 1000),
+            "max_record": cfg["offload_max_record"], "spill_dir": cfg["offload_spill_dir"],
+            "spill_max": cfg["offload_max_spill"],
+            "counters": memoryview(counters)[slot * COUNTER_BLOCK:(slot + 1) * COUNTER_BLOCK]}
+
 
 # In a worker: the shared counters, for stats() (set by attach()).
 _shared = None
@@ -247,7 +438,12 @@ _drops = {"last": 0.0, "count": 0}
 
 
 def counters_size(nslots):
-    return COUNTER_BLOCK * (nslots + 1)
+    return COUNTER_BLOCK * (nslots + SIB_BLOCKS)
+
+
+def sibling_counters(buf, nslots):
+    """The sibling's part of the shared counters."""
+    return memoryview(buf)[nslots * COUNTER_BLOCK:(nslots + SIB_BLOCKS) * COUNTER_BLOCK]
 
 
 def read_counters(buf, nslots):
@@ -264,8 +460,9 @@ def read_counters(buf, nslots):
 
 
 def attach(buf, nslots):
+    """Make stats() read `buf` (None: offload is off in this process)."""
     global _shared
-    _shared = (buf, nslots)
+    _shared = (buf, nslots) if buf is not None else None
 
 
 def stats():
@@ -273,7 +470,8 @@ def stats():
     sibling's), or None when offload is not enabled in this process:
     workers: queued, spilled, dropped, blocked_ns, bytes;
     sibling: delivered, retried, in_flight, journaled, pending, batches,
-    sink_errors, oldest_age (seconds the oldest undelivered record waited)."""
+    sink_errors, rejected (refused for good by the sink: kept in
+    rejected.fwo), oldest_age (seconds the oldest undelivered record waited)."""
     if _shared is None:
         return None
     return read_counters(*_shared)
@@ -285,7 +483,8 @@ def on_drop(topic):
     _drops["count"] += 1
     now = time.monotonic()
     if now - _drops["last"] >= 1.0:
-        log.warning("offload: dropped %d record(s) (topic %r last): the queue is full (--offload-overflow)",
+        log.warning("offload: dropped %d record(s) (topic %r last): no room in the queue or the spill file "
+                    "(--offload-overflow, --offload-max-spill)",
                     _drops["count"], topic)
         _drops["last"], _drops["count"] = now, 0
 
@@ -306,7 +505,7 @@ class Sibling:
         self.linger = cfg["offload_linger"]
         self.spill_dir = cfg["offload_spill_dir"]
         self.journal = Journal(cfg["offload_dir"], cfg["offload_fsync"])
-        self.sink = make_sink(cfg["offload_sink"], cfg)
+        self.sink = make_sink(cfg["offload_sink"], cfg, stopping=self._past_deadline)
         self.pending = collections.deque()      # (Record, segment, end offset)
         self.stop_at = None
         self.stop_reading = False
@@ -399,10 +598,29 @@ class Sibling:
                 self.journal.sync()
                 self.journal.state["spill"][name] = done + off
                 self.journal.save_state()
-            if not alive and done + off >= os.path.getsize(path):
-                os.unlink(path)
-                self.journal.state["spill"].pop(name, None)
-                self.journal.save_state()
+            if done + off >= os.path.getsize(path) and (not alive or done + off > 0):
+                self._unlink_collected(path, name, done + off)
+
+    def _unlink_collected(self, path, name, collected):
+        """Delete a spill file read to the end. Its writer may be appending:
+        under the file's lock (the producer takes it for every append) check
+        that nothing came meanwhile; the producer then opens a new file."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return                                   # being written: next scan
+            if os.fstat(fd).st_size != collected:
+                return
+            os.unlink(path)
+            self.journal.state["spill"].pop(name, None)
+            self.journal.save_state()
+        finally:
+            os.close(fd)
 
     # -- delivering ---------------------------------------------------------
 
@@ -418,7 +636,9 @@ class Sibling:
         self.journal.sync()
         self.stats["in_flight"] = len(batch)
         try:
-            self.sink.send([r for r, _, _ in batch])
+            rejected = self.sink.send([r for r, _, _ in batch])
+            if rejected:
+                self.set_aside([(batch[i][0], reason) for i, reason in rejected])
         except Exception as e:  # noqa: BLE001 - any sink failure is retried
             self.stats["sink_errors"] += 1
             self.stats["retried"] += len(batch)
@@ -436,6 +656,27 @@ class Sibling:
         self.stats["batches"] += 1
         self.stats["in_flight"] = 0
         return True
+
+    def set_aside(self, refused):
+        """Records the sink refused for good: appended to rejected.fwo (the
+        queue's format, so they can be replayed once the cause is fixed)."""
+        path = os.path.join(self.journal.dir, "rejected.fwo")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            for rec, _ in refused:
+                data = memoryview(frame(rec))
+                while data:
+                    data = data[os.write(fd, data):]
+            if self.cfg["offload_fsync"] != "never":
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.stats["rejected"] += len(refused)
+        log.error("offload: the sink refused %d record(s) for good (topic %r: %s): kept in %s",
+                  len(refused), refused[0][0].topic, refused[0][1], path)
+
+    def _past_deadline(self):
+        return self.stop_at is not None and time.monotonic() >= self.stop_at
 
     def publish(self):
         self.stats["pending"] = len(self.pending)
@@ -512,6 +753,19 @@ def _pid_alive(pid):
         return True
 
 
+def main():
+    """Entry point of a sibling started as a program by an embedded server
+    (offload_host.py); its settings and descriptors are in $FORKWSGI_SIBLING."""
+    import mmap
+    from .cli import setup_logging
+    spec = json.loads(os.environ.pop("FORKWSGI_SIBLING"))
+    cfg = spec["cfg"]
+    setup_logging(cfg.get("log_level", "INFO"))
+    counters = mmap.mmap(spec["counters_fd"], counters_size(1))
+    sock = socket.socket(fileno=spec["fd"])
+    run_sibling(sock, cfg, spec["parent"], counters=sibling_counters(counters, 1))
+
+
 def run_sibling(sock, cfg, master_pid, counters=None):
     """Entry point in the forked sibling; never returns."""
     from .worker import _die_with_parent
@@ -538,6 +792,9 @@ def run_sibling(sock, cfg, master_pid, counters=None):
         signal.signal(signal.SIGTERM, drain)
         signal.signal(signal.SIGINT, fast)
         signal.signal(signal.SIGQUIT, fast)
+        # Whoever started us blocked these until now (a stop asked for
+        # during start-up waits for the handlers instead of killing us).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         sib.run()
     except BaseException:
         log.exception("the offload sibling failed")

@@ -1,0 +1,125 @@
+"""Offload for a process that serves without a master: an embedded Server
+(``forkwsgi.run(app, offload_sink=...)``) or ``forkwsgi --workers 0``.
+
+This process holds the queue (both ends, as the master would) and is the
+only producer (counter slot 0). The sibling runs as a separate program
+(``python -c 'from forkwsgi.sibling import main; main()'``), not a fork: an
+embedding process may have threads of its own, and a fork of it could
+inherit a lock some thread held. It is started, restarted when it dies
+(with back-off) and stopped by one supervisor thread, which spends its life
+blocked in waitpid() without the GIL: it costs the request threads nothing.
+"""
+import json
+import logging
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from . import _forkwsgi, sibling
+
+log = logging.getLogger("forkwsgi")
+
+_active = []          # the process's one host (the C producer is per process)
+
+
+class OffloadHost:
+    def __init__(self, cfg, logger=None):
+        if _active:
+            raise ValueError("offload_sink: this process already runs an offload sibling "
+                             "(one embedded server per process may use offload)")
+        self.log = logger or log
+        self.cfg = sibling.sibling_config(cfg)
+        self.send, self.recv = sibling.make_queue(self.cfg)
+        size = sibling.counters_size(1)
+        self.counters_fd = os.memfd_create("forkwsgi-offload-counters", os.MFD_CLOEXEC)
+        os.ftruncate(self.counters_fd, size)
+        self.counters = mmap.mmap(self.counters_fd, size)
+        self.proc = None
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.started = threading.Event()
+        _forkwsgi.offload_setup(on_drop=sibling.on_drop,
+                                **sibling.producer_options(self.cfg, self.send, self.counters, 0))
+        sibling.attach(self.counters, 1)
+        _active.append(self)
+        # The supervisor starts the sibling too: the kernel's parent-death
+        # signal follows the thread that forked, so that thread must live as
+        # long as the sibling should.
+        self.thread = threading.Thread(target=self._supervise, name="forkwsgi-offload-supervisor",
+                                       daemon=True)
+        self.thread.start()
+        self.started.wait(10)
+        self.log.info("Offload to %s (journal %s, overflow %s)", self.cfg["offload_sink"],
+                      self.cfg["offload_dir"], self.cfg["offload_overflow"])
+
+    def _spawn(self):
+        keep = {k: v for k, v in self.cfg.items()
+                if k.startswith("offload_") or k in ("graceful_timeout", "log_level")}
+        env = dict(os.environ, FORKWSGI_SIBLING=json.dumps({
+            "fd": self.recv.fileno(), "counters_fd": self.counters_fd, "parent": os.getpid(),
+            "cfg": keep}))
+        # The child inherits this thread's signal mask: the stop signals wait
+        # until the sibling has its handlers (it unblocks them).
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sibling.STOP_SIGNALS)
+        try:
+            return subprocess.Popen([sys.executable, "-c", "from forkwsgi.sibling import main; main()"],
+                                    pass_fds=(self.recv.fileno(), self.counters_fd), env=env,
+                                    stdin=subprocess.DEVNULL)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+    def _supervise(self):
+        backoff = 0.0
+        while True:
+            with self.lock:
+                if self.stopping:
+                    self.started.set()
+                    return
+                try:
+                    self.proc = self._spawn()
+                except OSError as e:
+                    self.log.error("offload: cannot start the sibling: %s", e)
+                    self.proc = None
+                else:
+                    self.log.info("Booted the offload sibling (pid %d)", self.proc.pid)
+            self.started.set()
+            began = time.monotonic()
+            rc = self.proc.wait() if self.proc else -1
+            if self.stopping:
+                return
+            self.log.error("offload: the sibling exited (%s): restarting it", rc)
+            # Back-off only while it keeps dying at start-up.
+            backoff = min(max(0.1, backoff * 2), 10.0) if time.monotonic() - began < 1.0 else 0.0
+            time.sleep(backoff)
+
+    def stop(self, graceful=True):
+        """The sibling drains the queue within the graceful timeout (what it
+        cannot deliver stays journaled for the next start), then everything
+        is closed."""
+        with self.lock:
+            self.stopping = True
+            proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM if graceful else signal.SIGQUIT)
+            try:
+                proc.wait(self.cfg["graceful_timeout"] + 2.0 if graceful else 3.0)
+            except subprocess.TimeoutExpired:
+                self.log.warning("Offload sibling (pid %d) did not stop in time: killing it", proc.pid)
+                proc.kill()
+                proc.wait()
+        self.thread.join(5)
+        sibling.rescue_queue(self.recv, self.cfg["offload_spill_dir"])
+        totals = sibling.read_counters(self.counters, 1)
+        self.log.info("offload totals: %s", ", ".join(f"{k} {v}" for part in totals.values()
+                                                        for k, v in part.items()))
+        _active.remove(self)
+        _forkwsgi.offload_teardown()          # offload() raises from now on
+        sibling.attach(None, 0)
+        self.send.close()
+        self.recv.close()
+        self.counters.close()
+        os.close(self.counters_fd)
