@@ -328,11 +328,22 @@ def test_sibling_title_respawn_and_counters(make_server, dirs):
     assert wait_for(lambda: len(lines(dirs["out"])) == 10)
     stats = json.loads(get(s, "/stats").body)
     assert stats["workers"]["queued"] >= 10 and stats["sibling"]["delivered"] >= 10
-    assert set(stats["sibling"]) >= {"delivered", "retried", "in_flight", "pending", "oldest_age"}
-    os.kill(sib, signal.SIGKILL)
+    assert set(stats["sibling"]) >= {"delivered", "retried", "in_flight", "pending", "queue_depth",
+                                     "oldest_age", "rejected", "sink_errors", "journaled"}
+    assert stats["sibling"]["queue_depth"] == 0
+    os.kill(sib, signal.SIGSTOP)                  # nobody reads the queue: it fills
+    try:
+        assert get(s, "/emit?n=7&id=q").status == 200
+        stats = json.loads(get(s, "/stats").body)
+        assert stats["sibling"]["queue_depth"] == 7
+    finally:
+        os.kill(sib, signal.SIGKILL)
     assert wait_for(lambda: sibling_pid(s) not in (None, sib), timeout=20)
     assert get(s, "/emit?n=5&id=z").status == 200
-    assert wait_for(lambda: len(lines(dirs["out"])) == 15)
+    assert wait_for(lambda: len(lines(dirs["out"])) == 22)
+    stats = json.loads(get(s, "/stats").body)       # the totals went on across the restart
+    assert wait_for(lambda: json.loads(get(s, "/stats").body)["sibling"]["delivered"] == 22)
+    assert json.loads(get(s, "/stats").body)["sibling"]["queue_depth"] == 0
 
 
 def test_bad_offload_options_are_one_line_errors(tmp_path):

@@ -169,20 +169,24 @@ class KafkaSink:
                                                                                        "ssl.", "sasl.",
                                                                                        "client.id"))})
         self.topics = set()               # known to exist (or left to the broker)
+        self.at_start = set(cfg.get("offload_kafka_topics") or [])
+
+    def prepare(self):
+        """At the sibling's start (its stop signals work by then)."""
         try:
-            self.ensure_topics(set(cfg.get("offload_kafka_topics") or []))
+            self.ensure_topics(self.at_start)
         except SinkError as e:
-            log.warning("offload: could not create topics at start (%s); retried with the first batch", e)
+            log.warning("offload: could not create topics at start (%s); tried again with the first batch", e)
 
     def ensure_topics(self, topics):
         new = topics - self.topics
         if not new:
             return
         futures = self.admin.create_topics([self.admin_mod.NewTopic(t) for t in sorted(new)],
-                                           request_timeout=10.0)
+                                           request_timeout=5.0)
         for topic, fut in futures.items():
             try:
-                fut.result(timeout=15)
+                fut.result(timeout=10)
                 log.info("offload: created Kafka topic %s", topic)
             except self.kafka.KafkaException as e:
                 err = e.args[0]
@@ -196,7 +200,7 @@ class KafkaSink:
             self.topics.add(topic)
 
     def send(self, batch):
-        self.ensure_topics({r.topic for r in batch})
+        self.ensure_topics(self.at_start | {r.topic for r in batch})
         left = [len(batch)]
         failed, rejected = [], []
 
@@ -361,9 +365,11 @@ class Journal:
 COUNTER_BLOCK = 64
 PRODUCER = struct.Struct("<QQQQQ")       # queued, spilled, dropped, blocked_ns, bytes
 PRODUCER_NAMES = ("queued", "spilled", "dropped", "blocked_ns", "bytes")
-SIB = struct.Struct("<QQQQQQQdQ")
+SIB = struct.Struct("<QQQQQQQdQQ")
 SIB_NAMES = ("delivered", "retried", "in_flight", "journaled", "pending", "batches", "sink_errors",
-             "oldest_ts", "rejected")
+             "oldest_ts", "rejected", "dequeued")
+# What a new sibling carries on from its predecessor (the rest describes now).
+SIB_CUMULATIVE = ("delivered", "retried", "journaled", "batches", "sink_errors", "rejected", "dequeued")
 SIB_BLOCKS = 2                           # the sibling's counters take two blocks
 
 # ---- the queue and the producers' settings (for the master, or an embedded server)
@@ -456,6 +462,8 @@ def read_counters(buf, nslots):
     sib = dict(zip(SIB_NAMES, SIB.unpack_from(buf, nslots * COUNTER_BLOCK)))
     oldest = sib.pop("oldest_ts")
     sib["oldest_age"] = round(max(0.0, time.time() - oldest), 3) if oldest else 0.0
+    # Records handed to the queue and not yet taken off it by a sibling.
+    sib["queue_depth"] = max(0, workers["queued"] - sib.pop("dequeued"))
     return {"workers": workers, "sibling": sib}
 
 
@@ -469,9 +477,11 @@ def stats():
     """The offload counters of the whole server (every worker's and the
     sibling's), or None when offload is not enabled in this process:
     workers: queued, spilled, dropped, blocked_ns, bytes;
-    sibling: delivered, retried, in_flight, journaled, pending, batches,
-    sink_errors, rejected (refused for good by the sink: kept in
-    rejected.fwo), oldest_age (seconds the oldest undelivered record waited)."""
+    sibling: delivered, retried, in_flight, journaled, pending (held by the
+    sibling), queue_depth (records in the queue), batches, sink_errors,
+    rejected (refused for good by the sink: kept in rejected.fwo),
+    oldest_age (seconds the oldest record the sibling holds has waited).
+    The sibling's totals carry on across its restarts."""
     if _shared is None:
         return None
     return read_counters(*_shared)
@@ -510,6 +520,9 @@ class Sibling:
         self.stop_at = None
         self.stop_reading = False
         self.stats = dict.fromkeys(SIB_NAMES, 0)
+        if counters is not None:      # a replacement sibling: the totals go on
+            prev = dict(zip(SIB_NAMES, SIB.unpack_from(counters, 0)))
+            self.stats.update({n: prev[n] for n in SIB_CUMULATIVE})
         self.retry_at = 0.0
         self.backoff = 0.1
         self.last_journaled = None               # (pid, seq) of the newest journaled record
@@ -551,6 +564,7 @@ class Sibling:
                 self.last_journaled = (rec.pid, rec.seq)
                 self.stats["journaled"] += 1
             self.sock.recv(1, socket.MSG_DONTWAIT)               # now take it off the queue
+            self.stats["dequeued"] += 1
             n += 1
         return n
 
@@ -694,6 +708,9 @@ class Sibling:
         self.stop_reading = not read
 
     def run(self):
+        prepare = getattr(self.sink, "prepare", None)
+        if prepare:
+            prepare()
         self.resume()
         poller = select.poll()
         poller.register(self.sock.fileno(), select.POLLIN)
