@@ -9,16 +9,39 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     fw_offload ofl;
     Py_buffer counters;          /* shared counters (fw_offload_counters), buf NULL if private */
     PyObject *on_drop;           /* called with the topic of each dropped record (it logs) */
-    int ready;
+    int ready;                   /* read and written under the GIL */
+    _Atomic int calls;           /* offload() calls inside fw_offload_send (without the GIL) */
 } offload_state;
 
 /* The process's producer: set up once in each worker, after fork. */
 static offload_state g_offload;
+
+/* Stop new calls, wait (without the GIL) for those already sending, then
+ * free the producer: a thread in fw_offload_send must never find its
+ * socket, mutex or counters gone. Called with the GIL. */
+static void forget_producer(void)
+{
+    if (!g_offload.ready)
+        return;
+    g_offload.ready = 0;
+    if (atomic_load(&g_offload.calls) > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        struct timespec pause = { 0, 1000000 };
+        while (atomic_load(&g_offload.calls) > 0)
+            nanosleep(&pause, NULL);
+        Py_END_ALLOW_THREADS
+    }
+    fw_offload_destroy(&g_offload.ofl);
+    if (g_offload.counters.buf)
+        PyBuffer_Release(&g_offload.counters);
+    g_offload.counters.buf = NULL;
+}
 
 static PyObject *offload_setup(PyObject *mod, PyObject *args, PyObject *kwds)
 {
@@ -37,12 +60,7 @@ static PyObject *offload_setup(PyObject *mod, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "bad offload settings");
         return NULL;
     }
-    if (g_offload.ready) {
-        fw_offload_destroy(&g_offload.ofl);
-        if (g_offload.counters.buf)
-            PyBuffer_Release(&g_offload.counters);
-        g_offload.ready = 0;
-    }
+    forget_producer();
     fw_offload_counters *shared = NULL;
     if (counters != Py_None) {
         if (PyObject_GetBuffer(counters, &g_offload.counters, PyBUF_WRITABLE) < 0)
@@ -135,9 +153,11 @@ static PyObject *offload_call(PyObject *mod, PyObject *args, PyObject *kwds)
     Py_INCREF(value);
     Py_XINCREF(key);
     int rc;
+    atomic_fetch_add(&g_offload.calls, 1);       /* under the GIL: teardown waits for it */
     Py_BEGIN_ALLOW_THREADS
     rc = fw_offload_send(&g_offload.ofl, t, (size_t)tlen, k, (size_t)klen, v, (size_t)vlen);
     Py_END_ALLOW_THREADS
+    atomic_fetch_sub(&g_offload.calls, 1);
     Py_DECREF(value);
     Py_XDECREF(key);
     if (vown > 0)
@@ -173,14 +193,8 @@ static PyObject *offload_teardown(PyObject *mod, PyObject *unused)
 {
     (void)mod;
     (void)unused;
-    if (g_offload.ready) {
-        g_offload.ready = 0;
-        fw_offload_destroy(&g_offload.ofl);
-        if (g_offload.counters.buf)
-            PyBuffer_Release(&g_offload.counters);
-        g_offload.counters.buf = NULL;
-        Py_CLEAR(g_offload.on_drop);
-    }
+    forget_producer();
+    Py_CLEAR(g_offload.on_drop);
     Py_RETURN_NONE;
 }
 

@@ -354,6 +354,10 @@ def test_bad_offload_options_are_one_line_errors(tmp_path):
              (["--offload-sink", "kafka://127.0.0.1"], "HOST:PORT"),
              (["--offload-sink", "kafka://127.0.0.1:9092", "--offload-kafka-topics", "a b"], "topic name"),
              (["--offload-sink", "kafka://127.0.0.1:9092", "--offload-kafka-option", "linger.ms"], "KEY=VALUE"),
+             (["--offload-sink", "kafka://127.0.0.1:9092", "--offload-kafka-option", "no.such.key=1"],
+              "No such configuration property"),
+             (["--offload-sink", "jsonl:/proc/forkwsgi/o.jsonl"], "cannot open"),
+             (["--offload-sink", "jsonl:/proc/forkwsgi/o.jsonl", "--workers", "0"], "cannot open"),
              (["--offload-sink", "jsonl:/tmp/x", "--offload-overflow", "maybe"], "--offload-overflow"))
     for args, word in cases:
         p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:pid", "--bind", "127.0.0.1:0",

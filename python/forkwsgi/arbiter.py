@@ -128,6 +128,7 @@ class Arbiter:
             self.sockets.append(binding.create(addr, self.cfg["backlog"],
                                                reuseport=self.balance == "reuseport"))
         if self.offload_cfg:
+            sibling.check_config(self.offload_cfg)
             self.start_offload_queue()
         if not self.lazy:
             self.app = appload.load(self.app_spec)
@@ -514,7 +515,10 @@ class Arbiter:
                 self.log.warning("Offload sibling (pid %d) did not stop in time: killing it", self.offload_pid)
                 self.kill(self.offload_pid, signal.SIGKILL)
                 self._reap_quietly()
-        sibling.rescue_queue(self.ofl_recv, self.offload_cfg["offload_spill_dir"])
+        try:
+            sibling.rescue_queue(self.ofl_recv, self.offload_cfg)
+        except OSError as e:
+            self.log.error("offload: could not move the records left in the queue to disk: %s", e)
         totals = sibling.read_counters(self.ofl_counters, self.nslots)
         self.log.info("offload totals: %s", ", ".join(f"{k} {v}" for part in totals.values()
                                                         for k, v in part.items()))

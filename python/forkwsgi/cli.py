@@ -43,16 +43,19 @@ def main(argv=None):
     if cfg["offload_sink"]:           # before the app, which may offload at import
         try:
             host = offload_host.OffloadHost(cfg, log)
+        except config.ConfigError as e:
+            return fail(e)
         except (OSError, ValueError) as e:
             return fail(f"offload: {e}")
+    how = {"graceful": True}
     try:
-        return serve_here(app_spec, cfg, host)
+        return serve_here(app_spec, cfg, host, how)
     finally:
         if host is not None:
-            host.stop(graceful=True)
+            host.stop(graceful=how["graceful"])
 
 
-def serve_here(app_spec, cfg, host):
+def serve_here(app_spec, cfg, host, how):
     """--workers 0: serve from this process."""
     try:
         app = appload.load(app_spec)
@@ -78,6 +81,7 @@ def serve_here(app_spec, cfg, host):
 
     def fast(signum, frame):
         log.info("Received %s: stopping now", signal.Signals(signum).name)
+        how["graceful"] = False
         server.stop(graceful=False)
 
     signal.signal(signal.SIGTERM, graceful)

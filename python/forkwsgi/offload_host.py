@@ -33,17 +33,24 @@ class OffloadHost:
                              "(one embedded server per process may use offload)")
         self.log = logger or log
         self.cfg = sibling.sibling_config(cfg)
-        self.send, self.recv = sibling.make_queue(self.cfg)
-        size = sibling.counters_size(1)
-        self.counters_fd = os.memfd_create("forkwsgi-offload-counters", os.MFD_CLOEXEC)
-        os.ftruncate(self.counters_fd, size)
-        self.counters = mmap.mmap(self.counters_fd, size)
+        sibling.check_config(self.cfg)
         self.proc = None
         self.lock = threading.Lock()
         self.stopping = False
         self.started = threading.Event()
-        _forkwsgi.offload_setup(on_drop=sibling.on_drop,
-                                **sibling.producer_options(self.cfg, self.send, self.counters, 0))
+        self.send = self.recv = self.counters = None
+        self.counters_fd = -1
+        try:
+            self.send, self.recv = sibling.make_queue(self.cfg)
+            size = sibling.counters_size(1)
+            self.counters_fd = os.memfd_create("forkwsgi-offload-counters", os.MFD_CLOEXEC)
+            os.ftruncate(self.counters_fd, size)
+            self.counters = mmap.mmap(self.counters_fd, size)
+            _forkwsgi.offload_setup(on_drop=sibling.on_drop,
+                                    **sibling.producer_options(self.cfg, self.send, self.counters, 0))
+        except BaseException:
+            self._close()
+            raise
         sibling.attach(self.counters, 1)
         _active.append(self)
         # The supervisor starts the sibling too: the kernel's parent-death
@@ -59,16 +66,18 @@ class OffloadHost:
     def _spawn(self):
         keep = {k: v for k, v in self.cfg.items()
                 if k.startswith("offload_") or k in ("graceful_timeout", "log_level")}
-        env = dict(os.environ, FORKWSGI_SIBLING=json.dumps({
-            "fd": self.recv.fileno(), "counters_fd": self.counters_fd, "parent": os.getpid(),
-            "cfg": keep}))
+        # The sibling imports what this process can (forkwsgi, a python: sink)
+        # through this process's path, which may have been changed at run time.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+                   FORKWSGI_SIBLING=json.dumps({"fd": self.recv.fileno(), "counters_fd": self.counters_fd,
+                                                "parent": os.getpid(), "cfg": keep}))
         # The child inherits this thread's signal mask: the stop signals wait
         # until the sibling has its handlers (it unblocks them).
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sibling.STOP_SIGNALS)
         try:
             return subprocess.Popen([sys.executable, "-c", "from forkwsgi.sibling import main; main()"],
                                     pass_fds=(self.recv.fileno(), self.counters_fd), env=env,
-                                    stdin=subprocess.DEVNULL)
+                                    stdin=subprocess.DEVNULL, process_group=0)    # no Ctrl-C from a terminal
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
@@ -98,28 +107,41 @@ class OffloadHost:
 
     def stop(self, graceful=True):
         """The sibling drains the queue within the graceful timeout (what it
-        cannot deliver stays journaled for the next start), then everything
-        is closed."""
+        cannot deliver stays journaled for the next start); what is still
+        queued after it goes to a spill file; then everything is closed."""
         with self.lock:
             self.stopping = True
             proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM if graceful else signal.SIGQUIT)
+        try:
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM if graceful else signal.SIGQUIT)
+                try:
+                    proc.wait(self.cfg["graceful_timeout"] + 2.0 if graceful else 3.0)
+                except subprocess.TimeoutExpired:
+                    self.log.warning("Offload sibling (pid %d) did not stop in time: killing it", proc.pid)
+                    proc.kill()
+                    proc.wait()
+            self.thread.join(5)
+        finally:
+            _active.remove(self)
+            _forkwsgi.offload_teardown()      # waits for offload() calls in progress; then they raise
+            sibling.attach(None, 0)
             try:
-                proc.wait(self.cfg["graceful_timeout"] + 2.0 if graceful else 3.0)
-            except subprocess.TimeoutExpired:
-                self.log.warning("Offload sibling (pid %d) did not stop in time: killing it", proc.pid)
-                proc.kill()
-                proc.wait()
-        self.thread.join(5)
-        sibling.rescue_queue(self.recv, self.cfg["offload_spill_dir"])
-        totals = sibling.read_counters(self.counters, 1)
-        self.log.info("offload totals: %s", ", ".join(f"{k} {v}" for part in totals.values()
-                                                        for k, v in part.items()))
-        _active.remove(self)
-        _forkwsgi.offload_teardown()          # offload() raises from now on
-        sibling.attach(None, 0)
-        self.send.close()
-        self.recv.close()
-        self.counters.close()
-        os.close(self.counters_fd)
+                sibling.rescue_queue(self.recv, self.cfg)
+            except OSError as e:
+                self.log.error("offload: could not move the records left in the queue to disk: %s", e)
+            totals = sibling.read_counters(self.counters, 1)
+            self.log.info("offload totals: %s", ", ".join(f"{k} {v}" for part in totals.values()
+                                                            for k, v in part.items()))
+            self._close()
+
+    def _close(self):
+        for sock in (self.send, self.recv):
+            if sock is not None:
+                sock.close()
+        if self.counters is not None:
+            self.counters.close()
+        if self.counters_fd >= 0:
+            os.close(self.counters_fd)
+        self.send = self.recv = self.counters = None
+        self.counters_fd = -1

@@ -142,11 +142,17 @@ class KafkaSink:
     broker already has), or refused for good (returned, kept aside by the
     sibling). Topics are created when first seen (or at start, listed in
     --offload-kafka-topics) with the broker's default partitions and
-    replication; a broker that refuses creation is left to its own rules."""
+    replication; when creation fails the records are produced anyway (the
+    broker may create the topic itself) and creation is tried again later."""
 
-    # Errors that no retry can fix: the record is set aside, not retried.
-    PERMANENT = ("MSG_SIZE_TOO_LARGE", "INVALID_MSG", "INVALID_RECORD", "TOPIC_AUTHORIZATION_FAILED",
-                 "RECORD_LIST_TOO_LARGE", "INVALID_TOPIC_EXCEPTION", "_INVALID_ARG", "_MSG_SIZE_TOO_LARGE")
+    # Errors no retry can fix: the record is set aside, not retried.
+    PERMANENT = {"MSG_SIZE_TOO_LARGE", "INVALID_MSG_SIZE", "INVALID_MSG", "INVALID_RECORD",
+                 "RECORD_LIST_TOO_LARGE", "TOPIC_AUTHORIZATION_FAILED", "TOPIC_EXCEPTION", "INVALID_TIMESTAMP",
+                 "POLICY_VIOLATION", "UNSUPPORTED_FOR_MESSAGE_FORMAT", "_INVALID_ARG"}
+    # Settings of the producer only; the admin client gets the rest.
+    PRODUCER_ONLY = ("acks", "enable.idempotence", "linger.ms", "message.timeout.ms", "compression.",
+                     "batch.", "queue.buffering.", "retries", "retry.", "delivery.", "max.in.flight")
+    CREATE_RETRY = 30.0                 # seconds between attempts to create a topic that failed
 
     def __init__(self, brokers, cfg, stopping=lambda: False):
         try:
@@ -157,49 +163,55 @@ class KafkaSink:
         self.kafka = confluent_kafka
         self.admin_mod = admin
         self.stopping = stopping          # true when the sibling must give up waiting
-        self.timeout = cfg.get("offload_kafka_timeout", 30.0)
-        conf = {"bootstrap.servers": brokers, "client.id": "forkwsgi-offload", "linger.ms": 5,
-                "message.timeout.ms": max(1, int(self.timeout * 1000))}
-        for opt in cfg.get("offload_kafka_option") or []:
-            k, _, v = opt.partition("=")
-            conf[k] = v
-        conf.update({"acks": "all", "enable.idempotence": True})
-        self.producer = confluent_kafka.Producer(conf, logger=log)
-        self.admin = admin.AdminClient({k: v for k, v in conf.items() if k.startswith(("bootstrap.", "security.",
-                                                                                       "ssl.", "sasl.",
-                                                                                       "client.id"))})
+        self.conf = kafka_config(brokers, cfg)
+        self.fatal = None                 # a fatal producer error: the producer must be replaced
+        self.producer = self._new_producer()
+        self.admin = admin.AdminClient({k: v for k, v in self.conf.items()
+                                        if not k.startswith(self.PRODUCER_ONLY)})
         self.topics = set()               # known to exist (or left to the broker)
+        self.create_after = {}            # topic -> monotonic time of the next creation attempt
         self.at_start = set(cfg.get("offload_kafka_topics") or [])
+
+    def _new_producer(self):
+        def on_error(err):
+            if err.fatal():
+                self.fatal = err
+        return self.kafka.Producer(dict(self.conf, error_cb=on_error), logger=log)
 
     def prepare(self):
         """At the sibling's start (its stop signals work by then)."""
-        try:
-            self.ensure_topics(self.at_start)
-        except SinkError as e:
-            log.warning("offload: could not create topics at start (%s); tried again with the first batch", e)
+        self.ensure_topics(self.at_start)
 
     def ensure_topics(self, topics):
-        new = topics - self.topics
+        now = time.monotonic()
+        new = {t for t in topics - self.topics if self.create_after.get(t, 0.0) <= now}
         if not new:
             return
-        futures = self.admin.create_topics([self.admin_mod.NewTopic(t) for t in sorted(new)],
-                                           request_timeout=5.0)
+        try:
+            futures = self.admin.create_topics([self.admin_mod.NewTopic(t) for t in sorted(new)],
+                                               request_timeout=5.0)
+        except Exception as e:  # noqa: BLE001 - creation is a convenience; delivery goes on
+            futures, failure = {}, e
+            for t in new:
+                self.create_after[t] = now + self.CREATE_RETRY
+            log.warning("offload: could not create Kafka topics %s (%s): producing anyway", sorted(new), failure)
         for topic, fut in futures.items():
             try:
                 fut.result(timeout=10)
                 log.info("offload: created Kafka topic %s", topic)
-            except self.kafka.KafkaException as e:
-                err = e.args[0]
-                if err.code() != self.kafka.KafkaError.TOPIC_ALREADY_EXISTS:
-                    if err.retriable() or err.code() in (self.kafka.KafkaError._TRANSPORT,
-                                                         self.kafka.KafkaError._TIMED_OUT):
-                        raise SinkError(f"creating topic {topic}: {err.str()}") from None
-                    log.warning("offload: Kafka topic %s not created (%s): left to the broker", topic, err.str())
-            except Exception as e:  # noqa: BLE001 - a future that timed out
-                raise SinkError(f"creating topic {topic}: {e}") from None
+            except Exception as e:  # noqa: BLE001 - KafkaException or a future that timed out
+                err = e.args[0] if e.args and isinstance(e.args[0], self.kafka.KafkaError) else None
+                if err is None or err.code() != self.kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+                    self.create_after[topic] = now + self.CREATE_RETRY
+                    log.warning("offload: Kafka topic %s not created (%s): producing anyway, creation "
+                                "tried again in %.0f s", topic, err.str() if err else e, self.CREATE_RETRY)
+                    continue
             self.topics.add(topic)
+            self.create_after.pop(topic, None)
 
     def send(self, batch):
+        if self.fatal is not None:
+            self._replace_producer()
         self.ensure_topics(self.at_start | {r.topic for r in batch})
         left = [len(batch)]
         failed, rejected = [], []
@@ -232,14 +244,65 @@ class KafkaSink:
 
     def _wait(self, seconds):
         self.producer.poll(seconds)
+        if self.fatal is not None:
+            raise SinkError(f"fatal producer error: {self.fatal.str()}")
         if self.stopping():
             raise SinkError("stopping before every delivery report arrived")
 
+    def _replace_producer(self):
+        """After a fatal error (the idempotent producer lost its sequence):
+        the journal still holds the batch, so drop what the old producer
+        holds and start a new one."""
+        log.error("offload: Kafka producer failed for good (%s): starting a new one", self.fatal.str())
+        self.producer.purge()
+        self.producer.flush(0)
+        self.fatal = None
+        self.producer = self._new_producer()
+
     def close(self):
-        left = self.producer.flush(5.0)
+        # Past the stop deadline there is no time to wait: what has no
+        # delivery report stays journaled and is sent again at the next start.
+        if self.stopping():
+            self.producer.purge()
+        left = self.producer.flush(0 if self.stopping() else 5.0)
         if left:
             log.warning("offload: %d Kafka record(s) without a delivery report at close (they stay journaled)",
                         left)
+
+
+def kafka_config(brokers, cfg):
+    """The librdkafka settings of the Kafka sink."""
+    conf = {"bootstrap.servers": brokers, "client.id": "forkwsgi-offload", "linger.ms": 5,
+            "message.timeout.ms": max(1, int(cfg.get("offload_kafka_timeout", 30.0) * 1000))}
+    for opt in cfg.get("offload_kafka_option") or []:
+        k, _, v = opt.partition("=")
+        conf[k] = v
+    conf.update({"acks": "all", "enable.idempotence": True})
+    return conf
+
+
+def check_sink(cfg):
+    """Fail at start, with one line, for a sink the sibling could never
+    make (it would only die and be restarted forever): confluent-kafka
+    missing or rejecting a setting, a jsonl file that cannot be opened.
+    Raises ValueError."""
+    kind, _, rest = cfg["offload_sink"].partition(":")
+    if kind == "kafka":
+        try:
+            import confluent_kafka
+        except ImportError:
+            raise ValueError("the kafka sink needs confluent-kafka: pip install 'forkwsgi[kafka]'") from None
+        try:
+            confluent_kafka.Producer(kafka_config(rest[2:], cfg)).flush(0)
+        except confluent_kafka.KafkaException as e:
+            raise ValueError(f"kafka sink: {e.args[0].str()}") from None
+    elif kind == "jsonl":
+        path = os.path.abspath(rest)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        except OSError as e:
+            raise ValueError(f"jsonl sink: cannot open {path}: {e.strerror}") from None
 
 
 def make_sink(spec, cfg, stopping=lambda: False):
@@ -382,6 +445,26 @@ def sibling_config(cfg):
     return out
 
 
+def queued_record_max(cfg):
+    """A buffer size that holds any record of the queue: a queued record is
+    at most about the queue's size (larger ones are spilled by the producer)."""
+    return min(cfg["offload_max_record"], cfg["offload_queue_bytes"] * 2) + HDR.size
+
+
+def check_config(cfg):
+    """Settings the sibling could not work with, as config.ConfigError (one
+    line at start), plus a warning for a spill bound below the record size."""
+    from .config import ConfigError
+    try:
+        check_sink(cfg)
+    except ValueError as e:
+        raise ConfigError(f"--offload-sink: {e}") from None
+    if cfg["offload_max_spill"] < cfg["offload_max_record"]:
+        log.warning("offload: --offload-max-spill (%d) is below --offload-max-record (%d): records too large "
+                    "for the queue and the spill file are dropped", cfg["offload_max_spill"],
+                    cfg["offload_max_record"])
+
+
 def make_queue(cfg):
     """The queue: a SOCK_SEQPACKET pair (see cserver/fw_offload.h), (send, receive)."""
     os.makedirs(cfg["offload_spill_dir"], exist_ok=True)
@@ -397,24 +480,25 @@ def make_queue(cfg):
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT}
 
 
-def rescue_queue(recv, spill_dir):
+def rescue_queue(recv, cfg):
     """After the last sibling is gone (the server stops): records still in
     the queue would die with it, so move them to a spill file of this
     process's, which the next start collects. Returns how many."""
     recv.setblocking(False)
-    path = os.path.join(spill_dir, f"spill-{os.getpid()}.fwo")
+    path = os.path.join(cfg["offload_spill_dir"], f"spill-{os.getpid()}.fwo")
+    buf = bytearray(queued_record_max(cfg))
     n, fd = 0, None
     try:
         while True:
             try:
-                data = recv.recv(1 << 26)
+                got = recv.recv_into(buf)
             except (BlockingIOError, InterruptedError):
                 break
-            if not data:
+            if not got:
                 break
             if fd is None:
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            view = memoryview(data)
+            view = memoryview(buf)[:got]
             while view:
                 view = view[os.write(fd, view):]
             n += 1
@@ -508,9 +592,7 @@ class Sibling:
         self.counters = counters          # shared mmap region (SIB layout) or None
         self.producers_alive = producers_alive or _pid_alive
         self.max_record = cfg["offload_max_record"]
-        # A queued record is at most about the queue's size (larger ones are
-        # spilled by the producer): one buffer, peeked into again and again.
-        self.rbuf = bytearray(min(self.max_record, cfg["offload_queue_bytes"] * 2) + HDR.size)
+        self.rbuf = bytearray(queued_record_max(cfg))     # peeked into again and again
         self.batch_size = cfg["offload_batch"]
         self.linger = cfg["offload_linger"]
         self.spill_dir = cfg["offload_spill_dir"]
@@ -527,6 +609,7 @@ class Sibling:
         self.backoff = 0.1
         self.last_journaled = None               # (pid, seq) of the newest journaled record
         self.next_spill_scan = 0.0
+        self.queue_gone = False
 
     # -- reading ------------------------------------------------------------
 
@@ -548,6 +631,11 @@ class Sibling:
             except (BlockingIOError, InterruptedError):
                 break
             if not got:
+                # No record is empty: this is the end of the queue (every
+                # sending end is closed: the process holding it is gone).
+                if not self.queue_gone:
+                    log.warning("offload: the queue was closed (its holder exited): delivering what is left")
+                    self.queue_gone = True
                 break
             data = memoryview(self.rbuf)[:got]
             try:
@@ -557,6 +645,7 @@ class Sibling:
             except BadRecord as e:
                 log.error("offload: dropping a malformed record from the queue (%s)", e)
                 self.sock.recv(1, socket.MSG_DONTWAIT)
+                self.stats["dequeued"] += 1
                 continue
             if (rec.pid, rec.seq) != self.last_journaled:     # else journaled by our predecessor
                 seg, off = self.journal.append(data)
@@ -570,71 +659,73 @@ class Sibling:
 
     def collect_spills(self):
         """Copy whole records from the workers' spill files into the journal,
-        as far as --offload-max-pending allows (the rest waits in the file);
-        delete a file once it is read to the end and its writer is gone."""
+        as far as --offload-max-pending allows (the rest waits in the file).
+        A file read to the end is deleted, also while its worker lives: the
+        reading happens under the file's lock, which the producer takes for
+        every append, so "read to the end" cannot be overtaken by a write;
+        the producer then finds its file unlinked and starts a new one."""
         try:
             names = [n for n in os.listdir(self.spill_dir) if n.startswith("spill-") and n.endswith(".fwo")]
         except FileNotFoundError:
             return
+        state = self.journal.state["spill"]
+        for gone in set(state) - set(names):        # deleted, and the state not saved after
+            state.pop(gone)
         for name in names:
             if len(self.pending) >= self.cfg["offload_max_pending"]:
                 return
-            path = os.path.join(self.spill_dir, name)
-            done = self.journal.state["spill"].get(name, 0)
             try:
                 pid = int(name[6:-4])
             except ValueError:
                 continue
             alive = self.producers_alive(pid)
+            path = os.path.join(self.spill_dir, name)
             try:
-                with open(path, "rb") as f:
-                    f.seek(done)
-                    data = f.read(64 << 20)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
-                self.journal.state["spill"].pop(name, None)
                 continue
-            off = 0
-            while off < len(data) and len(self.pending) < self.cfg["offload_max_pending"]:
-                try:
-                    rec, size = parse(data, off)
-                except BadRecord:
-                    log.error("offload: spill file %s is damaged at offset %d", path, done + off)
-                    size, rec = len(data) - off, None
-                    off += size
-                    break
-                if rec is None:
-                    break
-                seg, end = self.journal.append(bytes(data[off:off + size]))
-                self.pending.append((rec, seg, end))
-                self.stats["journaled"] += 1
-                off += size
-            if off:
-                self.journal.sync()
-                self.journal.state["spill"][name] = done + off
-                self.journal.save_state()
-            if done + off >= os.path.getsize(path) and (not alive or done + off > 0):
-                self._unlink_collected(path, name, done + off)
-
-    def _unlink_collected(self, path, name, collected):
-        """Delete a spill file read to the end. Its writer may be appending:
-        under the file's lock (the producer takes it for every append) check
-        that nothing came meanwhile; the producer then opens a new file."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return
-        try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return                                   # being written: next scan
-            if os.fstat(fd).st_size != collected:
-                return
-            os.unlink(path)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    locked = True
+                except BlockingIOError:
+                    locked = False                    # being appended to: read what is whole
+                self._collect_one(fd, path, name, locked or not alive)
+            finally:
+                os.close(fd)                           # and with it the lock
+
+    def _collect_one(self, fd, path, name, may_delete):
+        done = self.journal.state["spill"].get(name, 0)
+        os.lseek(fd, done, os.SEEK_SET)
+        data = os.read(fd, 64 << 20)
+        off = 0
+        while off < len(data) and len(self.pending) < self.cfg["offload_max_pending"]:
+            try:
+                rec, size = parse(data, off)
+            except BadRecord:
+                log.error("offload: spill file %s is damaged at offset %d: skipping the rest of it",
+                          path, done + off)
+                off = len(data)
+                break
+            if rec is None:
+                break
+            seg, end = self.journal.append(data[off:off + size])
+            self.pending.append((rec, seg, end))
+            self.stats["journaled"] += 1
+            off += size
+        at_end = done + off >= os.fstat(fd).st_size
+        if not off and not (at_end and may_delete):
+            return
+        # Journal first, then the state, then the unlink: a crash between
+        # any two steps makes records come twice, never zero times.
+        self.journal.sync()
+        if at_end and may_delete:
             self.journal.state["spill"].pop(name, None)
             self.journal.save_state()
-        finally:
-            os.close(fd)
+            os.unlink(path)
+        else:
+            self.journal.state["spill"][name] = done + off
+            self.journal.save_state()
 
     # -- delivering ---------------------------------------------------------
 
@@ -722,13 +813,16 @@ class Sibling:
             room = self.cfg["offload_max_pending"] - len(self.pending)
             if room > 0 and not self.stop_reading:
                 self.read_queue(min(room, 4096))
+                self.publish()
+                if self.queue_gone and self.stop_at is None:
+                    self.request_stop(time.monotonic() + self.cfg["graceful_timeout"], read=False)
             delivered = self.deliver(force=self.stop_at is not None)
             self.publish()
             if self.stop_at is not None:
                 # Draining: read what is queued, deliver it, stop when both
                 # are empty or the graceful timeout is up (what is left stays
                 # journaled for the next start).
-                queued = not self.stop_reading and self._queue_has_data()
+                queued = not self.stop_reading and not self.queue_gone and self._queue_has_data()
                 if not self.pending and not queued or time.monotonic() >= self.stop_at:
                     break
                 if not delivered and self.pending and time.monotonic() < self.retry_at:
