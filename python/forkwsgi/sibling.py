@@ -828,14 +828,18 @@ class Sibling:
                 if not delivered and self.pending and time.monotonic() < self.retry_at:
                     time.sleep(min(0.05, max(0.0, self.retry_at - time.monotonic())))
                 continue
-            wait = self.linger if self.pending else 0.5
-            if self.pending and time.monotonic() < self.retry_at:
-                wait = self.retry_at - time.monotonic()
-            if room <= 0:
-                time.sleep(min(wait, 0.05))     # full: the queue waits (workers apply their overflow policy)
+            if self.pending:
+                # A batch is forming: sleep until it is due, without waking
+                # for each record that arrives meanwhile (they wait in the
+                # queue and are read in one go). One wake-up per batch, not
+                # per record: the request threads share the CPU with us.
+                due = self.pending[0][0].ts + self.linger - time.time()
+                if time.monotonic() < self.retry_at:
+                    due = self.retry_at - time.monotonic()
+                time.sleep(min(max(due, 0.001), 0.05 if room <= 0 else self.linger))
                 continue
             try:
-                poller.poll(max(1, int(wait * 1000)))
+                poller.poll(500)                 # idle: the first record wakes us
             except InterruptedError:
                 pass
         self.collect_spills()
@@ -887,7 +891,14 @@ def run_sibling(sock, cfg, master_pid, counters=None):
             signal.signal(sig, signal.SIG_DFL)
         _die_with_parent(master_pid)
         proctitle.set("forkwsgi: offload")
+        # Below the request threads: a nice level (--offload-nice), and
+        # SCHED_BATCH, so that a record that wakes us never preempts the
+        # thread that sent it. Threads started later (librdkafka's) inherit both.
         os.setpriority(os.PRIO_PROCESS, 0, cfg["offload_nice"])
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        except (OSError, AttributeError):
+            pass
         sib = Sibling(sock, cfg, counters)
 
         def drain(signum, frame):
