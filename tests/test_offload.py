@@ -225,9 +225,13 @@ def test_sink_down_for_a_while_then_everything_arrives(make_server, dirs):
         assert get(s, f"/emit?n=25&id=d{i}-").status == 200
     time.sleep(2)
     assert lines(dirs["out"]) == []
+    assert wait_for(lambda: "falling behind" in s.log())           # records wait: it takes its share
+    assert os.sched_getscheduler(sibling_pid(s)) == os.SCHED_BATCH
     (dirs["ctl"] / "fail").unlink()
     assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == 500, timeout=30)
     assert "sink failed" in s.log()
+    assert wait_for(lambda: "caught up" in s.log())
+    assert os.sched_getscheduler(sibling_pid(s)) == os.SCHED_IDLE
 
 
 # ---- overflow ------------------------------------------------------------------
@@ -324,6 +328,9 @@ def test_sibling_title_respawn_and_counters(make_server, dirs):
     sib = sibling_pid(s)
     with open(f"/proc/{sib}/stat") as f:
         assert int(f.read().rsplit(")", 1)[1].split()[16]) == 7
+    # Keeping up: only CPU time no request thread wants (tests run as root,
+    # so it may switch back when it falls behind).
+    assert os.sched_getscheduler(sib) == os.SCHED_IDLE
     assert get(s, "/emit?n=10").status == 200
     assert wait_for(lambda: len(lines(dirs["out"])) == 10)
     # The sink has written; the counters follow once the sibling has the acknowledgement.

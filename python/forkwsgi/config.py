@@ -234,8 +234,9 @@ SETTINGS = [
             help="records the sibling holds undelivered in memory; past it they wait in the queue, then overflow"),
     Setting("offload_fsync", ["--offload-fsync"], "batch", _fsync, section="Offload",
             help="batch: fsync the journal and the jsonl sink after each batch; never: leave it to the kernel"),
-    Setting("offload_nice", ["--offload-nice"], 10, _nice, section="Offload",
-            help="nice level of the offload sibling (it also runs SCHED_BATCH: it yields to request threads)"),
+    Setting("offload_nice", ["--offload-nice"], 0, _nice, section="Offload",
+            help="nice level of the offload sibling when it must catch up (while it keeps up it runs "
+                 "SCHED_IDLE: only on CPU time no request thread wants)"),
     Setting("offload_max_spill", ["--offload-max-spill"], 256 << 20, _size, section="Offload",
             help="bytes a worker's spill file may hold not yet collected by the sibling; past it records "
                  "are dropped (counted and logged)"),

@@ -24,6 +24,7 @@ import importlib
 import json
 import logging
 import os
+import resource
 import select
 import signal
 import socket
@@ -585,8 +586,53 @@ def on_drop(topic):
 
 # ---- the sibling -------------------------------------------------------------
 
+class Priority:
+    """The sibling's share of the CPU, which it shares with request threads.
+
+    While it keeps up, every thread of the sibling runs SCHED_IDLE: it gets
+    the CPU only when no request thread wants it, and a request thread that
+    wakes up preempts it at once, so offloading adds nothing to a request's
+    latency. When it falls behind (the oldest record it holds waited more
+    than BEHIND seconds: the CPU is saturated) it switches to SCHED_BATCH at
+    --offload-nice and takes its fair share until it has caught up (under
+    CAUGHT_UP). Leaving SCHED_IDLE needs root, CAP_SYS_NICE or RLIMIT_NICE;
+    without them the sibling stays SCHED_BATCH (never preempting a request
+    thread on wake-up, but taking its share all the time)."""
+
+    BEHIND = 1.0
+    CAUGHT_UP = 0.2
+
+    def __init__(self, nice):
+        self.nice = nice
+        self.mode = None
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+        self.can_idle = os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20 - nice
+        self.set("idle" if self.can_idle else "share")
+
+    def set(self, mode):
+        policy = os.SCHED_IDLE if mode == "idle" else os.SCHED_BATCH
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setscheduler(int(tid), policy, os.sched_param(0))
+                os.setpriority(os.PRIO_PROCESS, int(tid), self.nice)    # per thread on Linux
+            except OSError:
+                pass
+        self.mode = mode
+
+    def update(self, lag):
+        """lag: seconds the oldest record the sibling holds has waited."""
+        if not self.can_idle:
+            return
+        if self.mode == "idle" and lag > self.BEHIND:
+            log.info("offload: falling behind (a record waited %.1f s): taking a share of the CPU", lag)
+            self.set("share")
+        elif self.mode == "share" and lag < self.CAUGHT_UP:
+            log.info("offload: caught up: back to idle priority")
+            self.set("idle")
+
+
 class Sibling:
-    def __init__(self, sock, cfg, counters=None, producers_alive=None):
+    def __init__(self, sock, cfg, counters=None, producers_alive=None, priority=None):
         self.sock = sock                  # receiving end of the queue (socket.socket)
         self.cfg = cfg
         self.counters = counters          # shared mmap region (SIB layout) or None
@@ -610,6 +656,7 @@ class Sibling:
         self.last_journaled = None               # (pid, seq) of the newest journaled record
         self.next_spill_scan = 0.0
         self.queue_gone = False
+        self.priority = priority
 
     # -- reading ------------------------------------------------------------
 
@@ -816,6 +863,8 @@ class Sibling:
                 self.publish()
                 if self.queue_gone and self.stop_at is None:
                     self.request_stop(time.monotonic() + self.cfg["graceful_timeout"], read=False)
+            if self.priority is not None:
+                self.priority.update(time.time() - self.pending[0][0].ts if self.pending else 0.0)
             delivered = self.deliver(force=self.stop_at is not None)
             self.publish()
             if self.stop_at is not None:
@@ -891,15 +940,10 @@ def run_sibling(sock, cfg, master_pid, counters=None):
             signal.signal(sig, signal.SIG_DFL)
         _die_with_parent(master_pid)
         proctitle.set("forkwsgi: offload")
-        # Below the request threads: a nice level (--offload-nice), and
-        # SCHED_BATCH, so that a record that wakes us never preempts the
-        # thread that sent it. Threads started later (librdkafka's) inherit both.
-        os.setpriority(os.PRIO_PROCESS, 0, cfg["offload_nice"])
-        try:
-            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-        except (OSError, AttributeError):
-            pass
-        sib = Sibling(sock, cfg, counters)
+        # Before the sink starts threads of its own (librdkafka's): they
+        # inherit the policy and the nice level.
+        priority = Priority(cfg["offload_nice"])
+        sib = Sibling(sock, cfg, counters, priority=priority)
 
         def drain(signum, frame):
             sib.request_stop(time.monotonic() + cfg["graceful_timeout"])
