@@ -24,6 +24,17 @@ static uint64_t now_ns(clockid_t clk)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* spill_path for the current generation: spill-<pid>.fwo, then
+ * spill-<pid>-<gen>.fwo. Returns 0, or -1 if it does not fit. */
+static int spill_name(fw_offload *o)
+{
+    int n = o->spill_gen == 0
+                ? snprintf(o->spill_path, sizeof(o->spill_path), "%s/spill-%u.fwo", o->spill_dir, o->pid)
+                : snprintf(o->spill_path, sizeof(o->spill_path), "%s/spill-%u-%u.fwo", o->spill_dir, o->pid,
+                           o->spill_gen);
+    return n < 0 || (size_t)n >= sizeof(o->spill_path) ? -1 : 0;
+}
+
 int fw_offload_init(fw_offload *o, int sock, int overflow, int block_ms, size_t max_record,
                     const char *spill_dir, uint64_t spill_max, fw_offload_counters *shared)
 {
@@ -43,9 +54,8 @@ int fw_offload_init(fw_offload *o, int sock, int overflow, int block_ms, size_t 
     if (getsockopt(sock, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0)
         return -1;
     o->sock_max = sndbuf > 4 * SOCK_OVERHEAD ? (size_t)sndbuf / 2 - SOCK_OVERHEAD : 0;
-    int n = snprintf(o->spill_path, sizeof(o->spill_path), "%s/spill-%u.fwo",
-                     spill_dir && *spill_dir ? spill_dir : "/tmp", o->pid);
-    if (n < 0 || (size_t)n >= sizeof(o->spill_path)) {
+    int n = snprintf(o->spill_dir, sizeof(o->spill_dir), "%s", spill_dir && *spill_dir ? spill_dir : "/tmp");
+    if (n < 0 || (size_t)n >= sizeof(o->spill_dir) || spill_name(o) != 0) {
         errno = ENAMETOOLONG;
         return -1;
     }
@@ -108,6 +118,11 @@ static int spill_open_locked(fw_offload *o, off_t *size)
         }
         close(o->spill_fd);          /* collected and unlinked: start a new file */
         o->spill_fd = -1;
+        o->spill_gen++;
+        if (spill_name(o) != 0) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
     }
     errno = ESTALE;
     return -1;

@@ -19,7 +19,9 @@
  * to the end, so the bound is on what waits uncollected. Both sides take
  * flock(LOCK_EX) on the file: the producer for each append, the sibling to
  * check that it has read everything before it unlinks. A producer that
- * finds its file unlinked (st_nlink 0) opens a new one.
+ * finds its file unlinked (st_nlink 0) opens a new one under a new name
+ * (a generation number), so the sibling's read offsets, kept by name, never
+ * apply to a different file.
  *
  * Wire and file format of one record (little-endian), fw_offload_hdr then
  * topic, key, value bytes:
@@ -78,7 +80,9 @@ typedef struct fw_offload {
     int block_ms;                     /* longest wait for room (block, and spill's own wait) */
     size_t max_record;                /* larger records are refused */
     size_t sock_max;                  /* larger records go to the spill file */
-    char spill_path[256];             /* this producer's spill file */
+    char spill_dir[200];              /* where spill files go */
+    char spill_path[256];             /* this producer's spill file: spill-<pid>[-<gen>].fwo */
+    unsigned spill_gen;               /* files this producer had deleted under it (by the sibling) */
     int spill_fd;                     /* opened on first use, -1 before */
     uint64_t spill_max;               /* bytes the file may hold uncollected; past it records drop */
     pthread_mutex_t spill_mu;         /* spill writes are whole records */

@@ -237,7 +237,7 @@ SETTINGS = [
     Setting("offload_nice", ["--offload-nice"], 0, _nice, section="Offload",
             help="nice level of the offload sibling when it must catch up (while it keeps up it runs "
                  "SCHED_IDLE: only on CPU time no request thread wants)"),
-    Setting("offload_max_spill", ["--offload-max-spill"], 256 << 20, _size, section="Offload",
+    Setting("offload_max_spill", ["--offload-max-spill"], 1 << 30, _size, section="Offload",
             help="bytes a worker's spill file may hold not yet collected by the sibling; past it records "
                  "are dropped (counted and logged)"),
     Setting("offload_kafka_timeout", ["--offload-kafka-timeout"], 30.0, _seconds, section="Offload",

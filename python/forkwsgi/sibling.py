@@ -619,14 +619,16 @@ class Priority:
                 pass
         self.mode = mode
 
-    def update(self, lag):
-        """lag: seconds the oldest record the sibling holds has waited."""
+    def update(self, lag, backlog):
+        """lag: seconds the oldest record the sibling holds has waited;
+        backlog: records wait beyond what it holds (queue, spill files)."""
         if not self.can_idle:
             return
-        if self.mode == "idle" and lag > self.BEHIND:
-            log.info("offload: falling behind (a record waited %.1f s): taking a share of the CPU", lag)
+        if self.mode == "idle" and (lag > self.BEHIND or backlog):
+            log.info("offload: falling behind (%s): taking a share of the CPU",
+                     f"a record waited {lag:.1f} s" if lag > self.BEHIND else "records wait in the queue or on disk")
             self.set("share")
-        elif self.mode == "share" and lag < self.CAUGHT_UP:
+        elif self.mode == "share" and lag < self.CAUGHT_UP and not backlog:
             log.info("offload: caught up: back to idle priority")
             self.set("idle")
 
@@ -657,6 +659,8 @@ class Sibling:
         self.next_spill_scan = 0.0
         self.queue_gone = False
         self.priority = priority
+        self.spill_backlog = False               # records wait in spill files
+        self.queue_backlog = False               # the last read stopped before the queue was empty
 
     # -- reading ------------------------------------------------------------
 
@@ -704,75 +708,80 @@ class Sibling:
             n += 1
         return n
 
+    SPILL_CHUNK = 8 << 20                        # bytes read from one spill file per scan
+
     def collect_spills(self):
         """Copy whole records from the workers' spill files into the journal,
         as far as --offload-max-pending allows (the rest waits in the file).
-        A file read to the end is deleted, also while its worker lives: the
-        reading happens under the file's lock, which the producer takes for
-        every append, so "read to the end" cannot be overtaken by a write;
-        the producer then finds its file unlinked and starts a new one."""
+        Returns True if records were left waiting in a file.
+
+        A file read to the end is deleted, also while its worker lives. The
+        producer takes the file's lock for every append; the sibling takes
+        it only to read a chunk and, once that chunk is journaled, to check
+        that nothing came since and unlink. A producer that finds its file
+        unlinked starts a new one under a new name, so the offsets kept here
+        by name never meet another file."""
         try:
             names = [n for n in os.listdir(self.spill_dir) if n.startswith("spill-") and n.endswith(".fwo")]
         except FileNotFoundError:
-            return
+            return False
         state = self.journal.state["spill"]
         for gone in set(state) - set(names):        # deleted, and the state not saved after
             state.pop(gone)
+        left = False
         for name in names:
             if len(self.pending) >= self.cfg["offload_max_pending"]:
-                return
+                return True
             try:
-                pid = int(name[6:-4])
+                pid = int(name[6:-4].split("-")[0])
             except ValueError:
                 continue
-            alive = self.producers_alive(pid)
-            path = os.path.join(self.spill_dir, name)
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    locked = True
-                except BlockingIOError:
-                    locked = False                    # being appended to: read what is whole
-                self._collect_one(fd, path, name, locked or not alive)
-            finally:
-                os.close(fd)                           # and with it the lock
+            left |= self._collect_one(os.path.join(self.spill_dir, name), name, self.producers_alive(pid))
+        return left
 
-    def _collect_one(self, fd, path, name, may_delete):
+    def _collect_one(self, path, name, alive):
         done = self.journal.state["spill"].get(name, 0)
-        os.lseek(fd, done, os.SEEK_SET)
-        data = os.read(fd, 64 << 20)
-        off = 0
-        while off < len(data) and len(self.pending) < self.cfg["offload_max_pending"]:
-            try:
-                rec, size = parse(data, off)
-            except BadRecord:
-                log.error("offload: spill file %s is damaged at offset %d: skipping the rest of it",
-                          path, done + off)
-                off = len(data)
-                break
-            if rec is None:
-                break
-            seg, end = self.journal.append(data[off:off + size])
-            self.pending.append((rec, seg, end))
-            self.stats["journaled"] += 1
-            off += size
-        at_end = done + off >= os.fstat(fd).st_size
-        if not off and not (at_end and may_delete):
-            return
-        # Journal first, then the state, then the unlink: a crash between
-        # any two steps makes records come twice, never zero times.
-        self.journal.sync()
-        if at_end and may_delete:
-            self.journal.state["spill"].pop(name, None)
-            self.journal.save_state()
-            os.unlink(path)
-        else:
-            self.journal.state["spill"][name] = done + off
-            self.journal.save_state()
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            with _Locked(fd, wait=False):             # not locked (being appended): read what is whole
+                data = os.pread(fd, self.SPILL_CHUNK, done)
+            off = 0
+            while off < len(data) and len(self.pending) < self.cfg["offload_max_pending"]:
+                try:
+                    rec, size = parse(data, off)
+                except BadRecord:
+                    log.error("offload: spill file %s is damaged at offset %d: skipping the rest of it",
+                              path, done + off)
+                    off = len(data)
+                    break
+                if rec is None:
+                    break
+                seg, end = self.journal.append(data[off:off + size])
+                self.pending.append((rec, seg, end))
+                self.stats["journaled"] += 1
+                off += size
+            if off:
+                self.journal.sync()                   # journaled before the file forgets them
+                self.journal.state["spill"][name] = done + off
+                self.journal.save_state()
+            # Read to the end: delete it if nothing came meanwhile (checked
+            # under the lock, which a live producer holds while appending).
+            with _Locked(fd, wait=False) as locked:
+                if (locked or not alive) and os.fstat(fd).st_size == done + off:
+                    os.unlink(path)
+                    deleted = True
+                else:
+                    deleted = False
+            if deleted:
+                self.journal.state["spill"].pop(name, None)
+                self.journal.save_state()
+                return False
+            return os.fstat(fd).st_size > done + off
+        finally:
+            os.close(fd)
 
     # -- delivering ---------------------------------------------------------
 
@@ -855,16 +864,19 @@ class Sibling:
         while True:
             now = time.monotonic()
             if now >= self.next_spill_scan:
-                self.collect_spills()
-                self.next_spill_scan = now + 0.5
+                self.spill_backlog = self.collect_spills()
+                self.next_spill_scan = now + (0.05 if self.spill_backlog else 0.5)
             room = self.cfg["offload_max_pending"] - len(self.pending)
+            self.queue_backlog = room <= 0
             if room > 0 and not self.stop_reading:
-                self.read_queue(min(room, 4096))
+                limit = min(room, 4096)
+                self.queue_backlog = self.read_queue(limit) >= limit
                 self.publish()
                 if self.queue_gone and self.stop_at is None:
                     self.request_stop(time.monotonic() + self.cfg["graceful_timeout"], read=False)
             if self.priority is not None:
-                self.priority.update(time.time() - self.pending[0][0].ts if self.pending else 0.0)
+                self.priority.update(time.time() - self.pending[0][0].ts if self.pending else 0.0,
+                                     self.spill_backlog or self.queue_backlog)
             delivered = self.deliver(force=self.stop_at is not None)
             self.publish()
             if self.stop_at is not None:
@@ -905,6 +917,28 @@ class Sibling:
     def _queue_has_data(self):
         r, _, _ = select.select([self.sock], [], [], 0)
         return bool(r)
+
+
+class _Locked:
+    """flock(LOCK_EX | LOCK_NB) on fd for a with-block; as the value: whether
+    the lock was had (the block runs either way)."""
+
+    def __init__(self, fd, wait=False):
+        self.fd = fd
+        self.flags = fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB)
+        self.locked = False
+
+    def __enter__(self):
+        try:
+            fcntl.flock(self.fd, self.flags)
+            self.locked = True
+        except BlockingIOError:
+            pass
+        return self.locked
+
+    def __exit__(self, *exc):
+        if self.locked:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
 def _pid_alive(pid):
