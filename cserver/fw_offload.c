@@ -273,6 +273,61 @@ drop:
     return FW_OFL_DROPPED;
 }
 
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint32_t *skip, int *journaled)
+{
+    *journaled = 0;
+    ssize_t got;
+    do
+        got = recv(sock, buf, cap, MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC);
+    while (got < 0 && errno == EINTR);
+    if (got < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK ? FW_OFL_TAKE_EMPTY : FW_OFL_TAKE_ERR;
+    if (got == 0)
+        return FW_OFL_TAKE_EOF;                 /* no record is empty */
+    fw_offload_rec rec;
+    if ((size_t)got > cap || fw_offload_parse(buf, (size_t)got, &rec) != got) {
+        char one;
+        if (recv(sock, &one, 1, MSG_DONTWAIT) < 0 && errno != EAGAIN)
+            return FW_OFL_TAKE_ERR;
+        return FW_OFL_TAKE_BAD;
+    }
+    if (!(skip && rec.h.pid == skip[0] && rec.h.seq == skip[1])) {
+        off_t start = lseek(journal_fd, 0, SEEK_END);
+        if (start < 0)
+            return FW_OFL_TAKE_ERR;
+        if (write_all(journal_fd, buf, (size_t)got) != 0) {
+            int e = errno;                     /* take the half record back; it stays queued */
+            if (ftruncate(journal_fd, start) != 0)
+                e = errno;
+            errno = e;
+            return FW_OFL_TAKE_ERR;
+        }
+        *journaled = 1;
+    }
+    char one;                                  /* now take it off: the rest is discarded */
+    ssize_t r;
+    do
+        r = recv(sock, &one, 1, MSG_DONTWAIT);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return FW_OFL_TAKE_ERR;
+    return (long)got;
+}
+
 long fw_offload_parse(const char *buf, size_t n, fw_offload_rec *rec)
 {
     if (n < sizeof(fw_offload_hdr))

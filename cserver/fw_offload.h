@@ -113,6 +113,19 @@ int fw_offload_topic_ok(const char *topic, size_t len);
 int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *key, size_t klen,
                     const char *value, size_t vlen);
 
+/* The sibling's side: move the record at the head of the queue into the
+ * journal. It is peeked into buf (cap bytes, the caller's), appended whole
+ * to journal_fd, and only then taken off the queue, so a sibling killed at
+ * any point loses nothing. A record whose producer pid and sequence equal
+ * skip[0], skip[1] (skip not NULL) is not appended again: the predecessor
+ * journaled it and died before taking it off. *journaled says which.
+ * Returns the record's length (the record is in buf), or
+ * FW_OFL_TAKE_EMPTY (nothing queued), FW_OFL_TAKE_EOF (every sending end
+ * is closed), FW_OFL_TAKE_BAD (not a record: taken off and dropped), or
+ * FW_OFL_TAKE_ERR (errno set; nothing was taken off). */
+enum { FW_OFL_TAKE_EMPTY = 0, FW_OFL_TAKE_EOF = -1, FW_OFL_TAKE_BAD = -2, FW_OFL_TAKE_ERR = -3 };
+long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint32_t *skip, int *journaled);
+
 /* Parse the record at buf (n bytes available). Returns its total length, 0
  * if more bytes are needed (a record split across reads of a file; once the
  * header is there, rec->h.total says how many), or -1 if the bytes are not

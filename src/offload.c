@@ -198,6 +198,78 @@ static PyObject *offload_teardown(PyObject *mod, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* offload_take(sock, journal_fd, buf, limit, max_bytes, skip) -> (records, state, bad)
+ * The sibling's reading loop (fw_offload_take) without a Python round
+ * trip per syscall. records: (topic, key, value, ts, pid, seq, size,
+ * journaled) tuples in queue order; state: "empty", "eof" or "more";
+ * bad: malformed records dropped. skip: None or the (pid, seq) journaled
+ * last by a predecessor. An error with records taken ends the call early
+ * ("more"); with none it raises OSError. */
+static PyObject *offload_take(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    int sock, jfd;
+    Py_buffer buf;
+    Py_ssize_t limit, max_bytes;
+    PyObject *skip_obj;
+    if (!PyArg_ParseTuple(args, "iiw*nnO:offload_take", &sock, &jfd, &buf, &limit, &max_bytes, &skip_obj))
+        return NULL;
+    uint32_t skip[2];
+    int have_skip = 0;
+    if (skip_obj != Py_None) {
+        unsigned long pid, seq;
+        if (!PyArg_ParseTuple(skip_obj, "kk:skip", &pid, &seq)) {
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+        skip[0] = (uint32_t)pid;
+        skip[1] = (uint32_t)seq;
+        have_skip = 1;
+    }
+    PyObject *list = PyList_New(0);
+    const char *state = "more";
+    long bad = 0;
+    Py_ssize_t bytes = 0;
+    while (list && PyList_GET_SIZE(list) < limit && bytes < max_bytes) {
+        int journaled;
+        long r = fw_offload_take(sock, jfd, buf.buf, (size_t)buf.len, have_skip ? skip : NULL, &journaled);
+        if (r == FW_OFL_TAKE_EMPTY || r == FW_OFL_TAKE_EOF) {
+            state = r == FW_OFL_TAKE_EMPTY ? "empty" : "eof";
+            break;
+        }
+        if (r == FW_OFL_TAKE_BAD) {
+            bad++;
+            continue;
+        }
+        if (r == FW_OFL_TAKE_ERR) {
+            if (PyList_GET_SIZE(list) == 0) {
+                PyErr_SetFromErrno(PyExc_OSError);
+                Py_CLEAR(list);
+            }
+            break;
+        }
+        have_skip = 0;                          /* only the head of the queue can be a repeat */
+        fw_offload_rec rec;
+        fw_offload_parse(buf.buf, (size_t)r, &rec);
+        PyObject *key = rec.key ? PyBytes_FromStringAndSize(rec.key, rec.h.key_len) : Py_NewRef(Py_None);
+        PyObject *t = key ? Py_BuildValue("(s#Ny#dIIlO)", rec.topic, (Py_ssize_t)rec.h.topic_len, key,
+                                          rec.value, (Py_ssize_t)rec.h.value_len, rec.h.ts_ns / 1e9,
+                                          rec.h.pid, rec.h.seq, r, journaled ? Py_True : Py_False)
+                          : NULL;
+        if (!t || PyList_Append(list, t) < 0) {
+            Py_XDECREF(t);
+            Py_CLEAR(list);               /* taken off and journaled: the journal still has it */
+            break;
+        }
+        Py_DECREF(t);
+        bytes += r;
+    }
+    PyBuffer_Release(&buf);
+    if (!list)
+        return NULL;
+    return Py_BuildValue("(Nsl)", list, state, bad);
+}
+
 static PyObject *offload_counters(PyObject *mod, PyObject *unused)
 {
     (void)mod;
@@ -221,6 +293,9 @@ PyMethodDef fw_offload_methods[] = {
     { "offload", (PyCFunction)(void (*)(void))offload_call, METH_VARARGS | METH_KEYWORDS,
       "offload(topic, value, key=None) -> True if queued or spilled, False if dropped by the overflow policy" },
     { "offload_counters", offload_counters, METH_NOARGS, "this process's producer counters, or None" },
+    { "offload_take", offload_take, METH_VARARGS,
+      "offload_take(sock, journal_fd, buf, limit, max_bytes, skip) -> (records, state, bad): "
+      "the sibling's peek-journal-dequeue loop" },
     { "offload_teardown", offload_teardown, METH_NOARGS,
       "forget this process's producer (offload() then raises until the next offload_setup)" },
     { NULL, NULL, 0, NULL },

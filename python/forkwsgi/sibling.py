@@ -31,7 +31,7 @@ import socket
 import struct
 import time
 
-from . import proctitle
+from . import _forkwsgi, proctitle
 
 log = logging.getLogger("forkwsgi")
 
@@ -358,13 +358,17 @@ class Journal:
                     pass
         return sorted(out)
 
-    def append(self, data):
-        """Append one framed record; returns its (segment, end offset)."""
+    def roll(self):
+        """Start the next segment if this one is full."""
         if self.size >= SEGMENT_BYTES:
             os.close(self.fd)
             self.seg += 1
             self.fd = os.open(self.seg_path(self.seg), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             self.size = 0
+
+    def append(self, data):
+        """Append one framed record; returns its (segment, end offset)."""
+        self.roll()
         view = memoryview(data)
         while view:
             view = view[os.write(self.fd, view):]
@@ -674,38 +678,39 @@ class Sibling:
             log.info("offload: %d journaled record(s) not yet delivered: delivering them", n)
 
     def read_queue(self, limit=4096):
-        """Move records from the queue into the journal: peek, append, take."""
+        """Move up to `limit` records from the queue into the journal: each
+        is peeked at, appended to the journal, and only then taken off (in
+        C: _forkwsgi.offload_take). Returns how many were taken."""
         n = 0
         while n < limit:
+            j = self.journal
+            j.roll()
             try:
-                got = self.sock.recv_into(self.rbuf, 0, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
+                taken, state, bad = _forkwsgi.offload_take(self.sock.fileno(), j.fd, self.rbuf, limit - n,
+                                                           SEGMENT_BYTES - j.size, self.last_journaled)
+            except OSError as e:
+                log.error("offload: cannot move records from the queue to the journal: %s", e)
                 break
-            if not got:
-                # No record is empty: this is the end of the queue (every
-                # sending end is closed: the process holding it is gone).
-                if not self.queue_gone:
-                    log.warning("offload: the queue was closed (its holder exited): delivering what is left")
-                    self.queue_gone = True
+            if bad:
+                log.error("offload: dropped %d malformed record(s) from the queue", bad)
+                self.stats["dequeued"] += bad
+            for topic, key, value, ts, pid, seq, size, journaled in taken:
+                if journaled:                  # else journaled by our predecessor, pending since resume()
+                    j.size += size
+                    j.dirty = True
+                    self.pending.append((Record(topic, key, value, ts, pid, seq), j.seg, j.size))
+                    self.stats["journaled"] += 1
+            if taken:
+                self.last_journaled = taken[-1][4:6]
+            self.stats["dequeued"] += len(taken)
+            n += len(taken)
+            if state == "eof" and not self.queue_gone:
+                # No record is empty: every sending end is closed (the
+                # process holding the queue is gone).
+                log.warning("offload: the queue was closed (its holder exited): delivering what is left")
+                self.queue_gone = True
+            if state != "more":
                 break
-            data = memoryview(self.rbuf)[:got]
-            try:
-                rec, size = parse(data)
-                if rec is None or size != got:
-                    raise BadRecord("truncated")
-            except BadRecord as e:
-                log.error("offload: dropping a malformed record from the queue (%s)", e)
-                self.sock.recv(1, socket.MSG_DONTWAIT)
-                self.stats["dequeued"] += 1
-                continue
-            if (rec.pid, rec.seq) != self.last_journaled:     # else journaled by our predecessor
-                seg, off = self.journal.append(data)
-                self.pending.append((rec, seg, off))
-                self.last_journaled = (rec.pid, rec.seq)
-                self.stats["journaled"] += 1
-            self.sock.recv(1, socket.MSG_DONTWAIT)               # now take it off the queue
-            self.stats["dequeued"] += 1
-            n += 1
         return n
 
     SPILL_CHUNK = 8 << 20                        # bytes read from one spill file per scan
