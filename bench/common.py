@@ -1,7 +1,9 @@
-"""What the benchmark scripts share: machine load readings and the writer of
-their sections of bench/RESULTS.md."""
+"""What the benchmark scripts share: machine load readings, server process
+trees started and stopped by PID, and the writer of their sections of
+bench/RESULTS.md."""
 import os
 import re
+import signal
 import subprocess
 import time
 
@@ -70,3 +72,99 @@ def write_section(path, title, section):
         text = text.rstrip() + "\n\n" + section
     with open(path, "w") as f:
         f.write(text.rstrip() + "\n")
+
+
+def proc_table():
+    """pid -> (ppid, CPU ticks incl. reaped children) for every process."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                table[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+            except (OSError, IndexError, ValueError):
+                pass
+    return table
+
+
+LIVE = set()           # servers started and not yet stopped (stopped at exit by the scripts)
+
+
+class ServerTree:
+    """One server process tree, started in its own session (process group)
+    pinned to `cpu` with taskset; stop() signals it by PID, then SIGKILLs the
+    group, so nothing it started outlives the run."""
+
+    def __init__(self, argv, port, log_path, env, cpu, cwd):
+        self.port = port
+        self.log_path = log_path
+        self.argv = ["taskset", "-c", cpu, *argv]
+        self.logf = open(log_path, "w")
+        # taskset execs the server, so proc.pid is the server's own PID, and
+        # with start_new_session it is also the process group of its children.
+        self.proc = subprocess.Popen(self.argv, cwd=cwd, stdout=self.logf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.pgid = self.proc.pid
+        self.stopped = False
+        LIVE.add(self)
+
+    def exited(self):
+        """True once the server has exited (without reaping it, so its PID
+        and process group cannot be reused before stop() kills the group)."""
+        if self.proc.returncode is not None:
+            return True
+        try:
+            r = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return r is not None
+
+    def tree(self):
+        """(PIDs of the server and its descendants, the proc table)."""
+        table = proc_table()
+        pids, grew = {self.proc.pid}, True
+        while grew:
+            grew = False
+            for pid, (ppid, _) in table.items():
+                if ppid in pids and pid not in pids:
+                    pids.add(pid)
+                    grew = True
+        return pids, table
+
+    def cpu_seconds(self):
+        pids, table = self.tree()
+        return sum(table[p][1] for p in pids if p in table) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self, term_wait=5.0):
+        """SIGTERM to the server, SIGKILL to the group after term_wait
+        (always). Returns (crashed, exit code)."""
+        if self.stopped:
+            return False, self.proc.returncode
+        crashed = self.exited()
+        if not crashed:
+            try:
+                os.kill(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + term_wait
+            while time.monotonic() < deadline and not self.exited():
+                time.sleep(0.05)
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.logf.close()
+        self.stopped = True
+        LIVE.discard(self)
+        return crashed, self.proc.returncode
+
+    def log_text(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+

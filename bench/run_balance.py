@@ -46,7 +46,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import apt_install, cpu_times, log, run_quiet, wait_until_quiet, write_section  # noqa: E402
+from common import (LIVE, ServerTree, apt_install, cpu_times, log, run_quiet,  # noqa: E402
+                    wait_until_quiet, write_section)
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
@@ -145,66 +146,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def proc_table():
-    """pid -> (ppid, CPU ticks incl. reaped children) for every process."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                table[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
-            except (OSError, IndexError, ValueError):
-                pass
-    return table
-
-
-LIVE = set()           # servers started and not yet stopped
-
-
-class Server:
-    """One server process tree, started in its own session (process group)
-    pinned to SERVER_CPU; stop() signals it by PID and then by group."""
+class Server(ServerTree):
+    """One server (forkwsgi, gunicorn or uWSGI) pinned to SERVER_CPU."""
 
     def __init__(self, name, family, workers, argv, port, log_path, env):
-        self.name, self.family, self.workers, self.port = name, family, workers, port
-        self.log_path = log_path
-        self.argv = ["taskset", "-c", SERVER_CPU, *argv]
-        self.logf = open(log_path, "w")
-        # taskset execs the server, so proc.pid is the server's own PID, and
-        # with start_new_session it is also the process group of its workers.
-        self.proc = subprocess.Popen(self.argv, cwd=BENCH, stdout=self.logf,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True)
-        self.pgid = self.proc.pid
-        self.stopped = False
-        LIVE.add(self)
-
-    def exited(self):
-        """True once the master has exited (without reaping it, so its PID
-        and process group cannot be reused before stop() kills the group)."""
-        if self.proc.returncode is not None:
-            return True
-        try:
-            r = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        return r is not None
-
-    def descendants(self):
-        table = proc_table()
-        pids, grew = {self.proc.pid}, True
-        while grew:
-            grew = False
-            for pid, (ppid, _) in table.items():
-                if ppid in pids and pid not in pids:
-                    pids.add(pid)
-                    grew = True
-        return pids, table
-
-    def tree_cpu_seconds(self):
-        pids, table = self.descendants()
-        return sum(table[p][1] for p in pids if p in table) / os.sysconf("SC_CLK_TCK")
+        super().__init__(argv, port, log_path, env, SERVER_CPU, BENCH)
+        self.name, self.family, self.workers = name, family, workers
 
     def wait_ready(self, path, timeout=30.0):
         """Until `path` answers 200 and all workers exist; then 1 s to settle."""
@@ -225,42 +172,10 @@ class Server:
             time.sleep(0.1)
         else:
             return False
-        while time.monotonic() < deadline and len(self.descendants()[0]) - 1 < self.workers:
+        while time.monotonic() < deadline and len(self.tree()[0]) - 1 < self.workers:
             time.sleep(0.1)
         time.sleep(1.0)
         return not self.exited()
-
-    def stop(self, term_wait=5.0):
-        """SIGTERM to the master, SIGKILL to the group after term_wait
-        (always, so no worker outlives the run). Returns (crashed, code)."""
-        if self.stopped:
-            return False, self.proc.returncode
-        crashed = self.exited()
-        if not crashed:
-            try:
-                os.kill(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            deadline = time.monotonic() + term_wait
-            while time.monotonic() < deadline and not self.exited():
-                time.sleep(0.05)
-        try:
-            os.killpg(self.pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.logf.close()
-        self.stopped = True
-        LIVE.discard(self)
-        return crashed, self.proc.returncode
-
-    def log_text(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
 
 
 def start_server(name, family, workers, argv_fn, app, tag, env, ready_path):
@@ -300,11 +215,11 @@ class CpuMeter:
     def __init__(self, srv):
         self.srv = srv
         self.t0 = time.monotonic()
-        self.srv0, self.me0, (self.all0, _) = srv.tree_cpu_seconds(), self_cpu(), cpu_times()
+        self.srv0, self.me0, (self.all0, _) = srv.cpu_seconds(), self_cpu(), cpu_times()
 
     def stop(self):
         wall = time.monotonic() - self.t0
-        srv = self.srv.tree_cpu_seconds() - self.srv0
+        srv = self.srv.cpu_seconds() - self.srv0
         me = self_cpu() - self.me0
         others = cpu_times()[0] - self.all0 - srv - me
         return {"server_cpu_pct": 100 * srv / wall, "client_cpu_pct": 100 * me / wall,
