@@ -165,6 +165,29 @@ def test_sibling_sigkilled_mid_batch_loses_nothing(make_server, live, tmp_path):
     print(f"duplicates after 3 sibling SIGKILLs: {len(values) - len(set(values))}")
 
 
+def test_sighup_and_sigterm_of_the_server_lose_nothing(make_server, live, tmp_path):
+    """A rolling reload (SIGHUP) under load, then a graceful stop (SIGTERM)
+    right after more records: every record is in Kafka."""
+    from test_offload import sibling_pid
+    t = topic()
+    s = start(make_server, live, tmp_path)
+    assert wait_for(lambda: sibling_pid(s) is not None)
+    results = []
+    for i in range(30):
+        results += emit(s, topic=t, n=20, id=f"h{i}-")
+        if i == 10:
+            old = sibling_pid(s)
+            s.signal(signal.SIGHUP)
+    assert wait_for(lambda: sibling_pid(s) not in (None, old), timeout=20)
+    for i in range(10):
+        results += emit(s, topic=t, n=20, id=f"t{i}-")
+    s.signal(signal.SIGTERM)
+    assert s.proc.wait(30) == 0
+    assert results == [True] * 800
+    got = consume(live, [t], 800, timeout=60)
+    assert len({m[2] for m in got}) == 800
+
+
 def test_broker_down_for_20_seconds_loses_nothing(make_server, live, tmp_path):
     """The broker is SIGKILLed; requests go on for 20 s (offload() returns at
     once); the sibling holds at most --offload-max-pending records, the rest

@@ -201,6 +201,37 @@ def test_sigterm_drains_the_queue_and_keeps_the_rest_for_the_next_start(make_ser
     assert len(lines(dirs["out"])) == 70
 
 
+def test_sighup_under_load_replaces_the_sibling_and_loses_nothing(make_server, dirs):
+    """SIGHUP (rolling reload) while requests offload: workers and sibling
+    are replaced; the old sibling stops reading and delivers what it took,
+    the new one resumes from the journal and the queue."""
+    s = start(make_server, dirs, "--offload-batch", "20", workers="2", threads="2")
+    assert wait_for(lambda: sibling_pid(s) is not None)
+    results, errors = [], []
+
+    def load():
+        try:
+            for i in range(80):
+                results.extend(json.loads(get(s, f"/emit?n=10&id=h{i}-").body)["results"])
+                time.sleep(0.02)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    th = threading.Thread(target=load)
+    th.start()
+    siblings = {sibling_pid(s)}
+    for _ in range(2):
+        time.sleep(0.5)
+        old = sibling_pid(s)
+        s.signal(signal.SIGHUP)
+        assert wait_for(lambda: sibling_pid(s) not in (None, old), timeout=20)
+        siblings.add(sibling_pid(s))
+    th.join(120)
+    assert not errors and results == [True] * 800
+    assert len(siblings) == 3
+    assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == 800, timeout=30)
+
+
 def test_records_left_in_the_queue_at_exit_are_kept_for_the_next_start(make_server, dirs):
     """The sink is down and the sibling full (--offload-max-pending): at
     SIGTERM the queue still holds records; the master moves them to a spill
