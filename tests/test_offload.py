@@ -38,7 +38,7 @@ def sibling_pid(s):
             with open(f"/proc/{p}/cmdline", "rb") as f:
                 if f.read().startswith(b"forkwsgi: offload"):
                     return p
-        except FileNotFoundError:
+        except OSError:               # gone meanwhile (ENOENT, or ESRCH mid-read)
             pass
     return None
 
