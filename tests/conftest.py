@@ -83,13 +83,13 @@ class ServerProc:
         pids = []
         try:
             tasks = os.listdir(f"/proc/{self.pid}/task")
-        except FileNotFoundError:
+        except OSError:
             return []
         for t in sorted(tasks, key=int):
             try:
                 with open(f"/proc/{self.pid}/task/{t}/children") as f:
                     pids += [int(p) for p in f.read().split()]
-            except FileNotFoundError:
+            except OSError:
                 pass
         return pids
 
