@@ -156,29 +156,25 @@ class Arbiter:
                       self.offload_cfg["offload_dir"], self.offload_cfg["offload_overflow"])
 
     def spawn_offload(self):
-        # The stop signals wait until the sibling has its own handlers (it
-        # unblocks them); the master's handlers it inherits would swallow them.
-        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sibling.STOP_SIGNALS)
-        try:
+        with sibling.stop_signals_held():
             pid = os.fork()
-        except OSError:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-            raise
-        if pid != 0:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        else:
-            for fd in (self.wake_r, self.wake_w):
-                os.close(fd)
-            for w in self.workers.values():
-                if w.ready_fd is not None:
-                    os.close(w.ready_fd)
-            for s in self.sockets + self.pass_recv + self.pass_send:
-                s.close()
-            sibling.run_sibling(self.ofl_recv, self.offload_cfg, self.pid,
-                                counters=sibling.sibling_counters(self.ofl_counters, self.nslots))
+            if pid == 0:
+                self._run_sibling()          # never returns
         self.offload_pid = pid
         self.offload_started = time.monotonic()
         self.log.info("Booted the offload sibling (pid %d)", pid)
+
+    def _run_sibling(self):
+        """In the forked sibling: close what belongs to the master, then run."""
+        for fd in (self.wake_r, self.wake_w):
+            os.close(fd)
+        for w in self.workers.values():
+            if w.ready_fd is not None:
+                os.close(w.ready_fd)
+        for s in self.sockets + self.pass_recv + self.pass_send:
+            s.close()
+        sibling.run_sibling(self.ofl_recv, self.offload_cfg, self.pid,
+                            counters=sibling.sibling_counters(self.ofl_counters, self.nslots))
 
     def offload_options(self, slot):
         return dict(sibling.producer_options(self.offload_cfg, self.ofl_send, self.ofl_counters, slot),
@@ -515,13 +511,7 @@ class Arbiter:
                 self.log.warning("Offload sibling (pid %d) did not stop in time: killing it", self.offload_pid)
                 self.kill(self.offload_pid, signal.SIGKILL)
                 self._reap_quietly()
-        try:
-            sibling.rescue_queue(self.ofl_recv, self.offload_cfg)
-        except OSError as e:
-            self.log.error("offload: could not move the records left in the queue to disk: %s", e)
-        totals = sibling.read_counters(self.ofl_counters, self.nslots)
-        self.log.info("offload totals: %s", ", ".join(f"{k} {v}" for part in totals.values()
-                                                        for k, v in part.items()))
+        sibling.close_out(self.ofl_recv, self.offload_cfg, self.ofl_counters, self.nslots, self.log)
 
     def _reap_quietly(self):
         try:

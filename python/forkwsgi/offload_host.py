@@ -71,15 +71,10 @@ class OffloadHost:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
                    FORKWSGI_SIBLING=json.dumps({"fd": self.recv.fileno(), "counters_fd": self.counters_fd,
                                                 "parent": os.getpid(), "cfg": keep}))
-        # The child inherits this thread's signal mask: the stop signals wait
-        # until the sibling has its handlers (it unblocks them).
-        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sibling.STOP_SIGNALS)
-        try:
+        with sibling.stop_signals_held():
             return subprocess.Popen([sys.executable, "-c", "from forkwsgi.sibling import main; main()"],
                                     pass_fds=(self.recv.fileno(), self.counters_fd), env=env,
                                     stdin=subprocess.DEVNULL, process_group=0)    # no Ctrl-C from a terminal
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
     def _supervise(self):
         backoff = 0.0
@@ -126,13 +121,7 @@ class OffloadHost:
             _active.remove(self)
             _forkwsgi.offload_teardown()      # waits for offload() calls in progress; then they raise
             sibling.attach(None, 0)
-            try:
-                sibling.rescue_queue(self.recv, self.cfg)
-            except OSError as e:
-                self.log.error("offload: could not move the records left in the queue to disk: %s", e)
-            totals = sibling.read_counters(self.counters, 1)
-            self.log.info("offload totals: %s", ", ".join(f"{k} {v}" for part in totals.values()
-                                                            for k, v in part.items()))
+            sibling.close_out(self.recv, self.cfg, self.counters, 1, self.log)
             self._close()
 
     def _close(self):

@@ -19,6 +19,7 @@ survives the death of any one process:
 """
 import base64
 import collections
+import contextlib
 import fcntl
 import importlib
 import json
@@ -485,6 +486,30 @@ def make_queue(cfg):
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT}
 
 
+@contextlib.contextmanager
+def stop_signals_held():
+    """Around starting a sibling (fork or spawn): the child inherits the
+    calling thread's mask, so a stop signal waits until the sibling has its
+    own handlers (run_sibling unblocks them) instead of killing it or being
+    swallowed by handlers inherited from the parent."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def close_out(recv, cfg, counters, nslots, logger):
+    """The server's last step once its sibling is gone: what is still queued
+    goes to a spill file for the next start, and the totals go to the log."""
+    try:
+        rescue_queue(recv, cfg)
+    except OSError as e:
+        logger.error("offload: could not move the records left in the queue to disk: %s", e)
+    totals = read_counters(counters, nslots)
+    logger.info("offload totals: %s", ", ".join(f"{k} {v}" for part in totals.values() for k, v in part.items()))
+
+
 def rescue_queue(recv, cfg):
     """After the last sibling is gone (the server stops): records still in
     the queue would die with it, so move them to a spill file of this
@@ -597,9 +622,10 @@ class Priority:
     the CPU only when no request thread wants it, and a request thread that
     wakes up preempts it at once, so offloading adds nothing to a request's
     latency. When it falls behind (the oldest record it holds waited more
-    than BEHIND seconds: the CPU is saturated) it switches to SCHED_BATCH at
-    --offload-nice and takes its fair share until it has caught up (under
-    CAUGHT_UP). Leaving SCHED_IDLE needs root, CAP_SYS_NICE or RLIMIT_NICE;
+    than BEHIND seconds, or records wait in the queue or spill files beyond
+    what it holds: the CPU is saturated) it switches to SCHED_BATCH at
+    --offload-nice and takes its fair share until it has caught up (nothing
+    waits beyond it, and its oldest is under CAUGHT_UP). Leaving SCHED_IDLE needs root, CAP_SYS_NICE or RLIMIT_NICE;
     without them the sibling stays SCHED_BATCH (never preempting a request
     thread on wake-up, but taking its share all the time)."""
 
@@ -643,7 +669,6 @@ class Sibling:
         self.cfg = cfg
         self.counters = counters          # shared mmap region (SIB layout) or None
         self.producers_alive = producers_alive or _pid_alive
-        self.max_record = cfg["offload_max_record"]
         self.rbuf = bytearray(queued_record_max(cfg))     # peeked into again and again
         self.batch_size = cfg["offload_batch"]
         self.linger = cfg["offload_linger"]
