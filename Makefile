@@ -88,7 +88,7 @@ fuzz: $(FBUILD)/fuzz_http
 	    -artifact_prefix=$(FBUILD)/ -print_final_stats=1 $(FUZZ_ARGS) $(FBUILD)/corpus tests/fuzz/corpus
 
 OFL_SRC := cserver/fw_offload.c
-OFL_HDR := cserver/fw_offload.h
+OFL_HDR := cserver/fw_offload.h cserver/fw_io.h
 
 $(FBUILD)/fuzz_offload_standalone: tests/fuzz/fuzz_offload.c tests/fuzz/standalone_main.c $(OFL_SRC) $(OFL_HDR)
 	@mkdir -p $(FBUILD)

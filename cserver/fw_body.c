@@ -10,6 +10,7 @@
  *    sends "100 Continue" and then pulls the body from the socket. */
 #define _GNU_SOURCE
 #include "fw_conn.h"
+#include "fw_io.h"
 #include "fw_internal.h"
 
 #include <errno.h>
@@ -119,21 +120,6 @@ static int spool_open(fw_conn *c)
     return fd;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 static int spool_append(fw_conn *c, const char *p, size_t n)
 {
     fw_body *b = &c->body;
@@ -147,12 +133,12 @@ static int spool_append(fw_conn *c, const char *p, size_t n)
             fw_server_log(c->srv, FW_LOG_ERROR, "cannot create a spool file: %s", strerror(errno));
             return -1;
         }
-        if (write_all(b->fd, fw_buf_head(&b->mem), fw_buf_used(&b->mem)) != 0)
+        if (fw_write_all(b->fd, fw_buf_head(&b->mem), fw_buf_used(&b->mem)) != 0)
             goto fail;
         fw_buf_free(&b->mem);
         return 0;
     }
-    if (write_all(b->fd, p, n) == 0)
+    if (fw_write_all(b->fd, p, n) == 0)
         return 0;
 fail:
     fw_server_log(c->srv, FW_LOG_ERROR, "cannot write a spool file: %s", strerror(errno));

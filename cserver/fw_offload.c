@@ -1,6 +1,7 @@
 /* fw_offload: framing and handing over records. See fw_offload.h. */
 #define _GNU_SOURCE
 #include "fw_offload.h"
+#include "fw_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -273,20 +274,6 @@ drop:
     return FW_OFL_DROPPED;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint32_t *skip, int *journaled)
 {
     *journaled = 0;
@@ -309,7 +296,7 @@ long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint
         off_t start = lseek(journal_fd, 0, SEEK_END);
         if (start < 0)
             return FW_OFL_TAKE_ERR;
-        if (write_all(journal_fd, buf, (size_t)got) != 0) {
+        if (fw_write_all(journal_fd, buf, (size_t)got) != 0) {
             int e = errno;                     /* take the half record back; it stays queued */
             if (ftruncate(journal_fd, start) != 0)
                 e = errno;
