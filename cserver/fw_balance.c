@@ -18,7 +18,7 @@
 #define BAL_OF_PASS(wp) ((fw_balance *)((char *)(wp) - offsetof(fw_balance, pass_w)))
 #define SERVER_OF_BAL(bp) ((fw_server *)((char *)(bp) - offsetof(fw_server, bal)))
 
-_Static_assert(sizeof(fw_sb_slot) == FW_SB_SLOT_SIZE, "one cache line per slot");
+_Static_assert(sizeof(fw_sb_slot) == FW_SB_SLOT_SIZE, "two cache lines per slot");
 
 /* The scoreboard rule applies: least-busy with app threads. In inline mode
  * (one thread) a worker is free exactly when its loop sleeps in epoll_wait,
@@ -38,13 +38,32 @@ static void kick(fw_balance *b, int j)
         atomic_fetch_add(&b->sb[b->cfg.me].kicks_sent, 1);
 }
 
-static uint32_t min_alive_inflight(const fw_balance *b)
+/* A peer that takes connections: alive and not paused (out of fds) or
+ * stopping. Only those make the minimum, and only those are kicked: a
+ * paused worker is asleep on purpose until a descriptor frees. */
+static int is_open(const fw_sb_slot *s)
+{
+    return atomic_load(&s->state) == FW_SB_ALIVE && atomic_load(&s->open);
+}
+
+/* A worker's place in the order: requests running, requests handed to it
+ * and not yet taken in, and connections it accepted within the last
+ * FW_SILENT_GRACE_MS whose request has not arrived yet. These last steer
+ * where the next connection goes (so a burst of connections spreads even
+ * when their requests trail the accept) but never stop a worker from
+ * accepting: capacity is checked on requests alone (want_armed). */
+static uint32_t load_of(const fw_sb_slot *s)
+{
+    return atomic_load(&s->inflight) + atomic_load(&s->incoming) + atomic_load(&s->pending);
+}
+
+static uint32_t min_open_load(const fw_balance *b)
 {
     uint32_t mn = UINT32_MAX;
     for (int j = 0; j < b->cfg.nslots; j++) {
-        if (atomic_load(&b->sb[j].state) != FW_SB_ALIVE)
+        if (!is_open(&b->sb[j]))
             continue;
-        uint32_t v = atomic_load(&b->sb[j].inflight);
+        uint32_t v = load_of(&b->sb[j]);
         if (v < mn)
             mn = v;
     }
@@ -57,7 +76,8 @@ static int want_armed(const fw_balance *b, uint32_t mn)
         return 0;
     if (!counting(b))
         return 1;
-    return b->inflight < b->threads && b->inflight <= mn;
+    uint32_t mine = b->inflight + b->pending + atomic_load(&b->sb[b->cfg.me].incoming);
+    return b->inflight < b->threads && mine <= mn;
 }
 
 /* Add or remove every listener. EPOLL_CTL_MOD cannot change an exclusive
@@ -84,8 +104,10 @@ static int set_listeners(fw_server *srv, int on)
 static void reconcile_locked(fw_server *srv)
 {
     fw_balance *b = &srv->bal;
+    /* Published first, so peers deciding from now on see it. */
+    atomic_store(&b->sb[b->cfg.me].open, (uint32_t)(b->allowed && !b->draining));
     for (int tries = 0; tries < 4; tries++) {
-        uint32_t mn = counting(b) ? min_alive_inflight(b) : 0;
+        uint32_t mn = counting(b) ? min_open_load(b) : 0;
         int w = want_armed(b, mn);
         if (w == b->armed)
             break;
@@ -96,12 +118,11 @@ static void reconcile_locked(fw_server *srv)
     }
     if (!counting(b) || b->cfg.nslots < 2)
         return;
-    uint32_t mn = min_alive_inflight(b);
+    uint32_t mn = min_open_load(b);
     for (int j = 0; j < b->cfg.nslots; j++) {
-        if (j == b->cfg.me || atomic_load(&b->sb[j].state) != FW_SB_ALIVE)
+        if (j == b->cfg.me || !is_open(&b->sb[j]))
             continue;
-        uint32_t lj = atomic_load(&b->sb[j].inflight);
-        uint32_t wj = lj < b->threads && lj <= mn;
+        uint32_t wj = atomic_load(&b->sb[j].inflight) < b->threads && load_of(&b->sb[j]) <= mn;
         if (wj != atomic_load(&b->sb[j].armed))
             kick(b, j);
     }
@@ -110,6 +131,7 @@ static void reconcile_locked(fw_server *srv)
 static void publish_locked(fw_balance *b)
 {
     atomic_store(&b->sb[b->cfg.me].inflight, b->inflight);
+    atomic_store(&b->sb[b->cfg.me].pending, b->pending);
 }
 
 /* ---- receiving kicks and hand-offs (loop thread) ------------------------- */
@@ -127,11 +149,20 @@ static void on_kick(fw_loop *loop, fw_watch *w, uint32_t events)
     pthread_mutex_unlock(&b->mu);
 }
 
-/* One hand-off datagram: one byte (the listener's index, the same in every
- * worker) and the connection's fd. */
-static int recv_pass(int sock, int *fd, unsigned char *lindex)
+/* One request handed to us is taken in; never below zero (the master
+ * passes on stranded hand-offs, and a slot is reset at each spawn). */
+static void take_incoming(fw_sb_slot *s)
 {
-    struct iovec iov = { .iov_base = lindex, .iov_len = 1 };
+    uint32_t v = atomic_load(&s->incoming);
+    while (v > 0 && !atomic_compare_exchange_weak(&s->incoming, &v, v - 1))
+        ;
+}
+
+/* Receive one hand-off datagram (fw_balance.h). Returns 0, 1 when it was
+ * malformed (the fd, if any, is the caller's to close), -1 with errno. */
+static int recv_pass(int sock, int *fd, unsigned char msg[2], ssize_t *len)
+{
+    struct iovec iov = { .iov_base = msg, .iov_len = 2 };
     union {
         char buf[CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
@@ -145,11 +176,30 @@ static int recv_pass(int sock, int *fd, unsigned char *lindex)
     if (n < 0)
         return -1;
     *fd = -1;
+    *len = n;
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
         cm->cmsg_len == CMSG_LEN(sizeof(int)))
         memcpy(fd, CMSG_DATA(cm), sizeof(int));
-    return n == 1 ? 0 : 1;   /* 1: malformed (fd closed by the caller if any) */
+    return (n == 1 || n == 2) && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? 0 : 1;
+}
+
+/* Serve a connection handed to us (the fd is ours to close). */
+static void take_pass(fw_server *srv, int fd, const unsigned char msg[2], int well_formed)
+{
+    fw_balance *b = &srv->bal;
+    struct sockaddr_storage ss;
+    socklen_t salen = sizeof(ss);
+    if (!well_formed || msg[0] >= srv->nlisteners || getpeername(fd, (struct sockaddr *)&ss, &salen) != 0) {
+        close(fd);             /* malformed, or the client has gone meanwhile */
+        return;
+    }
+    atomic_fetch_add(&b->sb[b->cfg.me].handed_in, 1);
+    if (!fw_conn_new(srv, &srv->listeners[msg[0]], fd, (struct sockaddr *)&ss, salen,
+                     msg[1] & FW_PASS_KEPT_ALIVE)) {
+        fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
+        close(fd);
+    }
 }
 
 static void on_pass(fw_loop *loop, fw_watch *w, uint32_t events)
@@ -160,28 +210,70 @@ static void on_pass(fw_loop *loop, fw_watch *w, uint32_t events)
     fw_server *srv = SERVER_OF_BAL(b);
     for (int i = 0; i < PASS_BATCH; i++) {
         int fd = -1;
-        unsigned char li = 0;
-        int rc = recv_pass(w->fd, &fd, &li);
+        unsigned char msg[2] = { 0, 0 };
+        ssize_t len = 0;
+        int rc = recv_pass(w->fd, &fd, msg, &len);
         if (rc < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 fw_server_log(srv, FW_LOG_ERROR, "hand-off recvmsg: %s", strerror(errno));
             return;
         }
-        if (fd < 0)
-            continue;
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof(ss);
-        if (rc != 0 || li >= srv->nlisteners ||
-            getpeername(fd, (struct sockaddr *)&ss, &len) != 0) {
-            close(fd);         /* malformed, or the client has gone meanwhile */
-            continue;
-        }
-        atomic_fetch_add(&b->sb[b->cfg.me].handed_in, 1);
-        if (!fw_conn_new(srv, &srv->listeners[li], fd, (struct sockaddr *)&ss, len)) {
-            fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
-            close(fd);
-        }
+        if (fd >= 0)
+            take_pass(srv, fd, msg, rc == 0);
+        /* Its request is dispatched now (counted in inflight), or queued
+         * here, or gone: it no longer counts as coming. */
+        if (rc == 0 && (msg[1] & FW_PASS_REQUEST))
+            take_incoming(&b->sb[b->cfg.me]);
     }
+}
+
+/* Send c's socket, unread, to slot j's worker, then close it here
+ * (request: one waits in it, counted in the target's `incoming` until the
+ * target takes it in). Returns 0 when sent, or -1 with errno (EAGAIN: its
+ * queue is full; c untouched). */
+static int pass_to(fw_server *srv, fw_conn *c, int j, int request)
+{
+    fw_balance *b = &srv->bal;
+    unsigned char msg[2] = { (unsigned char)(c->lst - srv->listeners),
+                             (unsigned char)((c->requests > 0 || c->kept_alive ? FW_PASS_KEPT_ALIVE : 0) |
+                                             (request ? FW_PASS_REQUEST : 0)) };
+    struct iovec iov = { .iov_base = msg, .iov_len = sizeof(msg) };
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof(u));
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                         .msg_controllen = sizeof(u.buf) };
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &c->w.fd, sizeof(int));
+    if (request)            /* before the send: the target may take it in at once */
+        atomic_fetch_add(&b->sb[j].incoming, 1);
+    ssize_t n;
+    do {
+        n = sendmsg(b->cfg.pass_fds[j], &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof(msg)) {
+        int e = errno;
+        if (request)
+            take_incoming(&b->sb[j]);
+        errno = n < 0 ? e : EMSGSIZE;
+        return -1;
+    }
+    atomic_fetch_add(&b->sb[b->cfg.me].handed_out, 1);
+    /* The socket lives on in the datagram and then in the peer. */
+    fw_conn_close_passed(c);
+    return 0;
+}
+
+/* May slot j take connections from us (alive, accepting, not retiring)? */
+static int can_take(const fw_balance *b, int j)
+{
+    return j != b->cfg.me && b->cfg.pass_fds && b->cfg.pass_fds[j] >= 0 && is_open(&b->sb[j]) &&
+           !atomic_load(&b->sb[j].retire);
 }
 
 /* ---- the interface --------------------------------------------------------- */
@@ -217,7 +309,9 @@ int fw_balance_init(fw_server *srv)
         if (fw_loop_watch(&srv->loop, &b->kick_w, EPOLLIN) != 0)
             return -1;
     }
-    if (counting(b) && b->cfg.pass_recv_fd >= 0) {
+    /* Hand-offs arrive in every mode: a retiring peer passes its idle
+     * connections on (with threads, a saturated one passes new requests). */
+    if (b->cfg.pass_recv_fd >= 0) {
         b->pass_w.fd = b->cfg.pass_recv_fd;
         b->pass_w.cb = on_pass;
         if (fw_loop_watch(&srv->loop, &b->pass_w, EPOLLIN) != 0)
@@ -269,14 +363,39 @@ int fw_balance_accept_batch(const fw_server *srv)
     return srv->cfg.accept_batch;
 }
 
+void fw_balance_silent(fw_server *srv, fw_conn *c)
+{
+    fw_balance *b = &srv->bal;
+    if (!counting(b) || c->pending)
+        return;
+    pthread_mutex_lock(&b->mu);
+    c->pending = 1;
+    b->pending++;
+    publish_locked(b);
+    reconcile_locked(srv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* mu held: c's request arrived (or it closed, or its grace ran out). */
+static void unpend_locked(fw_balance *b, fw_conn *c)
+{
+    if (c->pending) {
+        c->pending = 0;
+        b->pending--;
+    }
+}
+
 void fw_balance_begin(fw_server *srv, fw_conn *c)
 {
     fw_balance *b = &srv->bal;
-    if (!counting(b) || c->counted)
+    if (!counting(b) || (c->counted && !c->pending))
         return;
     pthread_mutex_lock(&b->mu);
-    c->counted = 1;
-    b->inflight++;
+    unpend_locked(b, c);
+    if (!c->counted) {
+        c->counted = 1;
+        b->inflight++;
+    }
     publish_locked(b);
     reconcile_locked(srv);
     pthread_mutex_unlock(&b->mu);
@@ -285,11 +404,14 @@ void fw_balance_begin(fw_server *srv, fw_conn *c)
 void fw_balance_end(fw_server *srv, fw_conn *c)
 {
     fw_balance *b = &srv->bal;
-    if (!c->counted)
+    if (!c->counted && !c->pending)
         return;
     pthread_mutex_lock(&b->mu);
-    c->counted = 0;
-    b->inflight--;
+    unpend_locked(b, c);
+    if (c->counted) {
+        c->counted = 0;
+        b->inflight--;
+    }
     publish_locked(b);
     reconcile_locked(srv);
     pthread_mutex_unlock(&b->mu);
@@ -300,48 +422,63 @@ int fw_balance_handoff(fw_server *srv, fw_conn *c)
     fw_balance *b = &srv->bal;
     if (!counting(b) || !b->cfg.pass_fds || b->cfg.nslots < 2 || srv->stopping)
         return 0;
+    /* Our load: requests running, and those peers have just handed us (c's
+     * own place aside, if it has one). */
     pthread_mutex_lock(&b->mu);
-    int full = b->inflight - (c->counted ? 1u : 0u) >= b->threads;   /* c's own place aside */
+    uint32_t mine = b->inflight - (c->counted ? 1u : 0u) + b->pending - (c->pending ? 1u : 0u);
     pthread_mutex_unlock(&b->mu);
-    if (!full)
+    mine += atomic_load(&b->sb[b->cfg.me].incoming);
+    /* A fresh connection's first request is placed as if it had come with
+     * the connection: at the least loaded worker (load_of; its own pending
+     * place here aside). A kept-alive one stays
+     * while this worker has a free thread: moving costs a syscall on each
+     * side, and only a saturated worker makes its request wait. */
+    int fresh = c->requests == 0 && !c->kept_alive;
+    if (!fresh && mine < b->threads)
         return 0;
     /* The live worker with the fewest requests and a free thread. */
     int best = -1;
     uint32_t best_n = b->threads;
     for (int j = 0; j < b->cfg.nslots; j++) {
-        if (j == b->cfg.me || b->cfg.pass_fds[j] < 0 || atomic_load(&b->sb[j].state) != FW_SB_ALIVE)
+        if (!can_take(b, j))
             continue;
-        uint32_t n = atomic_load(&b->sb[j].inflight);
+        uint32_t n = load_of(&b->sb[j]);
         if (n < best_n) {
             best_n = n;
             best = j;
         }
     }
-    if (best < 0)
-        return 0;            /* everybody is full: it waits here as it would anywhere */
-    unsigned char li = (unsigned char)(c->lst - srv->listeners);
-    struct iovec iov = { .iov_base = &li, .iov_len = 1 };
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    memset(&u, 0, sizeof(u));
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                         .msg_controllen = sizeof(u.buf) };
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &c->w.fd, sizeof(int));
-    ssize_t n;
-    do {
-        n = sendmsg(b->cfg.pass_fds[best], &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
-    if (n != 1)
-        return 0;            /* its queue is full or it is gone: serve it here */
-    atomic_fetch_add(&b->sb[b->cfg.me].handed_out, 1);
-    fw_conn_close(c);        /* the socket lives on in the datagram and then in the peer */
-    return 1;
+    if (best < 0 || best_n >= mine)
+        return 0;            /* nobody is less busy: it is served here */
+    return pass_to(srv, c, best, 1) == 0;    /* its queue is full or it is gone: serve it here */
+}
+
+int fw_balance_pass_on(fw_server *srv, fw_conn *c)
+{
+    fw_balance *b = &srv->bal;
+    /* Round robin over the peers that can take it, so a retiring worker's
+     * idle connections spread instead of piling onto one worker (they count
+     * for nothing in the scoreboard until a request arrives). */
+    int n = b->cfg.nslots, any = 0;
+    for (int k = 1; k <= n; k++) {
+        int j = (b->pass_next + k) % n;
+        if (!can_take(b, j))
+            continue;
+        any = 1;
+        if (pass_to(srv, c, j, 0) == 0) {
+            b->pass_next = j;
+            return 1;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
+            fw_server_log(srv, FW_LOG_WARNING, "hand-off to worker slot %d: %s", j, strerror(errno));
+    }
+    return any ? 0 : -1;
+}
+
+int fw_balance_retire_asked(const fw_server *srv)
+{
+    const fw_balance *b = &srv->bal;
+    return b->cfg.pass_fds && atomic_load(&b->sb[b->cfg.me].retire);
 }
 
 int fw_balance_tick(fw_server *srv)
@@ -387,7 +524,11 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
             ;
     }
     atomic_store(&sb[i].inflight, 0);
+    atomic_store(&sb[i].incoming, 0);
+    atomic_store(&sb[i].pending, 0);
     atomic_store(&sb[i].armed, 0);
+    atomic_store(&sb[i].open, 0);
+    atomic_store(&sb[i].retire, 0);
     atomic_store(&sb[i].accepted, 0);
     atomic_store(&sb[i].handed_in, 0);
     atomic_store(&sb[i].handed_out, 0);
@@ -399,6 +540,13 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
     atomic_store(&sb[i].state, FW_SB_FREE);
 }
 
+void fw_sb_retire(void *scoreboard, int nslots, int i)
+{
+    fw_sb_slot *sb = scoreboard;
+    if (i >= 0 && i < nslots)
+        atomic_store(&sb[i].retire, 1);
+}
+
 void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds)
 {
     fw_sb_slot *sb = scoreboard;
@@ -407,11 +555,14 @@ void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds)
     /* A stale low count would cap every live worker: leave the minimum,
      * then make the others re-decide. */
     atomic_store(&sb[i].state, FW_SB_FREE);
+    atomic_store(&sb[i].open, 0);
     atomic_store(&sb[i].inflight, 0);
+    atomic_store(&sb[i].incoming, 0);
+    atomic_store(&sb[i].pending, 0);
     atomic_store(&sb[i].armed, 0);
     atomic_store(&sb[i].pid, 0);
     for (int j = 0; j < nslots; j++) {
-        if (j == i || atomic_load(&sb[j].state) != FW_SB_ALIVE || !kick_fds || kick_fds[j] < 0)
+        if (j == i || !is_open(&sb[j]) || !kick_fds || kick_fds[j] < 0)
             continue;
         uint64_t one = 1;
         if (write(kick_fds[j], &one, sizeof(one)) < 0 && errno != EAGAIN)

@@ -15,8 +15,12 @@
  *   shared      every worker always watches the shared listener (the herd:
  *               what gunicorn does), kept for comparison.
  *
+ * In every mode a worker that retires while others serve on (reload,
+ * --max-requests, --max-rss, TTOU) hands its idle connections to them
+ * instead of closing them, so a kept-alive client never sees the change.
+ *
  * The scoreboard is shared memory made by the master before the first fork:
- * one cache line per worker slot, each field with one writer. Each side
+ * one slot per worker, each field with one writer (but `incoming`). Each side
  * publishes its own field (seq_cst) and then reads the others (seq_cst), so
  * of two concurrent changes at least one sees the other: either the changer
  * kicks the peer (an eventfd write) or the peer's own re-check corrects it.
@@ -37,27 +41,35 @@ enum fw_balance_mode { FW_BAL_SHARED = 0, FW_BAL_LEAST_BUSY = 1, FW_BAL_REUSEPOR
 
 enum fw_sb_state { FW_SB_FREE = 0, FW_SB_ALIVE = 1, FW_SB_DRAINING = 2 };
 
-/* One worker's slot. Writers: the owner worker unless said. */
+/* One worker's slot: two cache lines, the first for what peers read to
+ * decide, the second for statistics. Writers: the owner worker unless said. */
 typedef struct fw_sb_slot {
-    _Atomic uint32_t inflight;      /* connections accepted or requests dispatched, not finished */
+    _Atomic uint32_t inflight;      /* requests dispatched to the app, not finished */
+    _Atomic uint32_t incoming;      /* any sender: requests handed to this worker, not yet
+                                     * taken in (counts as load, so that two quick hand-offs
+                                     * do not both pick the same idle worker) */
+    _Atomic uint32_t pending;       /* connections accepted, their request not arrived yet,
+                                     * for at most FW_SILENT_GRACE_MS (see load_of) */
     _Atomic uint32_t armed;         /* the listener is in the owner's epoll set */
     _Atomic uint32_t state;         /* fw_sb_state; master: FREE, owner: ALIVE, DRAINING */
+    _Atomic uint32_t open;          /* the owner may accept (not paused for fds, not stopping):
+                                     * only open workers count for the minimum and get kicks */
+    _Atomic uint32_t retire;        /* master: this worker is retiring while others serve on
+                                     * (reload, --max-rss, TTOU): hand idle connections over */
+    _Atomic uint32_t threads;       /* app threads of the owner */
     _Atomic uint32_t gen;           /* master: bumped at each spawn into the slot */
     _Atomic int32_t pid;            /* owner, when its loop starts; master zeroes it */
-    _Atomic uint32_t threads;       /* app threads of the owner */
-    _Atomic uint64_t accepted;      /* statistics, owner */
+    _Atomic uint64_t accepted __attribute__((aligned(64)));   /* statistics, owner */
     _Atomic uint64_t handed_in;
     _Atomic uint64_t handed_out;
     _Atomic uint64_t kicks_sent;
 } __attribute__((aligned(64))) fw_sb_slot;
 
-#define FW_SB_SLOT_SIZE 64
+#define FW_SB_SLOT_SIZE 128
 
-/* A new connection counts as busy from accept until its first request has
- * been dispatched, for at most this long: long enough for the request of
- * any client that sends at once (so the next connection goes elsewhere),
- * short enough that silent connections cannot hold a worker's capacity. */
-#define FW_FIRST_REQUEST_GRACE_MS 30
+/* How long a connection accepted without its request steers placement
+ * (fw_balance_silent): long enough for any client that sends at once. */
+#define FW_SILENT_GRACE_MS 30
 
 /* What the worker is told (by the master, through the app layer). The fds
  * and the scoreboard memory are owned by the caller and outlive the server. */
@@ -82,9 +94,11 @@ typedef struct fw_balance {
     pthread_mutex_t mu;             /* guards everything below and listener epoll_ctl */
     uint32_t threads;               /* capacity: app threads */
     uint32_t inflight;              /* our count (the slot's copy is for the others) */
+    uint32_t pending;               /* our silent new connections (likewise) */
     int allowed;                    /* the loop allows accepting (not stopping, fds left) */
     int armed;                      /* listeners are in our epoll set */
     int draining;
+    int pass_next;                  /* loop thread: the slot that took the last pass_on */
     int64_t backstop_at;            /* loop thread: next re-check while disarmed */
     fw_watch kick_w;                /* our kick eventfd (cfg.kick_fds[me]), not owned */
     fw_watch pass_w;                /* our hand-off socket (cfg.pass_recv_fd), not owned */
@@ -104,19 +118,42 @@ void fw_balance_allow(fw_server *srv, int on);
 /* Accept at most this many connections per listener wake-up. */
 int fw_balance_accept_batch(const fw_server *srv);
 
+/* Loop thread: c was accepted and its request is not in the socket yet.
+ * For FW_SILENT_GRACE_MS (the caller's timer ends it with fw_balance_end)
+ * or until its request arrives, it weighs in the choice of the worker for
+ * the next connection, but it never holds capacity: a thousand silent
+ * connections do not stop a worker from accepting. */
+void fw_balance_silent(fw_server *srv, fw_conn *c);
 /* A request is about to be handed to an app thread: it counts as busy until
- * the app call returns. (Connections count for nothing until a request has
- * arrived whole: silent ones must not hold capacity.) */
+ * the app call returns. A request that arrives after its connection is
+ * placed then (fw_balance_handoff). */
 void fw_balance_begin(fw_server *srv, fw_conn *c);
 /* The app call for c returned (any thread; before the response is written),
- * or c closed while counted. */
+ * or c closed while counted, or its silent grace ran out. */
 void fw_balance_end(fw_server *srv, fw_conn *c);
 
 /* Loop thread, a request is arriving on idle connection c (nothing of it
- * read yet; kept alive, or new): when this worker
- * has no free thread and another has, hand c to it unread and close it
- * here. Returns 1 if handed off (c is closed), 0 to serve it here. */
+ * read yet; kept alive, or new and silent until now): hand c, unread, to
+ * a less busy worker with a free thread when this one is saturated (kept
+ * alive) or not the least busy (a fresh connection's first request).
+ * Returns 1 if handed off (c is closed), 0 to serve it here. */
 int fw_balance_handoff(fw_server *srv, fw_conn *c);
+
+/* Loop thread, while retiring: give idle connection c (nothing of its next
+ * request read) to a live worker that serves on, unread. Returns 1 when
+ * handed over (c is closed here), 0 when no peer could take it just now
+ * (try again soon), -1 when no peer will take it (close it the usual way). */
+int fw_balance_pass_on(fw_server *srv, fw_conn *c);
+
+/* Has the master asked this worker to retire while others serve on? */
+int fw_balance_retire_asked(const fw_server *srv);
+
+/* One hand-off datagram: the listener's index (the same in every worker)
+ * and flags, with the connection's fd in SCM_RIGHTS. */
+enum {
+    FW_PASS_KEPT_ALIVE = 1,         /* served before: idle timeout, not header timeout */
+    FW_PASS_REQUEST = 2             /* a request waits in it: counted in the target's `incoming` */
+};
 
 /* Loop thread, each pass: the backstop re-check. Returns the ms until it is
  * next due, or -1 when none is needed. */
@@ -126,9 +163,11 @@ int fw_balance_tick(fw_server *srv);
 void fw_balance_drain(fw_server *srv);
 
 /* For the master (through the app layer): reset slot i for a new worker
- * (it turns ALIVE itself when its loop runs), or mark it free after the worker ended, kicking the live
- * workers so none stays throttled by a stale count. */
+ * (it turns ALIVE itself when its loop runs); mark it retiring (before the
+ * SIGTERM that retires it); or mark it free after the worker ended, kicking
+ * the live workers so none stays throttled by a stale count. */
 void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds);
+void fw_sb_retire(void *scoreboard, int nslots, int i);
 void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds);
 
 #endif

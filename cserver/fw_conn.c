@@ -27,7 +27,7 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events);
 static void conn_drive(fw_conn *c);
 
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
-                     const struct sockaddr *sa, socklen_t salen)
+                     const struct sockaddr *sa, socklen_t salen, int kept_alive)
 {
     fw_conn *c = calloc(1, sizeof(*c));
     if (!c)
@@ -56,23 +56,32 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
         srv->conns->prev = c;
     srv->conns = c;
     srv->nconns++;
-    /* A fresh connection gets the header timeout from accept: a client that
-     * connects and sends nothing is a slowloris too. */
-    c->head_started = srv->now;
-    fw_timer_start(&srv->t_head, &c->timer, srv->now);
-    /* With app threads it counts as busy at once, so the next connection
-     * goes elsewhere, but only for a short grace if it stays silent
-     * (slowloris must not hold a worker's capacity). The request is nearly
-     * always in the socket already: read it now, so no epoll round trip is
-     * spent on it. */
-    if (srv->pool) {
-        fw_balance_begin(srv, c);
-        if (c->counted)
-            fw_timer_start(&srv->t_grace, &c->grace, srv->now);
+    c->kept_alive = kept_alive;
+    if (kept_alive) {
+        /* Idle between requests, as it was in the worker that handed it. */
+        fw_timer_start(&srv->t_idle, &c->timer, srv->now);
+    } else {
+        /* A fresh connection gets the header timeout from accept: a client
+         * that connects and sends nothing is a slowloris too. */
+        c->head_started = srv->now;
+        fw_timer_start(&srv->t_head, &c->timer, srv->now);
     }
+    /* The request is nearly always in the socket already: read it now, so
+     * no epoll round trip is spent on it, and it is counted as it is
+     * dispatched, in this same loop pass. A silent connection only steers
+     * placement for a moment (fw_balance_silent). */
     if (fw_conn_read(c, READ_CHUNK) < 0) {
         fw_conn_close(c);       /* already gone; freed with the graveyard */
         return c;
+    }
+    if (fw_buf_used(&c->in) == 0) {
+        if (srv->stopping) {
+            fw_conn_start_stop(c);      /* handed over while we stop */
+        } else if (srv->pool && !kept_alive) {
+            fw_balance_silent(srv, c);
+            if (c->pending)
+                fw_timer_start(&srv->t_grace, &c->grace, srv->now);
+        }
     }
     conn_drive(c);
     return c;
@@ -113,6 +122,13 @@ void fw_conn_close(fw_conn *c)
     fw_server_conn_closed(srv);
 }
 
+void fw_conn_close_passed(fw_conn *c)
+{
+    if (fw_loop_unwatch(&c->srv->loop, &c->w) != 0)
+        fw_server_log(c->srv, FW_LOG_ERROR, "epoll_ctl(DEL %d): %s", c->w.fd, strerror(errno));
+    fw_conn_close(c);
+}
+
 static void conn_watch(fw_conn *c, uint32_t mask)
 {
     if (fw_loop_watch(&c->srv->loop, &c->w, mask) != 0) {
@@ -144,10 +160,42 @@ void fw_conn_queue_error(fw_conn *c, int status)
     fw_resp_error_head(c, status);
 }
 
+/* One line per rejected request: the client, the status and why, and the
+ * start of what it sent (escaped), which usually shows the fault. */
+static void log_rejected(fw_conn *c, int status)
+{
+    static const struct { int status; const char *why; } reasons[] = {
+        { 400, "malformed request" },       { 408, "request timed out" },
+        { 411, "length required" },         { 413, "body over --limit-request-body" },
+        { 414, "request line too long" },   { 417, "unsupported Expect" },
+        { 431, "header section too large" }, { 500, "server error" },
+        { 501, "unsupported transfer coding or method" }, { 505, "unsupported HTTP version" },
+    };
+    const char *why = "rejected";
+    for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
+        if (reasons[i].status == status)
+            why = reasons[i].why;
+    const char *host, *port;
+    fw_conn_peer_text(c, &host, &port);
+    char shown[81];
+    size_t n = 0, i = 0;
+    const unsigned char *p = (const unsigned char *)fw_buf_head(&c->in);
+    size_t used = fw_buf_used(&c->in);
+    for (; i < used && n + 4 < sizeof(shown); i++) {
+        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
+            shown[n++] = (char)p[i];
+        else
+            n += (size_t)snprintf(shown + n, sizeof(shown) - n, "\\x%02x", p[i]);
+    }
+    shown[n] = 0;
+    fw_server_log(c->srv, FW_LOG_INFO, "%s%s%s: %d %s: \"%s%s\"", host, *port ? ":" : "", port, status,
+                  why, shown, i < used ? "..." : "");
+}
+
 /* Answer a protocol error and close. */
 static void conn_fail(fw_conn *c, int status)
 {
-    fw_server_log(c->srv, FW_LOG_DEBUG, "fd %d: answering %d", c->w.fd, status);
+    log_rejected(c, status);
     if (!c->head) {
         /* The head did not parse, so req says nothing: a HEAD request still
          * must not get a body (RFC 9110 9.3.2). */
@@ -184,7 +232,7 @@ static void request_end(fw_conn *c)
     c->app_active = 0;
     c->app_state = NULL;
 
-    if (c->must_close || !c->keep_alive || srv->stopping || unread) {
+    if (c->must_close || !c->keep_alive || srv->ending_keepalive || unread) {
         if (unread || fw_buf_used(&c->in) > 0)
             conn_linger(c);
         else
@@ -193,11 +241,13 @@ static void request_end(fw_conn *c)
     }
     c->state = FW_C_READ_HEAD;
     c->head_started = 0;
+    fw_timer_start(&srv->t_idle, &c->timer, srv->now);
     if (fw_buf_used(&c->in) == 0) {
         fw_buf_reset(&c->in, IDLE_KEEP_BYTES);
         fw_buf_reset(&c->out, IDLE_KEEP_BYTES);
+        if (srv->stopping)
+            fw_conn_start_stop(c);      /* idle now: hand it on while retiring */
     }
-    fw_timer_start(&srv->t_idle, &c->timer, srv->now);
 }
 
 /* READ_HEAD: try to parse a head from `in`. Returns 1 to keep driving, 0 to wait. */
@@ -243,7 +293,7 @@ static int step_head(fw_conn *c)
     c->head = buf;
     c->head_len = end;
     c->head_scan = 0;
-    c->keep_alive = c->req.keep_alive && srv->cfg.keepalive_timeout_ms > 0 && !srv->stopping;
+    c->keep_alive = c->req.keep_alive && srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
     if (fw_body_setup(c) != 0) {
         conn_fail(c, 500);
         return 1;
@@ -391,8 +441,8 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
     case FW_C_READ_HEAD:
     case FW_C_READ_BODY: {
         /* A request arriving on an idle connection (kept alive, or new and
-         * silent until now) of a worker whose threads are all busy goes,
-         * unread, to one with a free thread. */
+         * silent until now) may be better served by another worker: see
+         * fw_balance_handoff. It goes there unread. */
         if (c->state == FW_C_READ_HEAD && srv->pool && fw_buf_used(&c->in) == 0 &&
             fw_balance_handoff(srv, c))
             return;
@@ -466,15 +516,47 @@ void fw_conn_on_timeout(fw_conn *c)
     }
 }
 
+/* Is the client's next request already waiting in the socket? A
+ * connection with unread input is not idle: closing it would answer that
+ * request with a reset. */
+static int input_waiting(const fw_conn *c)
+{
+    char b;
+    ssize_t n;
+    do {
+        n = recv(c->w.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n > 0;
+}
+
 void fw_conn_start_stop(fw_conn *c)
 {
+    fw_server *srv = c->srv;
     switch (c->state) {
     case FW_C_READ_HEAD:
-        /* Only an idle kept-alive connection is closed (clients retry those).
-         * A fresh connection whose request has not arrived yet, or a request
-         * half received, is a request in flight: it is served, with
-         * "Connection: close", within the graceful timeout. */
-        if (c->requests > 0 && fw_buf_used(&c->in) == 0)
+        if (fw_buf_used(&c->in) > 0) {
+            c->keep_alive = 0;  /* a request half received: serve it, then close */
+            return;
+        }
+        /* Idle (kept alive, or new and silent). A retiring worker gives it,
+         * unread, to a worker that serves on: the client never notices. */
+        if (srv->handing_on) {
+            int rc = fw_balance_pass_on(srv, c);
+            if (rc > 0)
+                return;
+            /* Again soon: their queues are full, or (early in the stop) the
+             * replacement that made the master retire us is not up yet. */
+            if (rc == 0 || srv->now < srv->pass_wait_until) {
+                srv->pass_waiting = 1;
+                return;
+            }
+        }
+        /* Nobody to give it to. A kept-alive connection with nothing
+         * waiting is closed (clients retry those); with its next request
+         * already waiting, that request is served, with Connection: close.
+         * A fresh connection whose request has not arrived yet is a
+         * request in flight: it is served within the graceful timeout. */
+        if ((c->requests > 0 || c->kept_alive) && !input_waiting(c))
             fw_conn_close(c);
         else
             c->keep_alive = 0;
@@ -483,7 +565,9 @@ void fw_conn_start_stop(fw_conn *c)
         fw_conn_close(c);
         return;
     default:
-        c->keep_alive = 0;      /* finish this response, then close */
+        /* Finish this response; then, unless handing on, close. */
+        if (srv->ending_keepalive)
+            c->keep_alive = 0;
         return;
     }
 }

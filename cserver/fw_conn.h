@@ -107,16 +107,26 @@ struct fw_conn {
     fw_conn *qnext;                   /* pool work/done lists */
     int pool_rc;                      /* what the app call returned, for the loop */
     int counted;                      /* in this worker's in-flight count (fw_balance) */
-    fw_tnode grace;                   /* srv->t_grace: counted while its first request arrives */
+    int pending;                      /* accepted silent: steers placement (fw_balance_silent) */
+    fw_tnode grace;                   /* srv->t_grace: ends `pending` */
+    int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
+                                       * next request under the idle timeout, not the header one */
 };
 
-/* Called by the listener code for a freshly accepted socket. */
+/* A socket accepted here, or handed over by another worker (kept_alive:
+ * it had served requests there and is idle). The connection owns fd. */
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
-                     const struct sockaddr *sa, socklen_t salen);
+                     const struct sockaddr *sa, socklen_t salen, int kept_alive);
 void fw_conn_close(fw_conn *c);
+/* Close c whose socket now also lives in another process (handed over):
+ * leaves the epoll set explicitly first (see fw_loop_unwatch). */
+void fw_conn_close_passed(fw_conn *c);
 void fw_conn_free(fw_conn *c);
 void fw_conn_on_timeout(fw_conn *c);
-void fw_conn_start_stop(fw_conn *c);  /* server is stopping: finish or close */
+/* The server is stopping (or retiring, srv->handing_on): apply the stop
+ * rule to c now. Called for every connection when the stop begins, and
+ * again for one that becomes idle or arrives while stopping. */
+void fw_conn_start_stop(fw_conn *c);
 /* Loop thread: a pool thread is done with c; rc is what the app call said. */
 void fw_conn_app_done(fw_conn *c, int rc);
 

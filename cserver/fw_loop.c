@@ -48,6 +48,15 @@ int fw_loop_watch(fw_loop *loop, fw_watch *w, uint32_t mask)
     return 0;
 }
 
+int fw_loop_unwatch(fw_loop *loop, fw_watch *w)
+{
+    int rc = 0;
+    if (w->in_set)
+        rc = epoll_ctl(loop->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+    fw_loop_forget(w);
+    return rc;
+}
+
 int fw_loop_wait(fw_loop *loop, int timeout_ms)
 {
     return epoll_wait(loop->epfd, loop->events, loop->nevents, timeout_ms);

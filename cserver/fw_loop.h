@@ -41,9 +41,18 @@ void fw_loop_destroy(fw_loop *loop);
  * again costs one EPOLL_CTL_MOD. Returns 0 or -1 with errno set. */
 int fw_loop_watch(fw_loop *loop, fw_watch *w, uint32_t mask);
 
-/* Forget w without a syscall: for an fd that is about to be closed
- * (close() removes it from the epoll set). */
+/* Forget w without a syscall: for an fd that is about to be closed when
+ * this process holds the only reference to its file (the last close()
+ * removes it from the epoll set). */
 static inline void fw_loop_forget(fw_watch *w) { w->mask = 0; w->in_set = 0; }
+
+/* Take w out of the epoll set for good (EPOLL_CTL_DEL), armed or a fired
+ * oneshot. Needed before closing an fd whose file lives on elsewhere (a
+ * socket passed to another process): the registration belongs to the open
+ * file, so close() alone would leave it behind, and the same socket coming
+ * back under the same fd number would then fail EPOLL_CTL_ADD with EEXIST.
+ * Returns 0 or -1 with errno set (w is forgotten either way). */
+int fw_loop_unwatch(fw_loop *loop, fw_watch *w);
 
 /* Wait up to timeout_ms (-1: forever). Returns the number of ready events,
  * or -1 with errno (EINTR is returned to the caller so it can look at

@@ -150,7 +150,7 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     fw_resp *r = &c->resp;
     fw_server *srv = c->srv;
     char line[64];
-    int keep = c->keep_alive && !r->app_close && !c->must_close && !srv->stopping &&
+    int keep = c->keep_alive && !r->app_close && !c->must_close && !srv->ending_keepalive &&
                !srv->stop_requested;
 
     if (r->status < 200)

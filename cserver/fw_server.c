@@ -5,6 +5,7 @@
 #include "fw_pool.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
@@ -15,11 +16,14 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#define PASS_RETRY_MS 10       /* while idle connections wait for a peer to take them */
+#define PASS_WAIT_MS 1000      /* how long a retiring worker waits for a first peer */
+
+#define CONN_OF_GRACE(tp) ((fw_conn *)((char *)(tp) - offsetof(fw_conn, grace)))
 #define LISTENER_OF(wp) ((fw_listener *)((char *)(wp) - offsetof(fw_listener, w)))
 #define SERVER_OF_STOP(wp) ((fw_server *)((char *)(wp) - offsetof(fw_server, stop_w)))
 #define SERVER_OF_SIG(wp) ((fw_server *)((char *)(wp) - offsetof(fw_server, sig_w)))
 #define CONN_OF_TIMER(tp) ((fw_conn *)((char *)(tp) - offsetof(fw_conn, timer)))
-#define CONN_OF_GRACE(tp) ((fw_conn *)((char *)(tp) - offsetof(fw_conn, grace)))
 
 void fw_config_defaults(fw_config *cfg)
 {
@@ -97,6 +101,7 @@ void fw_server_request_done(fw_server *srv)
         /* Retire: stop accepting, let in-flight requests finish, exit. */
         fw_server_log(srv, FW_LOG_INFO, "served %llu requests (max-requests): retiring",
                       (unsigned long long)srv->requests);
+        srv->retiring = 1;
         fw_server_stop(srv, 1);
     }
 }
@@ -139,7 +144,7 @@ static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
             }
         }
         atomic_fetch_add(&srv->bal.sb[srv->bal.cfg.me].accepted, 1);
-        if (!fw_conn_new(srv, l, fd, (struct sockaddr *)&ss, len)) {
+        if (!fw_conn_new(srv, l, fd, (struct sockaddr *)&ss, len, 0)) {
             fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
             close(fd);
         }
@@ -235,7 +240,7 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->t_idle.timeout_ms = cfg->keepalive_timeout_ms;
     srv->t_write.timeout_ms = cfg->write_timeout_ms;
     srv->t_linger.timeout_ms = 2000;
-    srv->t_grace.timeout_ms = FW_FIRST_REQUEST_GRACE_MS;
+    srv->t_grace.timeout_ms = FW_SILENT_GRACE_MS;
     srv->now = fw_now_ms();
     if (fw_balance_init(srv) != 0)
         goto fail;
@@ -292,8 +297,8 @@ static void expire(fw_server *srv, fw_tlist *l)
     }
 }
 
-/* A fresh connection whose request did not arrive in its grace stops
- * counting as busy (a silent client must not hold a thread's place). */
+/* A silent new connection whose request did not come within its grace
+ * stops steering placement. */
 static void expire_grace(fw_server *srv)
 {
     fw_tlist *l = &srv->t_grace;
@@ -314,6 +319,8 @@ static int next_timeout(fw_server *srv)
             next = lists[i]->head->deadline;
     if (srv->stopping && srv->stop_deadline < next)
         next = srv->stop_deadline;
+    if (srv->pass_waiting && srv->now + PASS_RETRY_MS < next)
+        next = srv->now + PASS_RETRY_MS;
     int bs = fw_balance_tick(srv);
     if (bs >= 0 && srv->now + bs < next)
         next = srv->now + bs;
@@ -321,22 +328,66 @@ static int next_timeout(fw_server *srv)
     return d < 0 ? 0 : (int)d;
 }
 
+/* Drop this process's hold on the listening sockets without closing fds
+ * the caller owns: each is replaced (dup2, atomic) by a socket that was
+ * never bound, which the caller closes in due course. Once every process
+ * has let go, the kernel refuses new connections and the port is free. */
+static void release_listeners(fw_server *srv)
+{
+    int dead = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (dead < 0) {
+        fw_server_log(srv, FW_LOG_WARNING, "releasing the listeners: socket: %s", strerror(errno));
+        return;
+    }
+    for (int i = 0; i < srv->nlisteners; i++)
+        if (dup3(dead, srv->listeners[i].w.fd, O_CLOEXEC) < 0)
+            fw_server_log(srv, FW_LOG_WARNING, "releasing listener %d: %s", srv->listeners[i].w.fd,
+                          strerror(errno));
+    close(dead);
+}
+
+/* Apply the stop rule again to the idle connections no peer could take at
+ * the last try (their queues were full, or they were not up yet). */
+static void pass_on_idle(fw_server *srv)
+{
+    srv->pass_waiting = 0;
+    fw_conn *c = srv->conns;
+    while (c) {
+        fw_conn *next = c->next;
+        if (c->state == FW_C_READ_HEAD && fw_buf_used(&c->in) == 0)
+            fw_conn_start_stop(c);
+        c = next;
+    }
+}
+
 static void begin_stop(fw_server *srv)
 {
+    /* Retiring while other workers serve on (--max-requests, or the master
+     * asked: reload, --max-rss, TTOU): idle connections are handed to them
+     * and responses keep the connection alive. On a stop of the whole
+     * server they close. */
+    srv->handing_on = srv->stop_requested == 1 && srv->bal.cfg.pass_fds && srv->bal.cfg.nslots > 1 &&
+                      (srv->retiring || fw_balance_retire_asked(srv));
+    srv->ending_keepalive = !srv->handing_on;
+    srv->pass_wait_until = srv->now + PASS_WAIT_MS;
     srv->stopping = 1;
     srv->stop_deadline = srv->now + (srv->cfg.graceful_timeout_ms > 0 ? srv->cfg.graceful_timeout_ms : 0);
     srv->accepting = 0;
     fw_balance_drain(srv);
+    if (srv->cfg.release_listeners)
+        release_listeners(srv);
     fw_conn *c = srv->conns;
     while (c) {
         fw_conn *next = c->next;
         /* One a pool thread owns finishes there: its head is built after
-         * `stopping` is set, so it says Connection: close. */
+         * `ending_keepalive` is set, so it says Connection: close unless
+         * we hand on. */
         if (!(srv->pool && c->state == FW_C_APP))
             fw_conn_start_stop(c);
         c = next;
     }
-    fw_server_log(srv, FW_LOG_DEBUG, "stopping: %d connection(s) in flight", srv->nconns);
+    fw_server_log(srv, FW_LOG_DEBUG, "stopping%s: %d connection(s) in flight",
+                  srv->handing_on ? " (handing idle connections on)" : "", srv->nconns);
 }
 
 /* After the loop: connections a pool thread still owns cannot be closed
@@ -391,6 +442,10 @@ int fw_server_run(fw_server *srv)
     int rc = 0;
     srv->now = fw_now_ms();
     srv->stopping = 0;
+    srv->ending_keepalive = 0;
+    srv->handing_on = 0;
+    srv->pass_waiting = 0;
+    srv->retiring = 0;
     srv->stop_requested = 0;
     srv->sig_stop = 0;
     if (srv->cfg.threads > 1) {
@@ -440,6 +495,8 @@ int fw_server_run(fw_server *srv)
         expire(srv, &srv->t_write);
         expire(srv, &srv->t_linger);
         expire_grace(srv);
+        if (srv->stopping && srv->pass_waiting)
+            pass_on_idle(srv);
         free_graveyard(srv);
         if (!srv->accepting && !srv->stopping && srv->now >= srv->accept_resume_at &&
             srv->nconns < srv->cfg.max_connections)
@@ -449,6 +506,8 @@ int fw_server_run(fw_server *srv)
     if (!srv->stopping)
         fw_balance_drain(srv);     /* (begin_stop drained already) */
     srv->stopping = 1;          /* what comes back from the threads closes */
+    srv->ending_keepalive = 1;
+    srv->handing_on = 0;
     close_all(srv);
     if (srv->pool) {
         drain_pool(srv);
@@ -456,5 +515,6 @@ int fw_server_run(fw_server *srv)
         srv->pool = NULL;
     }
     srv->stopping = 0;
+    srv->ending_keepalive = 0;
     return rc;
 }

@@ -54,6 +54,9 @@ typedef struct fw_config {
     int accept_batch;          /* accepts per listener wake-up */
     uint64_t max_requests;     /* stop gracefully after this many responses; 0 = never */
     int threads;               /* app threads; 1 = the app runs inline on the loop thread */
+    int release_listeners;     /* on stop, drop this process's hold on the listening sockets
+                                * at once (a worker: its master or peers keep them; a worker
+                                * whose master died frees the port while it finishes) */
     fw_balance_cfg balance;    /* how this worker shares its listeners (fw_balance.h) */
 } fw_config;
 
@@ -110,10 +113,15 @@ struct fw_server {
     int sig_stop;              /* on_signal asked to stop */
     _Atomic int stop_requested;    /* 1 graceful, 2 immediate; any thread, signal handlers */
     _Atomic int stopping;          /* written by the loop, read by app threads */
+    _Atomic int ending_keepalive;  /* stopping and not handing on: responses say close */
     int64_t stop_deadline;
+    int retiring;              /* max-requests reached: others serve on */
+    int handing_on;            /* stopping while others serve on: idle connections go to them */
+    int pass_waiting;          /* an idle connection waits for a peer to take it */
+    int64_t pass_wait_until;   /* until then, having no peer at all is worth waiting out */
 
-    /* Timeout lists; see fw_timer.h. t_grace holds fresh connections that
-     * count as busy while their first request arrives (fw_conn.grace). */
+    /* Timeout lists; see fw_timer.h. t_grace: silent new connections that
+     * steer placement (fw_conn.grace, fw_balance_silent). */
     fw_tlist t_head, t_body, t_idle, t_write, t_linger, t_grace;
 
     fw_conn *conns;            /* all open connections (doubly linked) */

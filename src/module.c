@@ -80,7 +80,7 @@ static int int_list(PyObject *o, int *out, Py_ssize_t n, const char *what)
     return 0;
 }
 
-/* The shared scoreboard buffer (writable, 64-aligned, one 64-byte slot per
+/* The shared scoreboard buffer (writable, 64-aligned, one FW_SB_SLOT_SIZE slot per
  * worker), this worker's slot, and the per-slot fds made by the master. */
 static int balance_setup(ServerObject *self, fw_balance_cfg *bc, PyObject *scoreboard, int slot,
                          PyObject *kick_fds, PyObject *pass_fds, int pass_recv_fd)
@@ -91,7 +91,7 @@ static int balance_setup(ServerObject *self, fw_balance_cfg *bc, PyObject *score
     if (nslots < 1 || nslots > 4096 || ((uintptr_t)self->scoreboard.buf & (FW_SB_SLOT_SIZE - 1)) ||
         slot < 0 || slot >= nslots) {
         PyErr_SetString(PyExc_ValueError, "scoreboard must be a writable, 64-aligned buffer "
-                                          "of 64 bytes per slot, and slot one of them");
+                                          "of SB_SLOT_SIZE bytes per slot, and slot one of them");
         return -1;
     }
     self->balance_fds = PyMem_Malloc(2 * (size_t)nslots * sizeof(int));
@@ -122,7 +122,8 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
         "max_line", "max_head", "max_headers", "max_body",
         "header_timeout", "body_timeout", "keepalive_timeout", "write_timeout", "graceful_timeout",
         "spool_threshold", "spool_dir", "max_connections", "accept_batch", "max_requests", "status",
-        "threads", "balance", "scoreboard", "slot", "kick_fds", "pass_fds", "pass_recv_fd", NULL
+        "threads", "balance", "scoreboard", "slot", "kick_fds", "pass_fds", "pass_recv_fd",
+        "release_listeners", NULL
     };
     PyObject *app, *fds, *base, *info, *logger;
     fw_config cfg;
@@ -137,18 +138,18 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
     int max_conns = cfg.max_connections, batch = cfg.accept_batch;
     unsigned long long max_requests = 0;
     PyObject *status = Py_None, *scoreboard = Py_None, *kick_fds = Py_None, *pass_fds = Py_None;
-    int threads = 1, balance = FW_BAL_LEAST_BUSY, slot = 0, pass_recv_fd = -1;
+    int threads = 1, balance = FW_BAL_LEAST_BUSY, slot = 0, pass_recv_fd = -1, release_listeners = 0;
 
     if (self->srv) {
         PyErr_SetString(PyExc_RuntimeError, "Server already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!O|$nnnKdddddnziiKOiiOiOOi:Server", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!O|$nnnKdddddnziiKOiiOiOOip:Server", kwlist,
                                      &app, &fds, &PyDict_Type, &base, &PyList_Type, &info, &logger,
                                      &max_line, &max_head, &max_headers, &max_body,
                                      &th, &tb, &tk, &tw, &tg, &spool, &spool_dir, &max_conns, &batch,
                                      &max_requests, &status, &threads, &balance, &scoreboard, &slot,
-                                     &kick_fds, &pass_fds, &pass_recv_fd))
+                                     &kick_fds, &pass_fds, &pass_recv_fd, &release_listeners))
         return -1;
     if (threads < 1 || threads > 1024) {
         PyErr_SetString(PyExc_ValueError, "threads must be 1 to 1024");
@@ -159,6 +160,7 @@ static int server_init(PyObject *self_, PyObject *args, PyObject *kwds)
         return -1;
     }
     cfg.threads = threads;
+    cfg.release_listeners = release_listeners;
     cfg.balance.mode = balance;
     cfg.balance.pass_recv_fd = -1;
     if (scoreboard != Py_None && balance_setup(self, &cfg.balance, scoreboard, slot, kick_fds,
@@ -424,6 +426,18 @@ static PyObject *sb_release(PyObject *mod, PyObject *args)
     return sb_slot_call(args, "OiO:sb_release", fw_sb_release);
 }
 
+static void sb_retire_call(void *sb, int nslots, int i, const int *kicks)
+{
+    (void)kicks;
+    fw_sb_retire(sb, nslots, i);
+}
+
+static PyObject *sb_retire(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    return sb_slot_call(args, "OiO:sb_retire", sb_retire_call);
+}
+
 static PyObject *sb_read(PyObject *mod, PyObject *arg)
 {
     (void)mod;
@@ -438,10 +452,11 @@ static PyObject *sb_read(PyObject *mod, PyObject *arg)
     for (int i = 0; list && i < a.nslots; i++) {
         uint32_t st = atomic_load(&sb[i].state);
         PyObject *d = Py_BuildValue(
-            "{s:s,s:i,s:I,s:I,s:I,s:I,s:K,s:K,s:K,s:K}", "state", st < 3 ? states[st] : "?",
+            "{s:s,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:K,s:K,s:K,s:K}", "state", st < 3 ? states[st] : "?",
             "pid", (int)atomic_load(&sb[i].pid), "gen", (unsigned)atomic_load(&sb[i].gen),
             "inflight", (unsigned)atomic_load(&sb[i].inflight), "armed", (unsigned)atomic_load(&sb[i].armed),
             "threads", (unsigned)atomic_load(&sb[i].threads),
+            "open", (unsigned)atomic_load(&sb[i].open), "retire", (unsigned)atomic_load(&sb[i].retire),
             "accepted", (unsigned long long)atomic_load(&sb[i].accepted),
             "handed_in", (unsigned long long)atomic_load(&sb[i].handed_in),
             "handed_out", (unsigned long long)atomic_load(&sb[i].handed_out),
@@ -461,6 +476,9 @@ static PyMethodDef module_methods[] = {
       "sb_spawn(scoreboard, slot, kick_fds): reset a slot for a new worker (before fork)" },
     { "sb_release", sb_release, METH_VARARGS,
       "sb_release(scoreboard, slot, kick_fds): free a dead worker's slot and kick the others" },
+    { "sb_retire", sb_retire, METH_VARARGS,
+      "sb_retire(scoreboard, slot, None): mark a worker as retiring while others serve on "
+      "(it hands its idle connections to them), before the SIGTERM that retires it" },
     { "sb_read", sb_read, METH_O, "sb_read(scoreboard) -> a dict per slot" },
     { NULL, NULL, 0, NULL },
 };

@@ -151,7 +151,8 @@ def test_preload_imports_once_lazy_in_each_worker(make_server, tmp_path):
     s.stop()
     mark.unlink()
     s2 = make_server("counted:app", "--workers", "3", "--lazy-apps", "--chdir", str(tmp_path))
-    assert wait_for(lambda: len(s2.worker_pids()) == 3 and len(mark.read_text().split()) == 3)
+    # The workers exist before they have imported the app: wait for the file too.
+    assert wait_for(lambda: len(s2.worker_pids()) == 3 and mark.exists() and len(mark.read_text().split()) == 3)
     assert sorted(mark.read_text().split()) == sorted(str(p) for p in s2.worker_pids())
 
 

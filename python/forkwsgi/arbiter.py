@@ -98,11 +98,14 @@ class Arbiter:
         self.pass_recv = []
         self.pass_send = []
         if self.counting:
-            for _ in range(self.nslots):
-                self.kick_fds.append(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC))
-                r, w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-                self.pass_recv.append(r)
-                self.pass_send.append(w)
+            self.kick_fds = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(self.nslots)]
+        # Hand-off sockets, in every mode: a retiring worker passes its idle
+        # connections to the others (and with counting, a saturated worker
+        # passes requests arriving on idle connections).
+        for _ in range(self.nslots):
+            r, w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.pass_recv.append(r)
+            self.pass_send.append(w)
         # Offload: the queue, the shared counters, the sibling.
         self.offload_cfg = None
         self.offload_pid = None
@@ -281,9 +284,8 @@ class Arbiter:
         _forkwsgi.sb_spawn(self.scoreboard, slot, self.kick_fds or None)
         balance = {"scoreboard": self.scoreboard, "slot": slot}
         ofl = self.offload_options(slot) if self.offload_cfg else None
-        if self.counting:
-            balance.update(kick_fds=self.kick_fds, pass_fds=[s.fileno() for s in self.pass_send],
-                           pass_recv_fd=self.pass_recv[slot].fileno())
+        balance.update(kick_fds=self.kick_fds or None, pass_fds=[s.fileno() for s in self.pass_send],
+                       pass_recv_fd=self.pass_recv[slot].fileno())
         sockets = self.sockets
         if self.balance == "reuseport":
             sockets = [binding.reuseport_peer(s, self.cfg["backlog"]) for s in self.sockets]
@@ -317,7 +319,11 @@ class Arbiter:
         return True
 
     def retire(self, w):
+        """Retire w while the others serve on: it hands its idle connections
+        to them (the scoreboard flag says so) instead of closing them."""
         w.retiring = True
+        if w.slot is not None:
+            _forkwsgi.sb_retire(self.scoreboard, w.slot, None)
         self.kill(w.pid, signal.SIGTERM)
 
     def kill(self, pid, sig):
@@ -386,15 +392,14 @@ class Arbiter:
         if slot is None:
             return
         _forkwsgi.sb_release(self.scoreboard, slot, self.kick_fds or None)
-        if not self.counting:
-            return
         moved = lost = 0
         for _ in range(64):
             # recvmsg/sendmsg, not socket.recv_fds/send_fds: before 3.12
             # those ignore their flags, and a blocking read would hang here.
             try:
+                # The datagram: listener index and flags (cserver/fw_balance.h).
                 msg, anc, _, _ = self.pass_recv[slot].recvmsg(
-                    1, socket.CMSG_SPACE(4 * array.array("i").itemsize), socket.MSG_DONTWAIT)
+                    16, socket.CMSG_SPACE(4 * array.array("i").itemsize), socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as e:
@@ -409,8 +414,10 @@ class Arbiter:
                 try:
                     if target is None:
                         raise OSError("no live worker")
+                    # Not counted in the new target's "incoming" (FW_PASS_REQUEST = 2).
+                    fwd = bytes([msg[0], msg[1] & ~2]) if len(msg) == 2 else (msg or b"\0")
                     self.pass_send[target].sendmsg(
-                        [msg or b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
+                        [fwd], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
                         socket.MSG_DONTWAIT)
                     moved += 1
                 except OSError:
@@ -422,7 +429,7 @@ class Arbiter:
 
     def least_busy_slot(self):
         alive = [(s["inflight"], i) for i, s in enumerate(_forkwsgi.sb_read(self.scoreboard))
-                 if s["state"] == "alive"]
+                 if s["state"] == "alive" and s["open"] and not s["retire"]]
         return min(alive)[1] if alive else None
 
     def check_timeouts(self):

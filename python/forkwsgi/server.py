@@ -31,7 +31,7 @@ class Server:
 
     def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None,
                  _multiprocess=False, _status=None, _balance=None, _offload=False, _offload_host=None,
-                 **options):
+                 _release_listeners=False, **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
         if bind is not None and isinstance(bind, str):
@@ -85,6 +85,9 @@ class Server:
         # kernel's queue, not in ours); the master passes the shared parts.
         core["balance"] = BALANCE[self.settings["balance"]]
         core.update(_balance or {})
+        # A worker lets go of the listening sockets as soon as it stops (its
+        # master holds them; without a master the port is then free).
+        core["release_listeners"] = bool(_release_listeners)
         try:
             self._core = _forkwsgi.Server(
                 app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],

@@ -64,7 +64,7 @@ def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worke
                 log.exception("worker %d: error while importing the app %r", index, app_spec)
                 os._exit(APP_LOAD_ERROR)
         server = Server(app, sockets=sockets, logger=log, _multiprocess=multiprocess, _status=status,
-                        _balance=balance, _offload=bool(offload), **options)
+                        _balance=balance, _offload=bool(offload), _release_listeners=True, **options)
         # --timeout: the master asks for every thread's Python stack with
         # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode).
         faulthandler.register(signal.SIGUSR2, all_threads=True)
