@@ -133,8 +133,15 @@ static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
             case ENOBUFS:
             case ENOMEM:
                 /* Out of descriptors or memory: stop accepting for a moment
-                 * instead of spinning on a listener that stays readable. */
-                fw_server_log(srv, FW_LOG_ERROR, "accept: %s; pausing for 1 s", strerror(errno));
+                 * instead of spinning on a listener that stays readable
+                 * (said at most every 10 s while it lasts). */
+                srv->accept_pauses++;
+                if (srv->now >= srv->accept_pause_logged_at + 10000) {
+                    fw_server_log(srv, FW_LOG_ERROR, "accept: %s with %d connection(s) open; "
+                                  "pausing for 1 s (%llu pause(s) so far)", strerror(errno), srv->nconns,
+                                  (unsigned long long)srv->accept_pauses);
+                    srv->accept_pause_logged_at = srv->now;
+                }
                 srv->accept_resume_at = srv->now + 1000;
                 set_accepting(srv, 0);
                 return;
@@ -241,6 +248,7 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->t_write.timeout_ms = cfg->write_timeout_ms;
     srv->t_linger.timeout_ms = 2000;
     srv->t_grace.timeout_ms = FW_SILENT_GRACE_MS;
+    srv->accept_pause_logged_at = -10000;
     srv->now = fw_now_ms();
     if (fw_balance_init(srv) != 0)
         goto fail;

@@ -104,6 +104,8 @@ struct fw_server {
     int nlisteners;
     int accepting;             /* the loop allows accepting (fw_balance decides if armed) */
     int64_t accept_resume_at;  /* after EMFILE & co: pause accepting until then */
+    uint64_t accept_pauses;    /* how often that happened */
+    int64_t accept_pause_logged_at;
     fw_balance bal;            /* listener arming, scoreboard slot, hand-off */
     fw_pool *pool;             /* app threads, NULL in inline mode (threads == 1) */
     fw_thread loop_thread;     /* the loop's own context (inline app calls, error heads) */
