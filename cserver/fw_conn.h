@@ -63,6 +63,7 @@ typedef struct fw_resp {
     uint64_t left;           /* fixed: bytes still owed */
     int crlf_owed;           /* chunked: CRLF owed before the next size line */
     int app_close;           /* app sent Connection: close */
+    int app_date;            /* app sent Date: it goes out instead of ours */
     size_t head_start;       /* out length before the head, to roll back a bad head */
     int sf_fd;               /* sendfile source (not owned), -1 if none */
     uint64_t sf_off, sf_left;

@@ -76,7 +76,7 @@ int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
     r->head_start = fw_buf_used(&c->out);
     r->status = code;
     r->no_body = c->req.is_head || code < 200 || code == 204 || code == 304;
-    r->fixed = r->chunked = r->app_close = r->crlf_owed = 0;
+    r->fixed = r->chunked = r->app_close = r->app_date = r->crlf_owed = 0;
     r->left = 0;
     if (fw_buf_append(&c->out, "HTTP/1.1 ", 9) != 0 ||
         fw_buf_append(&c->out, status_line, status_len) != 0 ||
@@ -135,6 +135,12 @@ int fw_resp_header(fw_conn *c, const char *name, size_t nlen, const char *value,
         return 0;
     } else if (is_hop_by_hop(name, nlen)) {
         return 0;                        /* PEP 3333: not the app's to send */
+    } else if (nlen == 4 && fw_http_token_eq(name, nlen, "date")) {
+        /* RFC 9110 6.6.1: one Date at most; the app's (Werkzeug sends one)
+         * replaces ours, and only its first is sent. */
+        if (r->app_date)
+            return 0;
+        r->app_date = 1;
     }
     if (fw_buf_reserve(&c->out, nlen + vlen + 4) != 0)
         return -1;
@@ -158,7 +164,10 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     if (c->body.src == FW_B_LIVE && !c->body.done)
         keep = 0;       /* an unread streaming body cannot be skipped safely */
     if (r->no_body) {
-        if (!r->fixed && known_len >= 0 && c->req.is_head && r->status != 204 && r->status >= 200) {
+        /* HEAD: a length only from a body the app gave in full. An empty one
+         * says nothing, since frameworks answer HEAD with no body (Werkzeug:
+         * an empty iterable) even when the GET streams. */
+        if (!r->fixed && known_len > 0 && c->req.is_head && r->status != 204 && r->status >= 200) {
             int n = snprintf(line, sizeof(line), "Content-Length: %lld\r\n", (long long)known_len);
             if (fw_buf_append(&c->out, line, (size_t)n) != 0)
                 return -1;
@@ -181,7 +190,7 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     const char *conn = keep ? (c->req.minor == 0 ? "Connection: keep-alive\r\n" : "")
                             : "Connection: close\r\n";
     if (append_str(&c->out, conn) != 0 ||
-        append_date(c) != 0 ||
+        (!r->app_date && append_date(c) != 0) ||
         fw_buf_append(&c->out, "\r\n", 2) != 0)
         return -1;
     if (!keep)

@@ -34,7 +34,7 @@ void fw_config_defaults(fw_config *cfg)
     cfg->limits.max_body = 1024ull * 1024 * 1024;
     cfg->header_timeout_ms = 10000;
     cfg->body_timeout_ms = 30000;
-    cfg->keepalive_timeout_ms = 5000;
+    cfg->keepalive_timeout_ms = 75000;   /* above proxies' upstream idle timeouts (README) */
     cfg->write_timeout_ms = 30000;
     cfg->graceful_timeout_ms = 30000;
     cfg->spool_threshold = 1024 * 1024;

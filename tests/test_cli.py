@@ -199,3 +199,46 @@ def test_fast_stop(make_server, sig):
     s.signal(sig)
     assert s.proc.wait(10) == 0
     assert "Traceback" not in s.log()
+
+
+@pytest.mark.parametrize("balance", config.BALANCE_MODES)
+def test_port_of_a_reuseport_server_is_refused_in_every_mode(balance):
+    """A port another server listens on with SO_REUSEPORT would take any
+    SO_REUSEPORT socket of the same user into its group, sharing its
+    connections between two apps: --balance reuseport refuses it too."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        rc, out, err = run_cli("apps:echo", "--bind", f"127.0.0.1:{port}", "--balance", balance,
+                               "--workers", "2", timeout=10)
+        one_line_error(rc, err, "Address already in use")
+    finally:
+        s.close()
+
+
+def test_env_names_are_the_flags_and_the_settings():
+    _, cfg = config.load(["apps:echo"], {"FORKWSGI_KEEP_ALIVE": "2", "FORKWSGI_LIMIT_REQUEST_BODY": "1K"})
+    assert cfg["keepalive"] == 2 and cfg["limit_request_body"] == 1024
+    _, cfg = config.load(["apps:echo"], {"FORKWSGI_KEEPALIVE": "3"})
+    assert cfg["keepalive"] == 3
+    with pytest.raises(config.ConfigError, match="FORKWSGI_KEEP_ALIVE and FORKWSGI_KEEPALIVE"):
+        config.load(["apps:echo"], {"FORKWSGI_KEEP_ALIVE": "2", "FORKWSGI_KEEPALIVE": "3"})
+
+
+def test_env_variable_that_is_no_setting_is_named_in_a_warning(make_server):
+    s = make_server("apps:echo", env={"FORKWSGI_KEEP_ALIVE": "0", "FORKWSGI_WORKER": "3"})
+    assert s.get("/").header("connection") == "close"      # the documented spelling works
+    warned = [line for line in s.log().splitlines() if "[WARNING]" in line]
+    assert len(warned) == 1, s.log()
+    assert "FORKWSGI_WORKER is not a setting" in warned[0] and "FORKWSGI_WORKERS" in warned[0]
+
+
+def test_keep_alive_default_outlasts_the_proxies_upstream_idle_timeouts():
+    # nginx upstream keepalive_timeout and cloud load balancers: 60 s; the
+    # proxy must be the one to close an idle pooled connection.
+    assert config.defaults()["keepalive"] > 60
+    rc, out, err = run_cli("--help")
+    assert f"(default: {config.defaults()['keepalive']})" in out

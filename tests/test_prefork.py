@@ -237,9 +237,34 @@ def test_timeout_does_not_touch_slow_clients_or_quick_requests(make_server):
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     w = s.worker_pids()[0]
     with Conn(s.port, timeout=15) as c:
-        c.send(b"GET /?mb=20 HTTP/1.1\r\nHost: a\r\n\r\n")
+        # Connection: close: read to the end without waiting for --keep-alive.
+        c.send(b"GET /?mb=20 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
         time.sleep(2.5)                  # the response waits on us, not on the app
         got = len(c.read_until_close(limit=20 * 1024 * 1024 + 200))
         assert got >= 20 * 1024 * 1024
     assert s.worker_pids() == [w]
     assert "timed out" not in s.log()
+
+
+def test_a_crashed_worker_is_logged_with_the_requests_it_was_serving(make_server):
+    s = make_server("quirk_apps:crash", "--workers", "1", "--threads", "2")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    first = s.worker_pids()[0]
+    with Conn(s.port, timeout=15) as waiting, Conn(s.port, timeout=15) as killing:
+        waiting.send(b"GET /wait?t=30 HTTP/1.1\r\nHost: a\r\n\r\n")
+        time.sleep(0.3)                              # in the app, on one thread
+        killing.send(b"GET /kill HTTP/1.1\r\nHost: a\r\n\r\n")   # SIGKILLs the worker, on the other
+        assert killing.is_closed(10) and waiting.is_closed(10)
+    assert wait_for(lambda: len(s.worker_pids()) == 1 and first not in s.worker_pids())
+    died = [line for line in s.log().splitlines() if "died (" in line]
+    assert len(died) == 1 and "(signal SIGKILL) while serving" in died[0], died
+    assert "'GET /wait?t=30'" in died[0] and "'GET /kill'" in died[0], died
+    second = s.worker_pids()[0]
+    with Conn(s.port, timeout=15) as c:
+        c.send(b"GET /exit HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert c.is_closed(10)
+    assert wait_for(lambda: len(s.worker_pids()) == 1 and second not in s.worker_pids())
+    died = [line for line in s.log().splitlines() if "died (" in line]
+    assert len(died) == 2 and "(exit code 5) while serving 'GET /exit'" in died[1], died
+    assert "/wait" not in died[1]
+    assert request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").body == b"alive"

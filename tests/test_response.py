@@ -190,3 +190,51 @@ def test_date_header_cached_per_second(server):
     d1 = server.get("/").header("date")
     time.sleep(1.1)
     assert server.get("/").header("date") != d1
+
+
+# ---- what frameworks do: their own Date, an empty body for HEAD ------------
+
+def _dates(r):
+    return [v for k, v in r.headers if k == "date"]
+
+
+@pytest.mark.parametrize("path", ["/list", "/stream"])
+def test_app_date_is_sent_instead_of_ours(make_server, path):
+    from quirk_apps import APP_DATE
+    s = make_server("quirk_apps:own_date")
+    with Conn(s.port) as c:     # RFC 9110 6.6.1: at most one Date, the app's
+        c.send(f"GET {path} HTTP/1.1\r\nHost: a\r\n\r\nHEAD {path} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+        r = c.read_response()
+        assert r.body == b"dated" and _dates(r) == [APP_DATE], r.raw_head
+        assert _dates(c.read_response("HEAD")) == [APP_DATE]
+
+
+def test_flask_send_file_has_one_date(make_server, tmp_path):
+    pytest.importorskip("flask")
+    p = tmp_path / "f.txt"
+    p.write_bytes(b"file body")
+    s = make_server("quirk_apps:flask_files()")
+    r = s.get(f"/file?path={p}")
+    assert r.status == 200 and r.body == b"file body"
+    assert len(_dates(r)) == 1, r.raw_head
+
+
+@pytest.mark.parametrize("app,path", [("quirk_apps:head_like_werkzeug", "/"),
+                                      ("quirk_apps:head_like_werkzeug", "/iter"),
+                                      ("quirk_apps:flask_files()", "/stream")])
+def test_head_with_empty_body_gets_no_invented_length(make_server, app, path):
+    if "flask" in app:
+        pytest.importorskip("flask")
+    s = make_server(app)
+    with Conn(s.port) as c:
+        c.send(f"HEAD {path} HTTP/1.1\r\nHost: a\r\n\r\nGET {path} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+        head = c.read_response("HEAD")
+        get = c.read_response()         # kept alive: the HEAD had no body on the wire
+    assert get.header("transfer-encoding") == "chunked" and get.body
+    assert head.status == 200 and head.header("content-length") is None, head.raw_head
+    assert head.header("transfer-encoding") is None
+
+
+def test_head_of_a_list_body_keeps_the_length_the_get_gets(make_server):
+    s = make_server("apps:hello")        # no Content-Length of its own, the same body for HEAD
+    assert s.get("/", method="HEAD").header("content-length") == s.get("/").header("content-length") == "13"

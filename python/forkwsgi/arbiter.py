@@ -362,13 +362,28 @@ class Arbiter:
                 # It retired by itself (--max-requests): not a crash.
                 self.log.info("Worker %d (pid %d) retired; replacing it", w.index, pid)
                 continue
-            self.log.warning("Worker %d (pid %d) died (%s); replacing it", w.index, pid, how)
+            serving = self.requests_in_app(w)
+            self.log.warning("Worker %d (pid %d) died (%s)%s; replacing it", w.index, pid, how,
+                             f" while serving {serving}" if serving else "")
             if time.monotonic() - w.started < BOOT_CRASH_SECONDS:
                 self.backoff = min(max(0.1, self.backoff * 2), MAX_BACKOFF)
                 self.next_spawn = time.monotonic() + self.backoff
                 self.log.warning("workers die at start-up: next start in %.1f s", self.backoff)
             else:
                 self.backoff = 0.0
+
+    def requests_in_app(self, w):
+        """What w's app threads were serving, from its status slots (until
+        its replacement takes them): "'GET /a' (app thread 0), ...", or ""."""
+        if w.slot is None:
+            return ""
+        serving = []
+        for t in range(self.threads):
+            off = w.slot * self.status_stride + t * STATUS_SIZE
+            if struct.unpack_from("Q", self.status, off)[0]:
+                line = bytes(self.status[off + 8:off + STATUS_SIZE]).split(b"\0", 1)[0].decode("latin-1")
+                serving.append(f"{line!r} (app thread {t})")
+        return ", ".join(serving)
 
     def offload_reaped(self, pid, status):
         self.offload_pid = None

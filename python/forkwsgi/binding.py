@@ -61,9 +61,8 @@ def parse(addr):
 def create(addr, backlog, reuseport=False):
     """Bind and listen; returns a non-blocking socket.socket.
 
-    reuseport: TCP only; the socket is bound with SO_REUSEPORT but does not
-    listen: it holds the port, and reuseport_peer() makes the listening
-    sockets of the group."""
+    reuseport: TCP only; the socket does not listen: it holds the port, and
+    reuseport_peer() makes the listening sockets of the group."""
     kind, value = parse(addr)
     if reuseport and kind != "tcp":
         raise BindError(f"--balance reuseport needs HOST:PORT addresses, not {addr!r}")
@@ -91,10 +90,15 @@ def create(addr, backlog, reuseport=False):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            if reuseport:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, port))
-            if not reuseport:
+            if reuseport:
+                # Only after bind(): bound with SO_REUSEPORT, the socket would
+                # join the group of another server listening there with it
+                # (same user) and take a share of its connections. Without
+                # it, bind() refuses a taken port as in the other modes; the
+                # workers' sockets (reuseport_peer) then join this one.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            else:
                 sock.listen(backlog)
     except BindError:
         raise

@@ -31,6 +31,8 @@ def main(argv=None):
     except config.ConfigError as e:
         return fail(e)
     setup_logging(cfg["log_level"])
+    for warning in config.unknown_env():
+        log.warning("%s", warning)
     if cfg["chdir"]:
         try:
             os.chdir(cfg["chdir"])

@@ -1,10 +1,13 @@
 """One registry of settings drives the CLI, the config file and the environment.
 
 Precedence, lowest first: defaults, config file (``-c FILE``, a Python file
-assigning settings by name), ``FORKWSGI_<NAME>`` environment variables, command
-line. ``forkwsgi --help`` lists every setting with its default.
+assigning settings by name), ``FORKWSGI_<FLAG>`` environment variables (the
+long flag in capitals: ``FORKWSGI_KEEP_ALIVE``; the setting's name,
+``FORKWSGI_KEEPALIVE``, works too), command line. ``forkwsgi --help`` lists
+every setting with its default.
 """
 import argparse
+import difflib
 import os
 import re
 import runpy
@@ -201,8 +204,11 @@ SETTINGS = [
             "seconds from a request's first byte to the end of its head (408 past it)", section="Timeouts"),
     Setting("body_timeout", ["--body-timeout"], 30.0, _seconds,
             "longest pause in seconds while a request body arrives (408 past it)", section="Timeouts"),
-    Setting("keepalive", ["--keep-alive"], 5.0, _seconds,
-            "seconds an idle kept-alive connection stays open; 0 disables keep-alive", section="Timeouts"),
+    Setting("keepalive", ["--keep-alive"], 75.0, _seconds,
+            "seconds an idle kept-alive connection stays open; 0 disables keep-alive. Behind a proxy, "
+            "keep it above the proxy's upstream idle timeout (nginx, AWS ALB: 60 s): the proxy must be "
+            "the one to close an idle connection, or a request may meet the server's close (a 502)",
+            section="Timeouts"),
     Setting("write_timeout", ["--write-timeout"], 30.0, _seconds,
             "longest stall in seconds while the client does not read the response", section="Timeouts"),
     Setting("graceful_timeout", ["--graceful-timeout"], 30.0, _seconds,
@@ -308,8 +314,8 @@ def build_parser():
         prog="forkwsgi",
         description="Serve a WSGI app with forkwsgi's C HTTP/1.1 core.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog="Every setting can also come from FORKWSGI_<NAME> (e.g. FORKWSGI_KEEP_ALIVE=2) "
-               "or a config file (-c).",
+        epilog="Every setting can also come from FORKWSGI_<FLAG> (e.g. FORKWSGI_KEEP_ALIVE=75 for "
+               "--keep-alive) or a config file (-c).",
     )
     p.add_argument("app", metavar="MODULE:APP", nargs="?",
                    help="the WSGI app, e.g. myproject.wsgi:application or pkg.app:create_app()")
@@ -332,6 +338,40 @@ def build_parser():
     return p
 
 
+ENV_PREFIX = "FORKWSGI_"
+
+
+def env_names(s):
+    """The environment variables of setting s: FORKWSGI_ and its long flag
+    in capitals (--keep-alive: FORKWSGI_KEEP_ALIVE), then its name as a
+    config file spells it (FORKWSGI_KEEPALIVE) where that differs."""
+    flag = s.flags[-1].lstrip("-").replace("-", "_").upper()
+    return list(dict.fromkeys((ENV_PREFIX + flag, ENV_PREFIX + s.name.upper())))
+
+
+# FORKWSGI_* variables that are no setting but the project's own: the
+# offload sibling's hand-over (offload_host.py), the build (setup.py), the
+# tests (and FORKWSGI_TEST_*) and scripts/kafka_broker.py. No warning for these.
+OWN_VARIABLES = {"FORKWSGI_SIBLING", "FORKWSGI_SANITIZE", "FORKWSGI_NO_KAFKA", "FORKWSGI_KAFKA_HOME",
+                 "FORKWSGI_HYPOTHESIS_EXAMPLES"}
+
+
+def unknown_env(environ=None):
+    """One warning for each FORKWSGI_* variable that is no setting (a typo
+    would otherwise do nothing, silently), naming the closest setting's."""
+    environ = os.environ if environ is None else environ
+    known = [n.removeprefix(ENV_PREFIX) for s in SETTINGS for n in env_names(s)]
+    warnings = []
+    for name in sorted(environ):
+        rest = name.removeprefix(ENV_PREFIX)
+        if rest == name or rest in known or name in OWN_VARIABLES or rest.startswith("TEST_"):
+            continue
+        close = difflib.get_close_matches(rest, known, 1)
+        hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else " (see forkwsgi --help)"
+        warnings.append(f"environment variable {name} is not a setting: ignored{hint}")
+    return warnings
+
+
 def load(argv, environ=None):
     """Settings from defaults, config file, environment and argv. Returns (app_spec, cfg)."""
     environ = os.environ if environ is None else environ
@@ -352,9 +392,11 @@ def load(argv, environ=None):
             elif k == "app" and isinstance(v, str) and not app_spec:
                 app_spec = v
     for s in SETTINGS:
-        env = environ.get("FORKWSGI_" + s.name.upper())
-        if env is not None and s.name != "config":
-            cfg[s.name] = s.parse(env, "FORKWSGI_" + s.name.upper())
+        found = [n for n in env_names(s) if n in environ]
+        if len(found) > 1:
+            raise ConfigError(f"{' and '.join(found)} are both set: use one")
+        if found and s.name != "config":
+            cfg[s.name] = s.parse(environ[found[0]], found[0])
     for k, v in args.items():
         s = BY_NAME[k]
         cfg[k] = s.parse(v, "command line") if k != "config" else v
