@@ -12,6 +12,7 @@ servers choose their own --threads).
 """
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from httpraw import Conn, request  # noqa: E402
 
 
 class ServerProc:
-    def __init__(self, app="apps:echo", *args, env=None, bind=None, wait=True):
+    def __init__(self, app="apps:echo", *args, env=None, bind=None, wait=True, nofile=None):
         self.logfile = tempfile.NamedTemporaryFile(prefix="forkwsgi-test-", suffix=".log", delete=False)
         binds = bind or ["127.0.0.1:0"]
         cmd = [sys.executable, "-m", "forkwsgi", app]
@@ -40,7 +41,12 @@ class ServerProc:
         if env:
             e.update(env)
         self.cmd = cmd
-        self.proc = subprocess.Popen(cmd, stdout=self.logfile, stderr=subprocess.STDOUT, env=e, cwd=HERE)
+        preexec = None
+        if nofile:       # the server's own descriptor limit (ulimit -n)
+            def preexec():
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        self.proc = subprocess.Popen(cmd, stdout=self.logfile, stderr=subprocess.STDOUT, env=e, cwd=HERE,
+                                     preexec_fn=preexec)
         self.pid = self.proc.pid
         self.port = None
         self.unix_path = None
