@@ -454,7 +454,6 @@ int fw_server_run(fw_server *srv)
     srv->handing_on = 0;
     srv->pass_waiting = 0;
     srv->retiring = 0;
-    srv->stop_requested = 0;
     srv->sig_stop = 0;
     if (srv->cfg.threads > 1) {
         srv->pool = fw_pool_start(srv, srv->cfg.threads);
@@ -522,7 +521,10 @@ int fw_server_run(fw_server *srv)
         fw_pool_stop(srv->pool);
         srv->pool = NULL;
     }
+    /* Ready to serve again; a stop asked before a run (a signal that came
+     * while the worker was starting) is kept for it, not cleared. */
     srv->stopping = 0;
     srv->ending_keepalive = 0;
+    srv->stop_requested = 0;
     return rc;
 }

@@ -194,11 +194,11 @@ class Arbiter:
         try:
             self.manage_workers()
             while True:
-                if self.sig_queue:
-                    sig = self.sig_queue.pop(0)
-                    getattr(self, "handle_" + self.SIGNALS[sig])()
-                    continue
                 self.sleep()
+                # Signals first: a stop that arrived with the workers' exits
+                # (a signal to the whole process group) must be seen before
+                # reaping, or the dead workers would be replaced.
+                self.handle_signals()
                 self.reap()
                 self.check_memory()
                 self.check_timeouts()
@@ -212,6 +212,24 @@ class Arbiter:
         finally:
             for s in self.sockets:
                 s.close()
+
+    STOP_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
+
+    def handle_signals(self):
+        """Dispatch every queued signal by name. A stop goes before anything
+        else queued with it (a fast stop before a graceful one), and ends
+        the loop (StopServer)."""
+        while self.sig_queue:
+            stops = [sig for sig in self.sig_queue if sig in self.STOP_SIGNALS]
+            if stops:
+                self.sig_queue.clear()
+                fast = [sig for sig in stops if sig != signal.SIGTERM]
+                getattr(self, "handle_" + self.SIGNALS[(fast or stops)[0]])()
+            sig = self.sig_queue.pop(0)
+            getattr(self, "handle_" + self.SIGNALS[sig])()
+
+    def stop_pending(self):
+        return self.stopping or any(sig in self.STOP_SIGNALS for sig in self.sig_queue)
 
     def sleep(self):
         """Wait for a signal, a worker's readiness, or a second."""
@@ -251,7 +269,7 @@ class Arbiter:
     # ---- workers -------------------------------------------------------------
 
     def manage_workers(self):
-        if self.stopping:
+        if self.stop_pending():
             return
         if self.offload_cfg and self.offload_pid is None and time.monotonic() >= self.offload_next_spawn:
             self.spawn_offload()
@@ -290,24 +308,24 @@ class Arbiter:
         if self.balance == "reuseport":
             sockets = [binding.reuseport_peer(s, self.cfg["backlog"]) for s in self.sockets]
         r, w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            for fd in (self.wake_r, self.wake_w):
-                os.close(fd)
-            for other in self.workers.values():
-                if other.ready_fd is not None:
-                    os.close(other.ready_fd)
-            for j, s in enumerate(self.pass_recv):
-                if j != slot:
-                    s.close()          # only the owner reads a slot's hand-offs
-            if sockets is not self.sockets:
-                for s in self.sockets:
-                    s.close()          # the master's placeholders
-            # wsgi.multiprocess: true when the app may run in several processes at once.
-            worker.run(index, self.pid, sockets, self.app, self.app_spec, options, w,
-                       self.log, self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
-                       status=status, balance=balance, offload=ofl)
+        # Stop signals are held across fork: the child unblocks them once
+        # its own handlers are in place (worker.run), so one that arrives
+        # meanwhile is delivered to them, not lost to the handlers it
+        # inherited from us. With them held, the queue cannot change under
+        # the last check that no stop is pending.
+        with sibling.stop_signals_held():
+            if self.stop_pending():
+                os.close(r)
+                os.close(w)
+                if sockets is not self.sockets:
+                    for s in sockets:
+                        s.close()
+                status.release()
+                return False
+            pid = os.fork()
+            if pid == 0:           # still holding them: never leaves this block
+                os.close(r)
+                self._run_worker(index, slot, sockets, options, w, status, balance, ofl)
         status.release()
         if sockets is not self.sockets:
             for s in sockets:
@@ -317,6 +335,24 @@ class Arbiter:
         self.workers[pid].slot = slot
         self.log.info("Booted worker %d (pid %d)", index, pid)
         return True
+
+    def _run_worker(self, index, slot, sockets, options, ready_fd, status, balance, ofl):
+        """In the forked worker: close what belongs to the master, then run."""
+        for fd in (self.wake_r, self.wake_w):
+            os.close(fd)
+        for other in self.workers.values():
+            if other.ready_fd is not None:
+                os.close(other.ready_fd)
+        for j, s in enumerate(self.pass_recv):
+            if j != slot:
+                s.close()          # only the owner reads a slot's hand-offs
+        if sockets is not self.sockets:
+            for s in self.sockets:
+                s.close()          # the master's placeholders
+        # wsgi.multiprocess: true when the app may run in several processes at once.
+        worker.run(index, self.pid, sockets, self.app, self.app_spec, options, ready_fd,
+                   self.log, self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
+                   status=status, balance=balance, offload=ofl)
 
     def retire(self, w):
         """Retire w while the others serve on: it hands its idle connections

@@ -84,6 +84,10 @@ def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worke
         signal.signal(signal.SIGINT, fast)
         signal.signal(signal.SIGQUIT, fast)
         signal.signal(signal.SIGUSR1, reopen)
+        # The master held the stop signals across fork: one that arrived
+        # since is delivered now, to the handlers above (the server then
+        # stops as soon as it starts).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sibling.STOP_SIGNALS)
         os.write(ready_fd, b"R")
         os.close(ready_fd)
         server.serve(announce=False)
