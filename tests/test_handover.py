@@ -34,10 +34,13 @@ def pinned(cmd, cpu):
     return [TASKSET, "-c", str(cpu)] + cmd if TASKSET and os.cpu_count() >= 2 else cmd
 
 
-def wrk(port, connections, seconds, path="/"):
-    """Keep-alive load: (requests, socket errors, non-2xx responses)."""
-    out = subprocess.run(pinned([WRK, "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s",
-                                 f"http://127.0.0.1:{port}{path}"], 1),
+def wrk(port, connections, seconds, path="/", script=None):
+    """Keep-alive load (a Lua script may make it POST): (requests, socket
+    errors, non-2xx responses, wrk's report)."""
+    cmd = [WRK, "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s"]
+    if script:
+        cmd += ["-s", script]
+    out = subprocess.run(pinned(cmd + [f"http://127.0.0.1:{port}{path}"], 1),
                          capture_output=True, text=True, timeout=seconds + 30).stdout
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
