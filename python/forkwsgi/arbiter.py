@@ -559,6 +559,12 @@ class Arbiter:
         in its journal for the next start."""
         if not self.offload_cfg:
             return
+        if graceful and self.offload_pid is None:
+            # It died, or waits out a back-off: what is queued and journaled
+            # would wait for a next start on this disk, which a deleted pod
+            # never gets. A sibling drains it now, within the graceful timeout.
+            self.log.info("Offload: no sibling running at the stop: starting one to drain the queue")
+            self.spawn_offload()
         if self.offload_pid is not None:
             self.kill(self.offload_pid, signal.SIGTERM if graceful else signal.SIGQUIT)
             deadline = time.monotonic() + (self.cfg["graceful_timeout"] + 2.0 if graceful else 3.0)

@@ -221,8 +221,10 @@ SETTINGS = [
             help="enable forkwsgi.offload(): a sibling process delivers the records to jsonl:PATH (JSON lines), "
                  "kafka://HOST:PORT[,HOST:PORT] (needs confluent-kafka: pip install 'forkwsgi[kafka]') "
                  "or python:MODULE:FACTORY (an object with send(batch), close())"),
-    Setting("offload_dir", ["--offload-dir"], "forkwsgi-offload", metavar="DIR", section="Offload",
-            help="the offload journal and spill files: records not yet delivered survive restarts here"),
+    Setting("offload_dir", ["--offload-dir"], None, metavar="DIR", section="Offload",
+            help="the offload journal and spill files: records not yet delivered survive restarts here "
+                 "(default: $STATE_DIRECTORY/offload when systemd sets StateDirectory=, else "
+                 "./forkwsgi-offload; the start-up log line gives the absolute path)"),
     Setting("offload_overflow", ["--offload-overflow"], "spill", _overflow, section="Offload",
             help="when the queue is full: spill (to a file the sibling collects), drop (counted and logged), "
                  "or block (wait up to --offload-block-timeout, then drop)"),

@@ -105,8 +105,17 @@ class OffloadHost:
         cannot deliver stays journaled for the next start); what is still
         queued after it goes to a spill file; then everything is closed."""
         with self.lock:
-            self.stopping = True
+            self.stopping = True       # the supervisor starts no more
             proc = self.proc
+            if graceful and (proc is None or proc.poll() is not None):
+                # It died, or waits out a back-off: a sibling drains the
+                # queue and the journal now, not at a next start that may
+                # never come on this disk.
+                self.log.info("Offload: no sibling running at the stop: starting one to drain the queue")
+                try:
+                    proc = self.proc = self._spawn()
+                except OSError as e:
+                    self.log.error("offload: cannot start the sibling: %s", e)
         try:
             if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM if graceful else signal.SIGQUIT)

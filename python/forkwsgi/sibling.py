@@ -443,10 +443,18 @@ SIB_BLOCKS = 2                           # the sibling's counters take two block
 
 # ---- the queue and the producers' settings (for the master, or an embedded server)
 
+def default_offload_dir():
+    """Where the journal lives when --offload-dir is not given: the state
+    directory systemd made for the service (StateDirectory=; the first one
+    if several), else ./forkwsgi-offload."""
+    state = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    return os.path.join(state, "offload") if state else "forkwsgi-offload"
+
+
 def sibling_config(cfg):
     """The settings the sibling and the producers use, from the server's:
     absolute paths (the sibling may run elsewhere), the spill directory."""
-    out = dict(cfg, offload_dir=os.path.abspath(cfg["offload_dir"]))
+    out = dict(cfg, offload_dir=os.path.abspath(cfg["offload_dir"] or default_offload_dir()))
     out["offload_spill_dir"] = os.path.join(out["offload_dir"], "spill")
     return out
 
