@@ -256,6 +256,7 @@ def test_a_crashed_worker_is_logged_with_the_requests_it_was_serving(make_server
         killing.send(b"GET /kill HTTP/1.1\r\nHost: a\r\n\r\n")   # SIGKILLs the worker, on the other
         assert killing.is_closed(10) and waiting.is_closed(10)
     assert wait_for(lambda: len(s.worker_pids()) == 1 and first not in s.worker_pids())
+    assert wait_for(lambda: s.log().count("died (") == 1)
     died = [line for line in s.log().splitlines() if "died (" in line]
     assert len(died) == 1 and "(signal SIGKILL) while serving" in died[0], died
     assert "'GET /wait?t=30'" in died[0] and "'GET /kill'" in died[0], died
@@ -264,6 +265,8 @@ def test_a_crashed_worker_is_logged_with_the_requests_it_was_serving(make_server
         c.send(b"GET /exit HTTP/1.1\r\nHost: a\r\n\r\n")
         assert c.is_closed(10)
     assert wait_for(lambda: len(s.worker_pids()) == 1 and second not in s.worker_pids())
+    # The master logs just after it reaps: the pid can vanish a moment before.
+    assert wait_for(lambda: s.log().count("died (") == 2)
     died = [line for line in s.log().splitlines() if "died (" in line]
     assert len(died) == 2 and "(exit code 5) while serving 'GET /exit'" in died[1], died
     assert "/wait" not in died[1]

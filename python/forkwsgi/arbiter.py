@@ -31,6 +31,9 @@ from . import _forkwsgi, appload, binding, config, proctitle, sibling, worker
 
 log = logging.getLogger("forkwsgi")
 
+# A connection stranded in a dead worker's hand-off queue waits at most this
+# long in the master for a live worker to take it.
+STRANDED_SECONDS = 10.0
 # A worker dying sooner than this after its start counts as a crash at boot.
 BOOT_CRASH_SECONDS = 2.0
 MAX_BACKOFF = 10.0
@@ -72,6 +75,7 @@ class Arbiter:
         self.lazy = cfg["lazy_apps"]
         self.options = config.server_options(cfg)
         self.workers = {}
+        self.stranded = []           # (datagram, fd, since): hand-offs no live worker took yet
         self.sig_queue = []
         self.app = None
         self.sockets = []
@@ -203,6 +207,8 @@ class Arbiter:
                 self.check_memory()
                 self.check_timeouts()
                 self.manage_workers()
+                if self.stranded:
+                    self.pass_on_stranded()
         except StopServer:
             return 0
         except HaltServer as e:
@@ -235,7 +241,7 @@ class Arbiter:
         """Wait for a signal, a worker's readiness, or a second."""
         fds = [self.wake_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
         try:
-            readable, _, _ = select.select(fds, [], [], 1.0)
+            readable, _, _ = select.select(fds, [], [], 0.02 if self.stranded else 1.0)
         except InterruptedError:
             return
         for fd in readable:
@@ -443,10 +449,9 @@ class Arbiter:
         if slot is None:
             return
         _forkwsgi.sb_release(self.scoreboard, slot, self.kick_fds or None)
-        moved = lost = 0
-        for _ in range(64):
-            # recvmsg/sendmsg, not socket.recv_fds/send_fds: before 3.12
-            # those ignore their flags, and a blocking read would hang here.
+        for _ in range(256):
+            # recvmsg, not socket.recv_fds: before 3.12 it ignores its flags,
+            # and a blocking read would hang here.
             try:
                 # The datagram: listener index and flags (cserver/fw_balance.h).
                 msg, anc, _, _ = self.pass_recv[slot].recvmsg(
@@ -460,23 +465,38 @@ class Arbiter:
             for level, kind, data in anc:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-            for fd in fds:
-                target = self.least_busy_slot()
-                try:
-                    if target is None:
-                        raise OSError("no live worker")
-                    # Not counted in the new target's "incoming" (FW_PASS_REQUEST = 2).
-                    fwd = bytes([msg[0], msg[1] & ~2]) if len(msg) == 2 else (msg or b"\0")
-                    self.pass_send[target].sendmsg(
-                        [fwd], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))],
-                        socket.MSG_DONTWAIT)
-                    moved += 1
-                except OSError:
-                    lost += 1
-                finally:
-                    os.close(fd)
+            # Not counted in the new target's "incoming" (FW_PASS_REQUEST = 2).
+            fwd = bytes([msg[0], msg[1] & ~2]) if len(msg) == 2 else (msg or b"\0")
+            self.stranded += [(fwd, fd, time.monotonic()) for fd in fds]
+        self.pass_on_stranded()
+
+    def pass_on_stranded(self):
+        """Send the stranded connections to the least busy live worker. When
+        none can take one (every worker retiring or starting, as under fast
+        --max-requests recycling), it waits here, retried at each turn of
+        the loop, rather than being closed with a request in it."""
+        left, moved, lost = [], 0, 0
+        for fwd, fd, since in self.stranded:
+            target = None if self.stopping else self.least_busy_slot()
+            try:
+                if target is None:
+                    if not self.stopping and time.monotonic() - since < STRANDED_SECONDS:
+                        left.append((fwd, fd, since))
+                        continue
+                    raise OSError("no live worker")
+                self.pass_send[target].sendmsg(
+                    [fwd], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))], socket.MSG_DONTWAIT)
+                moved += 1
+            except BlockingIOError:
+                left.append((fwd, fd, since))
+                continue
+            except OSError:
+                lost += 1
+            os.close(fd)
+        self.stranded = left
         if moved or lost:
-            self.log.info("slot %d: %d handed-off connection(s) passed on, %d closed", slot, moved, lost)
+            self.log.info("%d handed-off connection(s) passed on, %d closed, %d waiting for a worker",
+                          moved, lost, len(left))
 
     def least_busy_slot(self):
         alive = [(s["inflight"], i) for i, s in enumerate(_forkwsgi.sb_read(self.scoreboard))
@@ -551,6 +571,7 @@ class Arbiter:
         while self.workers and time.monotonic() < deadline:
             self._reap_quietly()
             time.sleep(0.02)
+        self.pass_on_stranded()          # stopping: they close
         self.stop_offload(graceful)
 
     def stop_offload(self, graceful):
