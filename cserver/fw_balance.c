@@ -76,8 +76,7 @@ static int want_armed(const fw_balance *b, uint32_t mn)
         return 0;
     if (!counting(b))
         return 1;
-    uint32_t mine = b->inflight + b->pending + atomic_load(&b->sb[b->cfg.me].incoming);
-    return b->inflight < b->threads && mine <= mn;
+    return b->inflight < b->threads && load_of(&b->sb[b->cfg.me]) <= mn;   /* published under mu */
 }
 
 /* Add or remove every listener. EPOLL_CTL_MOD cannot change an exclusive
@@ -422,12 +421,9 @@ int fw_balance_handoff(fw_server *srv, fw_conn *c)
     fw_balance *b = &srv->bal;
     if (!counting(b) || !b->cfg.pass_fds || b->cfg.nslots < 2 || srv->stopping)
         return 0;
-    /* Our load: requests running, and those peers have just handed us (c's
-     * own place aside, if it has one). */
-    pthread_mutex_lock(&b->mu);
-    uint32_t mine = b->inflight - (c->counted ? 1u : 0u) + b->pending - (c->pending ? 1u : 0u);
-    pthread_mutex_unlock(&b->mu);
-    mine += atomic_load(&b->sb[b->cfg.me].incoming);
+    /* Our load, c's own pending place aside (c is not counted yet: it is
+     * still waiting for its request). */
+    uint32_t mine = load_of(&b->sb[b->cfg.me]) - (c->pending ? 1u : 0u);
     /* A fresh connection's first request is placed as if it had come with
      * the connection: at the least loaded worker (load_of; its own pending
      * place here aside). A kept-alive one stays
@@ -475,10 +471,10 @@ int fw_balance_pass_on(fw_server *srv, fw_conn *c)
     return any ? 0 : -1;
 }
 
-int fw_balance_retire_asked(const fw_server *srv)
+int fw_balance_hands_on(const fw_server *srv, int retiring)
 {
     const fw_balance *b = &srv->bal;
-    return b->cfg.pass_fds && atomic_load(&b->sb[b->cfg.me].retire);
+    return b->cfg.pass_fds && b->cfg.nslots > 1 && (retiring || atomic_load(&b->sb[b->cfg.me].retire));
 }
 
 int fw_balance_tick(fw_server *srv)

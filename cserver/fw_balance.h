@@ -145,8 +145,10 @@ int fw_balance_handoff(fw_server *srv, fw_conn *c);
  * (try again soon), -1 when no peer will take it (close it the usual way). */
 int fw_balance_pass_on(fw_server *srv, fw_conn *c);
 
-/* Has the master asked this worker to retire while others serve on? */
-int fw_balance_retire_asked(const fw_server *srv);
+/* A stopping worker: may it hand its idle connections to others that serve
+ * on? Yes when it has peers and it retires by itself (retiring:
+ * --max-requests) or the master asked it to (reload, --max-rss, TTOU). */
+int fw_balance_hands_on(const fw_server *srv, int retiring);
 
 /* One hand-off datagram: the listener's index (the same in every worker)
  * and flags, with the connection's fd in SCM_RIGHTS. */

@@ -337,7 +337,7 @@ static int next_timeout(fw_server *srv)
 }
 
 /* Drop this process's hold on the listening sockets without closing fds
- * the caller owns: each is replaced (dup2, atomic) by a socket that was
+ * the caller owns: each is replaced (dup3, atomic) by a socket that was
  * never bound, which the caller closes in due course. Once every process
  * has let go, the kernel refuses new connections and the port is free. */
 static void release_listeners(fw_server *srv)
@@ -374,8 +374,7 @@ static void begin_stop(fw_server *srv)
      * asked: reload, --max-rss, TTOU): idle connections are handed to them
      * and responses keep the connection alive. On a stop of the whole
      * server they close. */
-    srv->handing_on = srv->stop_requested == 1 && srv->bal.cfg.pass_fds && srv->bal.cfg.nslots > 1 &&
-                      (srv->retiring || fw_balance_retire_asked(srv));
+    srv->handing_on = srv->stop_requested == 1 && fw_balance_hands_on(srv, srv->retiring);
     srv->ending_keepalive = !srv->handing_on;
     srv->pass_wait_until = srv->now + PASS_WAIT_MS;
     srv->stopping = 1;
