@@ -204,8 +204,10 @@ static int send_within(fw_offload *o, struct msghdr *mh)
     int rc = -1;
     for (;;) {
         uint64_t spent = now_ns(CLOCK_MONOTONIC) - start;
-        if (spent >= limit)
+        if (spent >= limit) {
+            errno = EAGAIN;                    /* still no room: the drop's reason */
             break;
+        }
         struct pollfd pfd = { .fd = o->sock, .events = POLLOUT };
         int wait_ms = (int)((limit - spent + 999999) / 1000000);
         if (poll(&pfd, 1, wait_ms) < 0 && errno != EINTR)
@@ -274,9 +276,9 @@ drop:
     return FW_OFL_DROPPED;
 }
 
-long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint32_t *skip, int *journaled)
+long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint32_t *skip, int *fresh)
 {
-    *journaled = 0;
+    *fresh = 0;
     ssize_t got;
     do
         got = recv(sock, buf, cap, MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC);
@@ -292,7 +294,7 @@ long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint
             return FW_OFL_TAKE_ERR;
         return FW_OFL_TAKE_BAD;
     }
-    if (!(skip && rec.h.pid == skip[0] && rec.h.seq == skip[1])) {
+    if (!(skip && rec.h.pid == skip[0] && rec.h.seq == skip[1]) && journal_fd >= 0) {
         off_t start = lseek(journal_fd, 0, SEEK_END);
         if (start < 0)
             return FW_OFL_TAKE_ERR;
@@ -303,8 +305,8 @@ long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint
             errno = e;
             return FW_OFL_TAKE_ERR;
         }
-        *journaled = 1;
     }
+    *fresh = !(skip && rec.h.pid == skip[0] && rec.h.seq == skip[1]);
     char one;                                  /* now take it off: the rest is discarded */
     ssize_t r;
     do
@@ -313,6 +315,14 @@ long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint
     if (r < 0)
         return FW_OFL_TAKE_ERR;
     return (long)got;
+}
+
+int fw_offload_forget(int journal_fd, uint64_t upto)
+{
+    upto &= ~(uint64_t)4095;                 /* whole pages only: a partial one would be zeroed, not freed */
+    if (upto == 0)
+        return 0;
+    return fallocate(journal_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)upto);
 }
 
 long fw_offload_parse(const char *buf, size_t n, fw_offload_rec *rec)

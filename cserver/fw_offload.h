@@ -95,7 +95,9 @@ typedef struct fw_offload {
 enum {
     FW_OFL_OK = 0,          /* queued */
     FW_OFL_SPILLED = 1,     /* written to the spill file */
-    FW_OFL_DROPPED = 2,     /* lost by policy, counted */
+    FW_OFL_DROPPED = 2,     /* lost by policy, counted; errno says why: EAGAIN (no room in the
+                               queue), EFBIG (the spill file is at spill_max), or the spill
+                               file's own error (ENOSPC, EIO, ...) */
     FW_OFL_EINVAL = -1,     /* bad arguments (nothing was written) */
     FW_OFL_ETOOBIG = -2,    /* over max_record (nothing was written) */
     FW_OFL_EIO = -3         /* internal: a spill that failed (errno set); fw_offload_send drops then */
@@ -118,13 +120,23 @@ int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *k
  * to journal_fd, and only then taken off the queue, so a sibling killed at
  * any point loses nothing. A record whose producer pid and sequence equal
  * skip[0], skip[1] (skip not NULL) is not appended again: the predecessor
- * journaled it and died before taking it off. *journaled says which.
+ * journaled it and died before taking it off. *fresh says which (1: not
+ * such a repeat). journal_fd -1: take records off without journaling them
+ * (a stop on a full disk: sent straight to the sink, or lost with the
+ * queue). A journal write that fails (ENOSPC, EIO) is taken back (the file
+ * is truncated to where it was) and the record stays queued.
  * Returns the record's length (the record is in buf), or
  * FW_OFL_TAKE_EMPTY (nothing queued), FW_OFL_TAKE_EOF (every sending end
  * is closed), FW_OFL_TAKE_BAD (not a record: taken off and dropped), or
  * FW_OFL_TAKE_ERR (errno set; nothing was taken off). */
 enum { FW_OFL_TAKE_EMPTY = 0, FW_OFL_TAKE_EOF = -1, FW_OFL_TAKE_BAD = -2, FW_OFL_TAKE_ERR = -3 };
-long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint32_t *skip, int *journaled);
+long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint32_t *skip, int *fresh);
+
+/* Give the disk blocks of a journal segment's first `upto` bytes back to
+ * the file system (delivered records: fallocate's PUNCH_HOLE, the size and
+ * offsets stay). Returns 0, or -1 with errno set (EOPNOTSUPP: the file
+ * system cannot; the segment is then deleted whole once delivered). */
+int fw_offload_forget(int journal_fd, uint64_t upto);
 
 /* Parse the record at buf (n bytes available). Returns its total length, 0
  * if more bytes are needed (a record split across reads of a file; once the

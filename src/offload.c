@@ -14,7 +14,7 @@
 typedef struct {
     fw_offload ofl;
     Py_buffer counters;          /* shared counters (fw_offload_counters), buf NULL if private */
-    PyObject *on_drop;           /* called with the topic of each dropped record (it logs) */
+    PyObject *on_drop;           /* called with the topic and errno of each dropped record (it logs) */
     int ready;                   /* read and written under the GIL */
     _Atomic int calls;           /* offload() calls inside fw_offload_send (without the GIL) */
 } offload_state;
@@ -152,10 +152,11 @@ static PyObject *offload_call(PyObject *mod, PyObject *args, PyObject *kwds)
      * while this call holds its references. */
     Py_INCREF(value);
     Py_XINCREF(key);
-    int rc;
+    int rc, err;
     atomic_fetch_add(&g_offload.calls, 1);       /* under the GIL: teardown waits for it */
     Py_BEGIN_ALLOW_THREADS
     rc = fw_offload_send(&g_offload.ofl, t, (size_t)tlen, k, (size_t)klen, v, (size_t)vlen);
+    err = errno;
     Py_END_ALLOW_THREADS
     atomic_fetch_sub(&g_offload.calls, 1);
     Py_DECREF(value);
@@ -171,7 +172,7 @@ static PyObject *offload_call(PyObject *mod, PyObject *args, PyObject *kwds)
     case FW_OFL_DROPPED:
         /* Counted in C; never silent: the callback logs (rate-limited). */
         if (g_offload.on_drop) {
-            PyObject *x = PyObject_CallOneArg(g_offload.on_drop, topic);
+            PyObject *x = PyObject_CallFunction(g_offload.on_drop, "Oi", topic, err);
             if (!x)
                 return NULL;
             Py_DECREF(x);
@@ -201,10 +202,12 @@ static PyObject *offload_teardown(PyObject *mod, PyObject *unused)
 /* offload_take(sock, journal_fd, buf, limit, max_bytes, skip) -> (records, state, bad)
  * The sibling's reading loop (fw_offload_take) without a Python round
  * trip per syscall. records: (topic, key, value, ts, pid, seq, size,
- * journaled) tuples in queue order; state: "empty", "eof" or "more";
- * bad: malformed records dropped. skip: None or the (pid, seq) journaled
- * last by a predecessor. An error with records taken ends the call early
- * ("more"); with none it raises OSError. */
+ * fresh) tuples in queue order (fresh: not the predecessor's last, which
+ * it journaled); state: "empty", "eof" or "more"; bad: malformed records
+ * dropped. journal_fd -1: take records off without journaling them. skip:
+ * None or the (pid, seq) journaled last by a predecessor. An error with
+ * records taken ends the call early ("more"); with none it raises OSError
+ * (the record that failed stays queued). */
 static PyObject *offload_take(PyObject *mod, PyObject *args)
 {
     (void)mod;
@@ -231,8 +234,8 @@ static PyObject *offload_take(PyObject *mod, PyObject *args)
     long bad = 0;
     Py_ssize_t bytes = 0;
     while (list && PyList_GET_SIZE(list) < limit && bytes < max_bytes) {
-        int journaled;
-        long r = fw_offload_take(sock, jfd, buf.buf, (size_t)buf.len, have_skip ? skip : NULL, &journaled);
+        int fresh;
+        long r = fw_offload_take(sock, jfd, buf.buf, (size_t)buf.len, have_skip ? skip : NULL, &fresh);
         if (r == FW_OFL_TAKE_EMPTY || r == FW_OFL_TAKE_EOF) {
             state = r == FW_OFL_TAKE_EMPTY ? "empty" : "eof";
             break;
@@ -254,7 +257,7 @@ static PyObject *offload_take(PyObject *mod, PyObject *args)
         PyObject *key = rec.key ? PyBytes_FromStringAndSize(rec.key, rec.h.key_len) : Py_NewRef(Py_None);
         PyObject *t = key ? Py_BuildValue("(s#Ny#dIIlO)", rec.topic, (Py_ssize_t)rec.h.topic_len, key,
                                           rec.value, (Py_ssize_t)rec.h.value_len, rec.h.ts_ns / 1e9,
-                                          rec.h.pid, rec.h.seq, r, journaled ? Py_True : Py_False)
+                                          rec.h.pid, rec.h.seq, r, fresh ? Py_True : Py_False)
                           : NULL;
         if (!t || PyList_Append(list, t) < 0) {
             Py_XDECREF(t);
@@ -268,6 +271,22 @@ static PyObject *offload_take(PyObject *mod, PyObject *args)
     if (!list)
         return NULL;
     return Py_BuildValue("(Nsl)", list, state, bad);
+}
+
+/* offload_forget(journal_fd, upto): free the disk blocks of a journal
+ * segment's delivered first bytes; False if the file system cannot. */
+static PyObject *offload_forget(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    int fd;
+    unsigned long long upto;
+    if (!PyArg_ParseTuple(args, "iK:offload_forget", &fd, &upto))
+        return NULL;
+    if (fw_offload_forget(fd, upto) == 0)
+        Py_RETURN_TRUE;
+    if (errno == EOPNOTSUPP)
+        Py_RETURN_FALSE;
+    return PyErr_SetFromErrno(PyExc_OSError);
 }
 
 static PyObject *offload_counters(PyObject *mod, PyObject *unused)
@@ -296,6 +315,9 @@ PyMethodDef fw_offload_methods[] = {
     { "offload_take", offload_take, METH_VARARGS,
       "offload_take(sock, journal_fd, buf, limit, max_bytes, skip) -> (records, state, bad): "
       "the sibling's peek-journal-dequeue loop" },
+    { "offload_forget", offload_forget, METH_VARARGS,
+      "offload_forget(journal_fd, upto) -> bool: give a segment's delivered bytes' blocks back "
+      "(False: the file system cannot)" },
     { "offload_teardown", offload_teardown, METH_NOARGS,
       "forget this process's producer (offload() then raises until the next offload_setup)" },
     { NULL, NULL, 0, NULL },

@@ -20,6 +20,7 @@ survives the death of any one process:
 import base64
 import collections
 import contextlib
+import errno
 import fcntl
 import importlib
 import json
@@ -31,6 +32,7 @@ import signal
 import socket
 import struct
 import time
+import zlib
 
 from . import _forkwsgi, proctitle
 
@@ -39,8 +41,12 @@ log = logging.getLogger("forkwsgi")
 HDR = struct.Struct("<IIIIIIIIQ")        # cserver/fw_offload.h: fw_offload_hdr
 MAGIC = 0x314F5746
 FLAG_KEY = 1
-SEGMENT_BYTES = 64 << 20                 # a journal segment is closed past this size
-STATE = "state.json"
+SEGMENT_BYTES = 8 << 20                  # a journal segment is closed past this size
+ROLL_DELIVERED = 1 << 20                 # no holes: a delivered segment this large is replaced
+STATE = "state.fws"                      # the journal's state: two slots written in place
+STATE_SLOT = 32 << 10
+STATE_HDR = struct.Struct("<4sIQI")      # magic, payload length, generation, crc32 of the payload
+STATE_MAGIC = b"FWS1"
 
 Record = collections.namedtuple("Record", "topic key value ts pid seq")
 
@@ -86,6 +92,11 @@ def frame(rec):
 # (index, reason) for records it refuses for good (they are set aside in
 # rejected.fwo, counted and logged, never retried); it raises for a failure
 # that may pass (the whole batch is retried, with back-off).
+
+class SinkDiskError(Exception):
+    """Records the sink refused could not be set aside (rejected.fwo): the
+    cause is the OSError this is raised from."""
+
 
 class SinkError(Exception):
     """The sink could not take the batch now; it is retried."""
@@ -327,27 +338,40 @@ def make_sink(spec, cfg, stopping=lambda: False):
 # ---- the journal -------------------------------------------------------------
 
 class Journal:
-    """Segment files journal-N.fwo in `directory`, plus state.json: the
+    """Segment files journal-N.fwo in `directory`, plus the state: the
     acknowledged position (segment, offset) and how far each spill file was
-    collected. Only the sibling writes here, one at a time."""
+    collected. Only the sibling writes here, one at a time.
+
+    The disk may fill up (or fail) at any write. Every method that writes
+    raises OSError and leaves things as they were: a half-written record is
+    taken back, and the state is written in place, into two slots
+    allocated when the file was made (the newer valid one counts), so
+    saving the acknowledged position never needs a free block: delivered
+    records are never sent again because the disk was full. Delivered bytes
+    give their blocks back (a hole punched in the segment, or the segment
+    deleted), so the journal holds about what is not yet delivered."""
 
     def __init__(self, directory, fsync):
         self.dir = directory
         self.fsync = fsync
         os.makedirs(directory, exist_ok=True)
         self.state = {"segment": 0, "offset": 0, "spill": {}}
-        path = os.path.join(directory, STATE)
-        if os.path.exists(path):
-            with open(path) as f:
-                self.state.update(json.load(f))
+        self.state_gen = 0
+        self.state_fd = None
+        self.state_dirty = False
+        self._load_state()
         segs = self.segments()
         self.seg = max(segs) if segs else self.state["segment"]
-        self.fd = os.open(self.seg_path(self.seg), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.fd = self._open_segment(self.seg)
         self.size = os.fstat(self.fd).st_size
         self.dirty = False
+        self.can_forget = True                # False once the file system refused to punch holes
 
     def seg_path(self, n):
         return os.path.join(self.dir, f"journal-{n:08d}.fwo")
+
+    def _open_segment(self, n):
+        return os.open(self.seg_path(n), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def segments(self):
         out = []
@@ -362,20 +386,37 @@ class Journal:
     def roll(self):
         """Start the next segment if this one is full."""
         if self.size >= SEGMENT_BYTES:
-            os.close(self.fd)
-            self.seg += 1
-            self.fd = os.open(self.seg_path(self.seg), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            self.size = 0
+            self._next_segment()
+
+    def _next_segment(self):
+        fd = self._open_segment(self.seg + 1)       # may fail (ENOSPC): the old one stays in use
+        os.close(self.fd)
+        self.fd, self.seg, self.size, self.dirty = fd, self.seg + 1, 0, False
 
     def append(self, data):
-        """Append one framed record; returns its (segment, end offset)."""
+        """Append one framed record; returns its (segment, end offset). On a
+        write error nothing of it stays and OSError is raised."""
         self.roll()
         view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError:
+            self.recover()
+            raise
         self.size += len(data)
         self.dirty = True
         return self.seg, self.size
+
+    def recover(self):
+        """After a failed append: the segment must end where the last whole
+        record does. If the half record cannot be cut off, the next record
+        goes to a new segment (a reader stops at the torn tail and moves on)."""
+        with contextlib.suppress(OSError):
+            if os.fstat(self.fd).st_size != self.size:
+                os.ftruncate(self.fd, self.size)
+            if os.fstat(self.fd).st_size != self.size:
+                self._next_segment()
 
     def sync(self):
         if self.dirty and self.fsync != "never":
@@ -389,40 +430,99 @@ class Journal:
             if n < self.state["segment"]:
                 continue
             with open(self.seg_path(n), "rb") as f:
+                off = self.state["offset"] if n == self.state["segment"] else 0
+                f.seek(off)                   # before it: delivered (maybe a hole)
                 data = f.read()
-            off = self.state["offset"] if n == self.state["segment"] else 0
-            while off < len(data):
+            pos = 0
+            while pos < len(data):
                 try:
-                    rec, size = parse(data, off)
+                    rec, size = parse(data, pos)
                 except BadRecord:
                     log.error("offload journal %s is damaged at offset %d: skipping the rest of it",
-                              self.seg_path(n), off)
+                              self.seg_path(n), off + pos)
                     break
                 if rec is None:
                     break             # a torn tail: the sibling died while appending
-                off += size
-                yield rec, n, off
+                pos += size
+                yield rec, n, off + pos
 
     def ack(self, seg, off):
-        """Everything up to (seg, off) was delivered: record it, and drop
-        segments that hold nothing unacknowledged any more."""
-        self.sync()
+        """Everything up to (seg, off) was delivered: record it, then give
+        the room it took back. OSError if the state could not be saved (it
+        is saved with the next ack, or by save_state)."""
         self.state["segment"], self.state["offset"] = seg, off
+        self.state_dirty = True
         self.save_state()
+        # Only once the state says so: a successor must never start reading
+        # inside a hole or a deleted segment.
         for n in self.segments():
             if n < seg:
                 os.unlink(self.seg_path(n))
+        if seg != self.seg:
+            return
+        if self.can_forget and not _forkwsgi.offload_forget(self.fd, off):
+            self.can_forget = False           # no holes here: delivered segments go whole
+        if not self.can_forget and off == self.size and self.size >= ROLL_DELIVERED:
+            # All of it delivered: a successor starts after it, from the new one.
+            self._next_segment()
+            os.unlink(self.seg_path(seg))
 
     def save_state(self):
-        path = os.path.join(self.dir, STATE)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.state, f)
-            f.flush()
-            if self.fsync != "never":
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        """Write the state into the older of the two slots (in place: no new
+        block needed). OSError (EIO, or ENOSPC if the file could not be made
+        yet) leaves state_dirty set."""
+        if self.state_fd is None:
+            self.state_fd = self._make_state_file()
+        payload = json.dumps(self.state, separators=(",", ":")).encode()
+        if len(payload) > STATE_SLOT - STATE_HDR.size:
+            # Thousands of half-collected spill files: forget the offsets of
+            # some (collected again from the start: duplicates, not losses).
+            log.error("offload: the journal state is too large for its slot; spill offsets are forgotten")
+            spill = dict(list(self.state["spill"].items())[:STATE_SLOT // 64])
+            payload = json.dumps(dict(self.state, spill=spill), separators=(",", ":")).encode()
+        gen = self.state_gen + 1
+        data = STATE_HDR.pack(STATE_MAGIC, len(payload), gen, zlib.crc32(payload)) + payload
+        if os.pwrite(self.state_fd, data, (gen % 2) * STATE_SLOT) != len(data):
+            raise OSError(errno.EIO, "short write of the journal state")
+        if self.fsync != "never":
+            os.fdatasync(self.state_fd)
+        self.state_gen = gen
+        self.state_dirty = False
 
+    def _make_state_file(self):
+        path = os.path.join(self.dir, STATE)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            if os.fstat(fd).st_size < 2 * STATE_SLOT:
+                os.posix_fallocate(fd, 0, 2 * STATE_SLOT)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    def _load_state(self):
+        """The newer valid slot of the state file; else the JSON file of
+        earlier versions; else the start."""
+        path = os.path.join(self.dir, STATE)
+        best = None
+        if os.path.exists(path):
+            self.state_fd = self._make_state_file()
+            for slot in (0, 1):
+                raw = os.pread(self.state_fd, STATE_SLOT, slot * STATE_SLOT)
+                if len(raw) < STATE_HDR.size:
+                    continue
+                magic, n, gen, crc = STATE_HDR.unpack_from(raw)
+                payload = raw[STATE_HDR.size:STATE_HDR.size + n]
+                if magic == STATE_MAGIC and len(payload) == n and zlib.crc32(payload) == crc and \
+                        (best is None or gen > best[0]):
+                    best = (gen, payload)
+        old = os.path.join(self.dir, "state.json")
+        if best is not None:
+            self.state_gen = best[0]
+            self.state.update(json.loads(best[1]))
+        elif os.path.exists(old):
+            with open(old) as f:
+                self.state.update(json.load(f))
 
 
 # ---- counters ----------------------------------------------------------------
@@ -434,11 +534,12 @@ class Journal:
 COUNTER_BLOCK = 64
 PRODUCER = struct.Struct("<QQQQQ")       # queued, spilled, dropped, blocked_ns, bytes
 PRODUCER_NAMES = ("queued", "spilled", "dropped", "blocked_ns", "bytes")
-SIB = struct.Struct("<QQQQQQQdQQ")
+SIB = struct.Struct("<QQQQQQQdQQQ")
 SIB_NAMES = ("delivered", "retried", "in_flight", "journaled", "pending", "batches", "sink_errors",
-             "oldest_ts", "rejected", "dequeued")
+             "oldest_ts", "rejected", "dequeued", "disk_errors")
 # What a new sibling carries on from its predecessor (the rest describes now).
-SIB_CUMULATIVE = ("delivered", "retried", "journaled", "batches", "sink_errors", "rejected", "dequeued")
+SIB_CUMULATIVE = ("delivered", "retried", "journaled", "batches", "sink_errors", "rejected", "dequeued",
+                  "disk_errors")
 SIB_BLOCKS = 2                           # the sibling's counters take two blocks
 
 # ---- the queue and the producers' settings (for the master, or an embedded server)
@@ -602,6 +703,7 @@ def stats():
     sibling: delivered, retried, in_flight, journaled, pending (held by the
     sibling), queue_depth (records in the queue), batches, sink_errors,
     rejected (refused for good by the sink: kept in rejected.fwo),
+    disk_errors (writes to --offload-dir that failed: a full disk, EIO),
     oldest_age (seconds the oldest record the sibling holds has waited).
     The sibling's totals carry on across its restarts."""
     if _shared is None:
@@ -609,15 +711,20 @@ def stats():
     return read_counters(*_shared)
 
 
-def on_drop(topic):
-    """Called by the C producer for every record the overflow policy drops:
-    counted there; logged here, at most once a second with the count."""
+def on_drop(topic, err=errno.EAGAIN):
+    """Called by the C producer for every record the overflow policy drops,
+    with the reason (an errno): counted there; logged here, at most once a
+    second with the count."""
     _drops["count"] += 1
     now = time.monotonic()
     if now - _drops["last"] >= 1.0:
-        log.warning("offload: dropped %d record(s) (topic %r last): no room in the queue or the spill file "
-                    "(--offload-overflow, --offload-max-spill)",
-                    _drops["count"], topic)
+        if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS):
+            why = "no room in the queue (--offload-overflow)"
+        elif err == errno.EFBIG:
+            why = "the spill file is full (--offload-max-spill)"
+        else:
+            why = f"the spill file cannot be written ({os.strerror(err)})"
+        log.warning("offload: dropped %d record(s) (topic %r last): %s", _drops["count"], topic, why)
         _drops["last"], _drops["count"] = now, 0
 
 
@@ -671,6 +778,51 @@ class Priority:
             self.set("idle")
 
 
+class DiskTrouble:
+    """Writes to --offload-dir that fail (a full disk, EIO). The sibling
+    goes on: records stay where they wait (the queue, spill files), each
+    failure is counted, logged at most once a second, and the write is tried
+    again after a pause (0.1 s, doubling up to 1 s) until it works."""
+
+    def __init__(self, stats, directory):
+        self.stats = stats
+        self.dir = directory
+        self.since = None              # when the current run of failures began
+        self.failures = 0              # in this run
+        self.unlogged = 0
+        self.logged_at = 0.0
+        self.retry_at = 0.0
+
+    @property
+    def failing(self):
+        return self.since is not None
+
+    def wait(self):
+        """Seconds until the next try (0: go ahead)."""
+        return max(0.0, self.retry_at - time.monotonic())
+
+    def failed(self, what, err):
+        now = time.monotonic()
+        self.stats["disk_errors"] += 1
+        if self.since is None:
+            self.since = now
+        self.failures += 1
+        self.unlogged += 1
+        self.retry_at = now + min(0.1 * 2 ** min(self.failures - 1, 4), 1.0)
+        if now - self.logged_at >= 1.0:
+            log.error("offload: cannot write %s in %s (%s): %d failed write(s); records wait in the queue "
+                      "and spill files and are journaled once there is room",
+                      what, self.dir, err.strerror or err, self.unlogged)
+            self.logged_at, self.unlogged = now, 0
+
+    def ok(self):
+        """A journal write worked."""
+        if self.since is not None:
+            log.warning("offload: %s is writable again (%d failed write(s) in %.1f s)",
+                        self.dir, self.failures, time.monotonic() - self.since)
+            self.since, self.failures, self.unlogged, self.retry_at = None, 0, 0, 0.0
+
+
 class Sibling:
     def __init__(self, sock, cfg, counters=None, producers_alive=None, priority=None):
         self.sock = sock                  # receiving end of the queue (socket.socket)
@@ -698,6 +850,8 @@ class Sibling:
         self.priority = priority
         self.spill_backlog = False               # records wait in spill files
         self.queue_backlog = False               # the last read stopped before the queue was empty
+        self.disk = DiskTrouble(self.stats, cfg["offload_dir"])
+        self.sent_direct = 0                     # delivered straight from the queue (a stop on a full disk)
 
     # -- reading ------------------------------------------------------------
 
@@ -713,28 +867,43 @@ class Sibling:
     def read_queue(self, limit=4096):
         """Move up to `limit` records from the queue into the journal: each
         is peeked at, appended to the journal, and only then taken off (in
-        C: _forkwsgi.offload_take). Returns how many were taken."""
+        C: _forkwsgi.offload_take). Returns how many were taken.
+
+        A stop on a full disk takes them off without journaling (pending
+        with no journal position): the queue dies with the master, so the
+        sink straight from memory is their only way out."""
         n = 0
+        direct = self.disk.failing and self.stop_at is not None
         while n < limit:
             j = self.journal
-            j.roll()
             try:
-                taken, state, bad = _forkwsgi.offload_take(self.sock.fileno(), j.fd, self.rbuf, limit - n,
-                                                           SEGMENT_BYTES - j.size, self.last_journaled)
+                if not direct:
+                    j.roll()
+                taken, state, bad = _forkwsgi.offload_take(self.sock.fileno(), -1 if direct else j.fd, self.rbuf,
+                                                           limit - n, SEGMENT_BYTES - j.size, self.last_journaled)
             except OSError as e:
-                log.error("offload: cannot move records from the queue to the journal: %s", e)
+                self.disk.failed("the journal", e)          # the record stays queued
+                if not direct:
+                    j.recover()
                 break
             if bad:
                 log.error("offload: dropped %d malformed record(s) from the queue", bad)
                 self.stats["dequeued"] += bad
-            for topic, key, value, ts, pid, seq, size, journaled in taken:
-                if journaled:                  # else journaled by our predecessor, pending since resume()
-                    j.size += size
-                    j.dirty = True
-                    self.pending.append((Record(topic, key, value, ts, pid, seq), j.seg, j.size))
-                    self.stats["journaled"] += 1
+            for topic, key, value, ts, pid, seq, size, fresh in taken:
+                if not fresh:                  # journaled by our predecessor, pending since resume()
+                    continue
+                rec = Record(topic, key, value, ts, pid, seq)
+                if direct:
+                    self.pending.append((rec, None, None))
+                    continue
+                j.size += size
+                j.dirty = True
+                self.pending.append((rec, j.seg, j.size))
+                self.stats["journaled"] += 1
             if taken:
                 self.last_journaled = taken[-1][4:6]
+                if not direct:
+                    self.disk.ok()
             self.stats["dequeued"] += len(taken)
             n += len(taken)
             if state == "eof" and not self.queue_gone:
@@ -768,7 +937,7 @@ class Sibling:
             state.pop(gone)
         left = False
         for name in names:
-            if len(self.pending) >= self.cfg["offload_max_pending"]:
+            if len(self.pending) >= self.cfg["offload_max_pending"] or self.disk.wait():
                 return True
             try:
                 pid = int(name[6:-4].split("-")[0])
@@ -797,14 +966,26 @@ class Sibling:
                     break
                 if rec is None:
                     break
-                seg, end = self.journal.append(data[off:off + size])
+                try:
+                    seg, end = self.journal.append(data[off:off + size])
+                except OSError as e:
+                    self.disk.failed("the journal", e)   # the rest waits in the spill file
+                    break
+                self.disk.ok()
                 self.pending.append((rec, seg, end))
                 self.stats["journaled"] += 1
                 off += size
             if off:
-                self.journal.sync()                   # journaled before the file forgets them
-                self.journal.state["spill"][name] = done + off
-                self.journal.save_state()
+                # Journaled before the file forgets them; if that cannot be
+                # made sure, they are collected again (twice, never lost).
+                try:
+                    self.journal.sync()
+                    self.journal.state["spill"][name] = done + off
+                    self.journal.save_state()
+                except OSError as e:
+                    self.journal.state["spill"][name] = done
+                    self.disk.failed("the journal state", e)
+                    return True
             # Read to the end: delete it if nothing came meanwhile (checked
             # under the lock, which a live producer holds while appending).
             with _Locked(fd, wait=False) as locked:
@@ -815,7 +996,7 @@ class Sibling:
                     deleted = False
             if deleted:
                 self.journal.state["spill"].pop(name, None)
-                self.journal.save_state()
+                self._save_state()
                 return False
             return os.fstat(fd).st_size > done + off
         finally:
@@ -832,12 +1013,23 @@ class Sibling:
         if not force and len(self.pending) < self.batch_size and time.time() - oldest < self.linger:
             return False
         batch = [self.pending[i] for i in range(min(self.batch_size, len(self.pending)))]
-        self.journal.sync()
+        try:
+            self.journal.sync()
+        except OSError as e:                     # sent all the same: the sink is what matters now
+            self.disk.failed("the journal", e)
         self.stats["in_flight"] = len(batch)
         try:
             rejected = self.sink.send([r for r, _, _ in batch])
             if rejected:
                 self.set_aside([(batch[i][0], reason) for i, reason in rejected])
+        except SinkDiskError as e:
+            # Refused records that cannot be set aside are not lost: the
+            # batch is sent again (its accepted records twice).
+            self.disk.failed("rejected.fwo", e.__cause__)
+            self.stats["retried"] += len(batch)
+            self.retry_at = time.monotonic() + max(self.disk.wait(), 0.1)
+            self.stats["in_flight"] = 0
+            return False
         except Exception as e:  # noqa: BLE001 - any sink failure is retried
             self.stats["sink_errors"] += 1
             self.stats["retried"] += len(batch)
@@ -849,8 +1041,14 @@ class Sibling:
         self.backoff = 0.1
         for _ in batch:
             self.pending.popleft()
-        _, seg, off = batch[-1]
-        self.journal.ack(seg, off)
+        journaled = [x for x in batch if x[1] is not None]
+        if journaled:
+            _, seg, off = journaled[-1]
+            try:
+                self.journal.ack(seg, off)
+            except OSError as e:                  # kept in memory; saved with the next ack
+                self.disk.failed("the journal state", e)
+        self.sent_direct += len(batch) - len(journaled)
         self.stats["delivered"] += len(batch)
         self.stats["batches"] += 1
         self.stats["in_flight"] = 0
@@ -860,7 +1058,11 @@ class Sibling:
         """Records the sink refused for good: appended to rejected.fwo (the
         queue's format, so they can be replayed once the cause is fixed)."""
         path = os.path.join(self.journal.dir, "rejected.fwo")
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise SinkDiskError() from e
+        start = os.fstat(fd).st_size
         try:
             for rec, _ in refused:
                 data = memoryview(frame(rec))
@@ -868,11 +1070,21 @@ class Sibling:
                     data = data[os.write(fd, data):]
             if self.cfg["offload_fsync"] != "never":
                 os.fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)          # all of them or none
+            raise SinkDiskError() from e
         finally:
             os.close(fd)
         self.stats["rejected"] += len(refused)
         log.error("offload: the sink refused %d record(s) for good (topic %r: %s): kept in %s",
                   len(refused), refused[0][0].topic, refused[0][1], path)
+
+    def _save_state(self):
+        try:
+            self.journal.save_state()
+        except OSError as e:
+            self.disk.failed("the journal state", e)
 
     def _past_deadline(self):
         return self.stop_at is not None and time.monotonic() >= self.stop_at
@@ -901,12 +1113,17 @@ class Sibling:
         poller.register(self.sock.fileno(), select.POLLIN)
         while True:
             now = time.monotonic()
-            if now >= self.next_spill_scan:
+            if self.journal.state_dirty and not self.disk.wait():
+                self._save_state()
+            if now >= self.next_spill_scan and not self.disk.wait():
                 self.spill_backlog = self.collect_spills()
                 self.next_spill_scan = now + (0.05 if self.spill_backlog else 0.5)
             room = self.cfg["offload_max_pending"] - len(self.pending)
             self.queue_backlog = room <= 0
-            if room > 0 and not self.stop_reading:
+            # A full disk: the journal is tried again after a pause, except
+            # in a stop (then records go to the sink straight from the queue).
+            disk_ok = not self.disk.wait() or (self.stop_at is not None and self.disk.failing)
+            if room > 0 and not self.stop_reading and disk_ok:
                 limit = min(room, 4096)
                 self.queue_backlog = self.read_queue(limit) >= limit
                 self.publish()
@@ -937,16 +1154,29 @@ class Sibling:
                     due = self.retry_at - time.monotonic()
                 time.sleep(min(max(due, 0.001), 0.05 if room <= 0 else self.linger))
                 continue
+            if self.disk.failing:
+                time.sleep(max(self.disk.wait(), 0.01))   # records wait in the queue for room
+                continue
             try:
                 poller.poll(500)                 # idle: the first record wakes us
             except InterruptedError:
                 pass
-        self.collect_spills()
-        self.journal.sync()
-        left = len(self.pending)
+        if not self.disk.failing:
+            self.collect_spills()
+        try:
+            self.journal.sync()
+        except OSError as e:
+            self.disk.failed("the journal", e)
+        if self.sent_direct:
+            log.warning("offload: %d record(s) sent straight from the queue: the journal's disk was full",
+                        self.sent_direct)
+        left = sum(1 for _, seg, _ in self.pending if seg is not None)
         if left:
             log.warning("offload: %d record(s) not delivered before the stop: kept in %s for the next start",
                         left, self.journal.dir)
+        if len(self.pending) > left:
+            log.error("offload: %d record(s) taken from the queue on a full disk could not be delivered "
+                      "before the stop: lost", len(self.pending) - left)
         log.info("offload: %s", ", ".join(f"{n} {self.stats[n]}" for n in SIB_NAMES if n != "oldest_ts"))
         close = getattr(self.sink, "close", None)
         if close:

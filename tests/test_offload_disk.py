@@ -1,0 +1,157 @@
+"""The offload journal on a small or full disk: --offload-dir on a 2 MiB
+tmpfs the test mounts (root only). A full disk must not stop the server,
+kill the sibling, lose or duplicate records; delivered records must not
+keep taking room."""
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from httpraw import wait_for
+from test_offload import get, lines, sibling_pid
+
+APP_MODES = ("inline",)        # every server here sets its own --threads
+
+TMPFS_BYTES = 2 << 20
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs mounted for this test, unmounted after it."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES},mode=0700", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(disk):
+    """Take every free byte of `disk` with one file; returns its path."""
+    path = disk / "filler"
+    chunk = b"\0" * 65536
+    with open(path, "wb", buffering=0) as f:
+        with contextlib.suppress(OSError):          # ENOSPC: full
+            while True:
+                f.write(chunk)
+    with open(path, "ab", buffering=0) as f:        # the last partial block
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 512)
+    assert shutil.disk_usage(disk).free < 4096
+    return path
+
+
+def start(make_server, disk, out, *args, workers="2", threads="2"):
+    return make_server("apps:offloader", "--workers", workers, "--threads", threads,
+                       "--offload-sink", f"jsonl:{out}", "--offload-dir", str(disk / "journal"),
+                       "--offload-linger", "0.02", *args)
+
+
+def emit(s, rounds, n, size, tag):
+    """rounds requests of n records each; returns how many were accepted
+    (queued or spilled: offload() returned True)."""
+    accepted = 0
+    for i in range(rounds):
+        r = get(s, f"/emit?n={n}&size={size}&id={tag}{i}-")
+        assert r.status == 200, r
+        accepted += sum(json.loads(r.body)["results"])
+    return accepted
+
+
+def stats(s):
+    return json.loads(get(s, "/stats").body)
+
+
+def disk_lines(log):
+    return [x for x in log.splitlines() if "offload" in x and ("No space left" in x or "ENOSPC" in x)]
+
+
+def test_full_disk_keeps_serving_and_delivers_everything_once_space_returns(make_server, small_disk, tmp_path):
+    """The journal's disk fills up under load: requests go on being answered,
+    the sibling stays (no crash loop), the failure is counted and logged at
+    most once a second, and once space returns every accepted record is
+    delivered, each once. Before: the sibling died 13 times a minute, each
+    replacement sent the same batch again, nothing new was delivered."""
+    out = tmp_path / "out.jsonl"
+    s = start(make_server, small_disk, out)
+    assert emit(s, 2, 50, 200, "warm") == 100
+    assert wait_for(lambda: len(lines(out)) == 100)
+    time.sleep(0.3)                                # acknowledged too: their room given back
+    sib = sibling_pid(s)
+    filler = fill(small_disk)
+    t0 = time.monotonic()
+    accepted = emit(s, 30, 50, 500, "full")        # ~800 KiB: more than the disk, less than the queue
+    time.sleep(max(0.0, 3.0 - (time.monotonic() - t0)))
+    full_for = time.monotonic() - t0
+    assert sibling_pid(s) == sib, s.log()
+    before = len(lines(out))                       # only what fit in the journal's last page was sent
+    assert before <= 100 + 4096 // 540, before
+    st = stats(s)
+    assert st["sibling"]["disk_errors"] > 0, st
+    logged = disk_lines(s.log())
+    assert 1 <= len(logged) <= full_for + 2, logged
+    os.unlink(filler)
+    assert wait_for(lambda: len(lines(out)) >= 100 + accepted, timeout=30), (len(lines(out)), accepted, s.log())
+    time.sleep(0.5)
+    values = [x["value"] for x in lines(out)]
+    assert len(values) == len(set(values)) == 100 + accepted, "duplicates or losses"
+    assert accepted + stats(s)["workers"]["dropped"] == 1500
+    assert "writable again" in s.log()
+    assert sibling_pid(s) == sib
+    s.signal(signal.SIGTERM)
+    assert s.proc.wait(30) == 0
+    assert len(lines(out)) == 100 + accepted
+
+
+def test_a_healthy_sink_does_not_fill_a_small_disk(make_server, small_disk, tmp_path):
+    """Four times the disk's size goes through the journal: delivered records
+    do not keep their room (before: the journal kept up to 64 MiB of
+    delivered data, and a 2 MiB disk filled with a healthy sink)."""
+    out = tmp_path / "out.jsonl"
+    s = start(make_server, small_disk, out, "--offload-batch", "100")
+    for i in range(16):                  # 8,000 records of 1 KB (~8.3 MB), 1/4 of the disk at a time
+        assert emit(s, 10, 50, 1000, f"h{i}-") == 500, s.log()
+        assert wait_for(lambda: len(lines(out)) == 500 * (i + 1), timeout=30), (len(lines(out)), s.log())
+    used = TMPFS_BYTES - shutil.disk_usage(small_disk).free
+    assert used < 256 << 10, used
+    assert not disk_lines(s.log()), s.log()
+    assert stats(s)["workers"]["dropped"] == 0
+    s.signal(signal.SIGTERM)
+    assert s.proc.wait(30) == 0
+
+
+@pytest.mark.parametrize("workers", ["1", "0"], ids=["master", "no-master"])
+def test_a_stop_on_a_full_disk_delivers_what_is_queued(make_server, small_disk, tmp_path, workers):
+    """The disk is full and records wait in the queue (the journal cannot take
+    them) when the server is stopped: the sibling sends them to the sink
+    straight from the queue instead of leaving them in a queue that dies
+    with the master."""
+    out = tmp_path / "out.jsonl"
+    s = start(make_server, small_disk, out, workers=workers)
+    assert emit(s, 1, 10, 100, "w") == 10
+    assert wait_for(lambda: len(lines(out)) == 10)
+    time.sleep(0.3)
+    filler = fill(small_disk)
+    accepted = emit(s, 20, 50, 300, "q")
+    assert accepted == 1000
+    time.sleep(0.5)
+    assert len(lines(out)) <= 10 + 4096 // 340       # only what fit in the journal's last page
+    s.signal(signal.SIGTERM)
+    assert s.proc.wait(30) == 0, s.log()
+    values = [x["value"] for x in lines(out)]
+    assert len(values) == len(set(values)) == 1010, s.log()
+    assert re.search(r"offload: \d+ record\(s\) sent straight from the queue", s.log()), s.log()
+    os.unlink(filler)
