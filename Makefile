@@ -118,6 +118,7 @@ fuzz-offload: $(FBUILD)/fuzz_offload
 asan-ext-build:
 	FORKWSGI_SANITIZE=1 $(PYTHON) setup.py -q build_ext --force -b $(ASAN_DIR) -t $(ASAN_DIR)/tmp
 	cp python/forkwsgi/*.py $(ASAN_DIR)/forkwsgi/
+	mkdir -p $(ASAN_DIR)/forkwsgi/offload && cp python/forkwsgi/offload/*.py $(ASAN_DIR)/forkwsgi/offload/
 	@test -f "$(LIBASAN)" || { echo "cannot find libasan.so for $(EXT_CC)"; exit 1; }
 	@$(ASAN_EXT_ENV) $(PYTHON) -c "import forkwsgi._forkwsgi as m, sys; \
 	    assert m.__file__.startswith('$(abspath $(ASAN_DIR))'), m.__file__; print('ASan build:', m.__file__)"

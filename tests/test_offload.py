@@ -75,7 +75,8 @@ def test_jsonl_sink_gets_every_record_with_text_or_base64(make_server, dirs):
 
 
 def test_binary_values_are_base64_in_jsonl(tmp_path):
-    from forkwsgi.sibling import JsonlSink, Record
+    from forkwsgi.offload.records import Record
+    from forkwsgi.offload.sinks import JsonlSink
     path = tmp_path / "o.jsonl"
     sink = JsonlSink(str(path))
     sink.send([Record("t", b"\xff\x00", b"\x80abc", 1.5, 1, 0), Record("t", None, "é".encode(), 2.0, 1, 1)])
@@ -321,7 +322,7 @@ def test_spill_file_is_bounded_and_deleted_once_collected(make_server, dirs):
 
 
 def test_records_the_sink_refuses_for_good_are_set_aside(make_server, dirs):
-    from forkwsgi.sibling import parse
+    from forkwsgi.offload.records import parse
     s = start(make_server, dirs, workers="1", threads="1")
     assert json.loads(get(s, "/emit?n=10&id=ok").body)["results"] == [True] * 10
     assert json.loads(get(s, "/emit?n=3&id=REJECT").body)["results"] == [True] * 3
@@ -410,7 +411,8 @@ def test_bad_offload_options_are_one_line_errors(tmp_path):
 def test_record_hashes_survive_the_journal(tmp_path):
     """The journal format round-trips through the parser (the sibling's
     reader of journal and spill files)."""
-    from forkwsgi.sibling import HDR, MAGIC, Journal, parse
+    from forkwsgi.offload.journal import Journal
+    from forkwsgi.offload.records import HDR, MAGIC, parse
     j = Journal(str(tmp_path), "never")
     recs = []
     for i in range(200):
@@ -425,6 +427,43 @@ def test_record_hashes_survive_the_journal(tmp_path):
     assert got == recs
     with pytest.raises(Exception):
         parse(b"\x00" * HDR.size)
+
+
+def test_python_records_match_the_c_framing(tmp_path):
+    """offload/records.py reads and writes exactly what cserver/fw_offload.c
+    frames: records sent by the C producer parse, frame() gives back their
+    bytes, and both apply the same topic rule."""
+    import subprocess
+    import sys
+    code = """if 1:
+        import socket, sys
+        from forkwsgi import _forkwsgi
+        from forkwsgi.offload.records import frame, parse, topic_ok
+        send, recv = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        _forkwsgi.offload_setup(sock=send.fileno(), overflow=1, block_ms=0, max_record=1 << 20, spill_dir=sys.argv[1])
+        cases = [("t", b"v", None), ("a.b_c-D9", bytes(range(256)) * 3, b"key"), ("x" * 249, b"", b""),
+                 ("u", "text \u00e9", "k\u00e9")]
+        for topic, value, key in cases:
+            assert _forkwsgi.offload(topic, value, key=key) is True
+            raw = recv.recv(1 << 20)
+            rec, size = parse(raw)
+            back = frame(rec)        # the same bytes; the time (ns) goes through a float: within 1 us
+            assert size == len(raw) and back[:32] + back[40:] == raw[:32] + raw[40:], (topic, raw[:60])
+            assert abs(int.from_bytes(back[32:40], "little") - int.from_bytes(raw[32:40], "little")) < 1000
+            enc = lambda x: x.encode() if isinstance(x, str) else x
+            assert (rec.topic, rec.key, rec.value) == (topic, enc(key), enc(value))
+        for bad in ("", ".", "..", "a b", "x" * 250, "\u00e9"):
+            assert not topic_ok(bad)
+            try:
+                _forkwsgi.offload(bad, b"v")
+            except ValueError:
+                pass
+            else:
+                raise AssertionError(bad)
+        print("ok", len(cases))
+    """
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout.strip() == "ok 4", r.stdout + r.stderr
 
 
 def test_without_a_master_the_server_process_supervises_the_sibling(make_server, dirs):

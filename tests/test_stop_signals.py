@@ -31,8 +31,20 @@ def start(args, cwd):
 
 
 def group_members(pgid):
-    out = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+    """Live processes of process group pgid, from /proc (not pgrep: under
+    the ASan build's LD_PRELOAD pgrep hangs)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:                # gone meanwhile
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:     # state, ppid, pgrp
+            out.append(int(name))
+    return out
 
 
 def stop_time(proc, sig, delay, to_group=True):

@@ -6,11 +6,10 @@ Embedded: ``forkwsgi.run(app, host="127.0.0.1", port=8000)`` or
 Side effects out of the request: ``forkwsgi.offload(topic, value, key=None)``
 (with ``--offload-sink``), ``forkwsgi.offload_stats()``.
 """
-__version__ = "0.1.0"
+from . import config  # noqa: F401 - forkwsgi.config.ConfigError for embedders
+from ._forkwsgi import offload
+from ._version import __version__
+from .offload.counters import stats as offload_stats
+from .server import Server, run
 
-from . import config  # noqa: E402
-from ._forkwsgi import offload  # noqa: E402
-from .server import Server, run  # noqa: E402
-from .sibling import stats as offload_stats  # noqa: E402
-
-__all__ = ["Server", "run", "offload", "offload_stats", "__version__"]
+__all__ = ["Server", "run", "config", "offload", "offload_stats", "__version__"]

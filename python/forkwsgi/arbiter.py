@@ -15,31 +15,20 @@ signals are queued by the handler and dispatched by name from the main loop
   workers keep dying right after they start; a worker that cannot import the
   app stops the master with that message instead of looping.
 """
-import array
 import gc
 import logging
-import mmap
 import os
 import random
 import select
 import signal
-import socket
-import struct
 import time
 
-from . import _forkwsgi, appload, binding, config, proctitle, sibling, worker
+from . import appload, binding, config, process, worker
+from .offload.queue import OffloadQueue
+from .offload.supervisor import ForkStarter, Supervisor
+from .slots import WorkerSlots
 
 log = logging.getLogger("forkwsgi")
-
-# A connection stranded in a dead worker's hand-off queue waits at most this
-# long in the master for a live worker to take it.
-STRANDED_SECONDS = 10.0
-# A worker dying sooner than this after its start counts as a crash at boot.
-BOOT_CRASH_SECONDS = 2.0
-MAX_BACKOFF = 10.0
-# Shared status entries (see src/glue.h: FW_STATUS_SIZE): one per app thread
-# of each worker slot.
-STATUS_SIZE = _forkwsgi.STATUS_SIZE
 
 
 class HaltServer(Exception):
@@ -75,57 +64,27 @@ class Arbiter:
         self.lazy = cfg["lazy_apps"]
         self.options = config.server_options(cfg)
         self.workers = {}
-        self.stranded = []           # (datagram, fd, since): hand-offs no live worker took yet
         self.sig_queue = []
         self.app = None
         self.sockets = []
-        self.backoff = 0.0
-        self.next_spawn = 0.0
+        self.backoff = process.Backoff()
         self.stopping = False
         self.pid = os.getpid()
         self.wake_r = self.wake_w = None
         self.threads = cfg["threads"]
         self.balance = cfg["balance"]
-        # Worker slots: room for a rolling reload (old and new side by side)
-        # and some SIGTTIN. Everything per slot is made before the first
-        # fork, so every worker inherits every other worker's kick eventfd
-        # and hand-off socket.
-        self.nslots = min(4096, max(16, 2 * self.num_workers + 8))
-        # Anonymous shared memory: each worker thread writes when its current
-        # call into the app began, and what it is (--timeout) ...
-        self.status_stride = STATUS_SIZE * self.threads
-        self.status = mmap.mmap(-1, self.status_stride * self.nslots)
-        # ... and each worker publishes its load (cserver/fw_balance.h).
-        self.scoreboard = mmap.mmap(-1, _forkwsgi.SB_SLOT_SIZE * self.nslots)
-        self.counting = self.balance == "least-busy" and self.threads > 1
-        self.kick_fds = []
-        self.pass_recv = []
-        self.pass_send = []
-        if self.counting:
-            self.kick_fds = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(self.nslots)]
-        # Hand-off sockets, in every mode: a retiring worker passes its idle
-        # connections to the others (and with counting, a saturated worker
-        # passes requests arriving on idle connections).
-        for _ in range(self.nslots):
-            r, w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-            self.pass_recv.append(r)
-            self.pass_send.append(w)
-        # Offload: the queue, the shared counters, the sibling.
-        self.offload_cfg = None
-        self.offload_pid = None
-        self.offload_started = 0.0
-        self.offload_next_spawn = 0.0
-        self.offload_backoff = 0.0
-        self.offload_restart = False
-        if cfg["offload_sink"]:
-            self.offload_cfg = sibling.sibling_config(cfg)
-            self.ofl_counters = mmap.mmap(-1, sibling.counters_size(self.nslots))
+        # Worker slots (slots.py): room for a rolling reload (old and new
+        # side by side) and some SIGTTIN.
+        nslots = min(4096, max(16, 2 * self.num_workers + 8))
+        self.slots = WorkerSlots(nslots, self.threads, self.balance == "least-busy" and self.threads > 1,
+                                 logger)
+        self.offload = None          # the sibling's Supervisor (offload/), with its queue
 
     # ---- start-up ----------------------------------------------------------
 
     def start(self):
         """Bind and preload. Raises binding.BindError / appload.AppImportError."""
-        proctitle.set("forkwsgi: master")
+        process.set_title("forkwsgi: master")
         if self.cfg["master_nice"]:
             os.setpriority(os.PRIO_PROCESS, 0, self.cfg["master_nice"])
         for addr in self.cfg["bind"]:
@@ -134,9 +93,12 @@ class Arbiter:
             # listening socket of its own in the group.
             self.sockets.append(binding.create(addr, self.cfg["backlog"],
                                                reuseport=self.balance == "reuseport"))
-        if self.offload_cfg:
-            sibling.check_config(self.offload_cfg)
-            self.start_offload_queue()
+        if self.cfg["offload_sink"]:
+            # The queue lives as long as the master, so what is queued
+            # outlives any worker or sibling.
+            queue = OffloadQueue(self.cfg, self.slots.nslots)
+            self.offload = Supervisor(queue, ForkStarter(queue, self._close_in_sibling), self.log)
+            self.log.info("%s", queue.describe())
         if not self.lazy:
             self.app = appload.load(self.app_spec)
             # Objects made so far (the app, its imports) stay out of the
@@ -154,38 +116,16 @@ class Arbiter:
                       self.num_workers, self.threads, self.balance,
                       "app loaded per worker (--lazy-apps)" if self.lazy else "app preloaded")
 
-    def start_offload_queue(self):
-        """The queue: a SOCK_SEQPACKET pair (see cserver/fw_offload.h). The
-        master keeps both ends for its whole life, so what is queued outlives
-        any worker or sibling."""
-        self.ofl_send, self.ofl_recv = sibling.make_queue(self.offload_cfg)
-        self.log.info("Offload to %s (journal %s, overflow %s)", self.offload_cfg["offload_sink"],
-                      self.offload_cfg["offload_dir"], self.offload_cfg["offload_overflow"])
-
-    def spawn_offload(self):
-        with sibling.stop_signals_held():
-            pid = os.fork()
-            if pid == 0:
-                self._run_sibling()          # never returns
-        self.offload_pid = pid
-        self.offload_started = time.monotonic()
-        self.log.info("Booted the offload sibling (pid %d)", pid)
-
-    def _run_sibling(self):
-        """In the forked sibling: close what belongs to the master, then run."""
+    def _close_in_sibling(self):
+        """In the forked sibling: close what belongs to the master."""
         for fd in (self.wake_r, self.wake_w):
             os.close(fd)
         for w in self.workers.values():
             if w.ready_fd is not None:
                 os.close(w.ready_fd)
-        for s in self.sockets + self.pass_recv + self.pass_send:
+        for s in self.sockets:
             s.close()
-        sibling.run_sibling(self.ofl_recv, self.offload_cfg, self.pid,
-                            counters=sibling.sibling_counters(self.ofl_counters, self.nslots))
-
-    def offload_options(self, slot):
-        return dict(sibling.producer_options(self.offload_cfg, self.ofl_send, self.ofl_counters, slot),
-                    stats=(self.ofl_counters, self.nslots))
+        self.slots.close_all()
 
     def _on_signal(self, signum, frame):
         if len(self.sig_queue) < 16:
@@ -207,8 +147,8 @@ class Arbiter:
                 self.check_memory()
                 self.check_timeouts()
                 self.manage_workers()
-                if self.stranded:
-                    self.pass_on_stranded()
+                if self.slots.stranded:
+                    self.slots.pass_on_stranded(self.stopping)
         except StopServer:
             return 0
         except HaltServer as e:
@@ -241,7 +181,7 @@ class Arbiter:
         """Wait for a signal, a worker's readiness, or a second."""
         fds = [self.wake_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
         try:
-            readable, _, _ = select.select(fds, [], [], 0.02 if self.stranded else 1.0)
+            readable, _, _ = select.select(fds, [], [], 0.02 if self.slots.stranded else 1.0)
         except InterruptedError:
             return
         for fd in readable:
@@ -277,13 +217,13 @@ class Arbiter:
     def manage_workers(self):
         if self.stop_pending():
             return
-        if self.offload_cfg and self.offload_pid is None and time.monotonic() >= self.offload_next_spawn:
-            self.spawn_offload()
+        if self.offload and self.offload.due():
+            self.offload.start()
         current = [w for w in self.workers.values() if not w.old and not w.retiring]
         if len(current) > self.num_workers:
             for w in sorted(current, key=lambda w: -w.index)[:len(current) - self.num_workers]:
                 self.retire(w)
-        elif len(current) < self.num_workers and time.monotonic() >= self.next_spawn:
+        elif len(current) < self.num_workers and self.backoff.due():
             used = {w.index for w in current}
             for index in range(1, self.num_workers + 1):
                 if index not in used and len(used) < self.num_workers:
@@ -297,19 +237,12 @@ class Arbiter:
             # Each worker its own limit, so they do not all retire at once.
             options = dict(options, max_requests=options["max_requests"] +
                            random.randint(0, self.cfg["max_requests_jitter"]))
-        used = {x.slot for x in self.workers.values()}
-        slot = next((i for i in range(self.nslots) if i not in used), None)
+        slot = self.slots.free_slot({x.slot for x in self.workers.values()})
         if slot is None:
-            self.log.warning("all %d worker slots are in use: worker %d waits for one", self.nslots, index)
+            self.log.warning("all %d worker slots are in use: worker %d waits for one", self.slots.nslots, index)
             return False
-        lo, hi = slot * self.status_stride, (slot + 1) * self.status_stride
-        self.status[lo:hi] = bytes(self.status_stride)
-        status = memoryview(self.status)[lo:hi]
-        _forkwsgi.sb_spawn(self.scoreboard, slot, self.kick_fds or None)
-        balance = {"scoreboard": self.scoreboard, "slot": slot}
-        ofl = self.offload_options(slot) if self.offload_cfg else None
-        balance.update(kick_fds=self.kick_fds or None, pass_fds=[s.fileno() for s in self.pass_send],
-                       pass_recv_fd=self.pass_recv[slot].fileno())
+        status, balance = self.slots.prepare(slot)
+        ofl = self.offload.queue.producer_options(slot) if self.offload else None
         sockets = self.sockets
         if self.balance == "reuseport":
             sockets = [binding.reuseport_peer(s, self.cfg["backlog"]) for s in self.sockets]
@@ -319,7 +252,7 @@ class Arbiter:
         # meanwhile is delivered to them, not lost to the handlers it
         # inherited from us. With them held, the queue cannot change under
         # the last check that no stop is pending.
-        with sibling.stop_signals_held():
+        with process.stop_signals_held():
             if self.stop_pending():
                 os.close(r)
                 os.close(w)
@@ -349,9 +282,7 @@ class Arbiter:
         for other in self.workers.values():
             if other.ready_fd is not None:
                 os.close(other.ready_fd)
-        for j, s in enumerate(self.pass_recv):
-            if j != slot:
-                s.close()          # only the owner reads a slot's hand-offs
+        self.slots.keep_only(slot)
         if sockets is not self.sockets:
             for s in self.sockets:
                 s.close()          # the master's placeholders
@@ -365,7 +296,7 @@ class Arbiter:
         to them (the scoreboard flag says so) instead of closing them."""
         w.retiring = True
         if w.slot is not None:
-            _forkwsgi.sb_retire(self.scoreboard, w.slot, None)
+            self.slots.retire(w.slot)
         self.kill(w.pid, signal.SIGTERM)
 
     def kill(self, pid, sig):
@@ -382,15 +313,17 @@ class Arbiter:
                 return
             if pid == 0:
                 return
-            if pid == self.offload_pid:
-                self.offload_reaped(pid, status)
+            if self.offload and pid == self.offload.pid:
+                self.offload.exited(status)
                 continue
             w = self.workers.pop(pid, None)
             if w is None:
                 continue
             if w.ready_fd is not None:
                 os.close(w.ready_fd)
-            self.release_slot(w.slot)
+            if w.slot is not None:
+                self.slots.release(w.slot)
+                self.slots.pass_on_stranded(self.stopping)
             code = os.waitstatus_to_exitcode(status)
             how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
             if code == worker.APP_LOAD_ERROR:
@@ -407,101 +340,15 @@ class Arbiter:
             serving = self.requests_in_app(w)
             self.log.warning("Worker %d (pid %d) died (%s)%s; replacing it", w.index, pid, how,
                              f" while serving {serving}" if serving else "")
-            if time.monotonic() - w.started < BOOT_CRASH_SECONDS:
-                self.backoff = min(max(0.1, self.backoff * 2), MAX_BACKOFF)
-                self.next_spawn = time.monotonic() + self.backoff
-                self.log.warning("workers die at start-up: next start in %.1f s", self.backoff)
-            else:
-                self.backoff = 0.0
+            if self.backoff.died(w.started):
+                self.log.warning("workers die at start-up: next start in %.1f s", self.backoff.delay)
 
     def requests_in_app(self, w):
         """What w's app threads were serving, from its status slots (until
         its replacement takes them): "'GET /a' (app thread 0), ...", or ""."""
         if w.slot is None:
             return ""
-        serving = []
-        for t in range(self.threads):
-            off = w.slot * self.status_stride + t * STATUS_SIZE
-            if struct.unpack_from("Q", self.status, off)[0]:
-                line = bytes(self.status[off + 8:off + STATUS_SIZE]).split(b"\0", 1)[0].decode("latin-1")
-                serving.append(f"{line!r} (app thread {t})")
-        return ", ".join(serving)
-
-    def offload_reaped(self, pid, status):
-        self.offload_pid = None
-        code = os.waitstatus_to_exitcode(status)
-        how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
-        if self.stopping or self.offload_restart:
-            self.log.info("Offload sibling (pid %d) exited (%s)", pid, how)
-            self.offload_restart = False
-            return
-        self.log.warning("Offload sibling (pid %d) died (%s); replacing it", pid, how)
-        if time.monotonic() - self.offload_started < BOOT_CRASH_SECONDS:
-            self.offload_backoff = min(max(0.1, self.offload_backoff * 2), MAX_BACKOFF)
-            self.offload_next_spawn = time.monotonic() + self.offload_backoff
-        else:
-            self.offload_backoff = 0.0
-
-    def release_slot(self, slot):
-        """A worker ended: take it out of the scoreboard (a stale count would
-        throttle the others), and pass on connections handed to it that it
-        never read: their requests are still unread in the sockets."""
-        if slot is None:
-            return
-        _forkwsgi.sb_release(self.scoreboard, slot, self.kick_fds or None)
-        for _ in range(256):
-            # recvmsg, not socket.recv_fds: before 3.12 it ignores its flags,
-            # and a blocking read would hang here.
-            try:
-                # The datagram: listener index and flags (cserver/fw_balance.h).
-                msg, anc, _, _ = self.pass_recv[slot].recvmsg(
-                    16, socket.CMSG_SPACE(4 * array.array("i").itemsize), socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as e:
-                self.log.warning("hand-off queue of slot %d: %s", slot, e)
-                break
-            fds = array.array("i")
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-            # Not counted in the new target's "incoming" (FW_PASS_REQUEST = 2).
-            fwd = bytes([msg[0], msg[1] & ~2]) if len(msg) == 2 else (msg or b"\0")
-            self.stranded += [(fwd, fd, time.monotonic()) for fd in fds]
-        self.pass_on_stranded()
-
-    def pass_on_stranded(self):
-        """Send the stranded connections to the least busy live worker. When
-        none can take one (every worker retiring or starting, as under fast
-        --max-requests recycling), it waits here, retried at each turn of
-        the loop, rather than being closed with a request in it."""
-        left, moved, lost = [], 0, 0
-        for fwd, fd, since in self.stranded:
-            target = None if self.stopping else self.least_busy_slot()
-            try:
-                if target is None:
-                    if not self.stopping and time.monotonic() - since < STRANDED_SECONDS:
-                        left.append((fwd, fd, since))
-                        continue
-                    raise OSError("no live worker")
-                self.pass_send[target].sendmsg(
-                    [fwd], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))], socket.MSG_DONTWAIT)
-                moved += 1
-            except BlockingIOError:
-                left.append((fwd, fd, since))
-                continue
-            except OSError:
-                lost += 1
-            os.close(fd)
-        self.stranded = left
-        if moved or lost:
-            self.log.info("%d handed-off connection(s) passed on, %d closed, %d waiting for a worker",
-                          moved, lost, len(left))
-
-    def least_busy_slot(self):
-        alive = [(s["inflight"], i) for i, s in enumerate(_forkwsgi.sb_read(self.scoreboard))
-                 if s["state"] == "alive" and s["open"] and not s["retire"]]
-        return min(alive)[1] if alive else None
+        return ", ".join(f"{line!r} (app thread {t})" for t, _, line in self.slots.serving(w.slot))
 
     def check_timeouts(self):
         """--timeout: a worker stuck in one call into the app is replaced; its
@@ -513,16 +360,11 @@ class Arbiter:
         for w in list(self.workers.values()):
             if w.retiring or not w.ready or w.slot is None:
                 continue
-            stuck = None
-            for t in range(self.threads):
-                off = w.slot * self.status_stride + t * STATUS_SIZE
-                began = struct.unpack_from("Q", self.status, off)[0]
-                if began and (now - began) / 1e9 > limit and (stuck is None or began < stuck[0]):
-                    stuck = (began, off, t)
-            if stuck is None:
+            stuck = [(began, t, line) for t, began, line in self.slots.serving(w.slot)
+                     if (now - began) / 1e9 > limit]
+            if not stuck:
                 continue
-            began, off, t = stuck
-            line = bytes(self.status[off + 8:off + STATUS_SIZE]).split(b"\0", 1)[0].decode("latin-1")
+            began, t, line = min(stuck)
             self.log.error("Worker %d (pid %d) timed out: %.1f s in %r on app thread %d (--timeout %g); "
                            "its Python stacks:", w.index, w.pid, (now - began) / 1e9, line, t, limit)
             for h in self.log.handlers:
@@ -571,32 +413,13 @@ class Arbiter:
         while self.workers and time.monotonic() < deadline:
             self._reap_quietly()
             time.sleep(0.02)
-        self.pass_on_stranded()          # stopping: they close
-        self.stop_offload(graceful)
-
-    def stop_offload(self, graceful):
-        """After the workers (nothing more is produced): the sibling drains
-        the queue within the graceful timeout; what it cannot deliver stays
-        in its journal for the next start."""
-        if not self.offload_cfg:
-            return
-        if graceful and self.offload_pid is None:
-            # It died, or waits out a back-off: what is queued and journaled
-            # would wait for a next start on this disk, which a deleted pod
-            # never gets. A sibling drains it now, within the graceful timeout.
-            self.log.info("Offload: no sibling running at the stop: starting one to drain the queue")
-            self.spawn_offload()
-        if self.offload_pid is not None:
-            self.kill(self.offload_pid, signal.SIGTERM if graceful else signal.SIGQUIT)
-            deadline = time.monotonic() + (self.cfg["graceful_timeout"] + 2.0 if graceful else 3.0)
-            while self.offload_pid is not None and time.monotonic() < deadline:
-                self._reap_quietly()
-                time.sleep(0.02)
-            if self.offload_pid is not None:
-                self.log.warning("Offload sibling (pid %d) did not stop in time: killing it", self.offload_pid)
-                self.kill(self.offload_pid, signal.SIGKILL)
-                self._reap_quietly()
-        sibling.close_out(self.ofl_recv, self.offload_cfg, self.ofl_counters, self.nslots, self.log)
+        self.slots.pass_on_stranded(stopping=True)          # they close
+        if self.offload:
+            # After the workers (nothing more is produced): the sibling
+            # drains the queue within the graceful timeout; what it cannot
+            # deliver stays in its journal for the next start.
+            self.offload.stop(graceful)
+            self.offload.queue.close_out(self.log)
 
     def _reap_quietly(self):
         try:
@@ -629,11 +452,8 @@ class Arbiter:
         for w in self.workers.values():
             if not w.retiring:
                 w.old = True
-        if self.offload_pid is not None:
-            # A fresh sibling too (new code, new sink connection): this one
-            # drains what it holds and exits; its replacement takes over.
-            self.offload_restart = True
-            self.kill(self.offload_pid, signal.SIGHUP)
+        if self.offload:
+            self.offload.reload()
         self.manage_workers()
 
     def handle_ttin(self):

@@ -4,19 +4,12 @@ import os
 import signal
 import sys
 
-from . import appload, arbiter, binding, config, offload_host
+from . import appload, arbiter, binding, config
+from .offload.supervisor import Host
+from .process import setup_logging
 from .server import Server
 
 log = logging.getLogger("forkwsgi")
-
-
-def setup_logging(level):
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s",
-                                           "%Y-%m-%d %H:%M:%S %z"))
-    log.handlers[:] = [handler]
-    log.setLevel(level)
-    log.propagate = False
 
 
 def fail(msg):
@@ -44,7 +37,7 @@ def main(argv=None):
     host = None
     if cfg["offload_sink"]:           # before the app, which may offload at import
         try:
-            host = offload_host.OffloadHost(cfg, log)
+            host = Host(cfg, log)
         except config.ConfigError as e:
             return fail(e)
         except (OSError, ValueError) as e:

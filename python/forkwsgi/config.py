@@ -9,10 +9,10 @@ every setting with its default.
 import argparse
 import difflib
 import os
-import re
 import runpy
 
-from . import __version__
+from ._version import __version__
+from .offload.records import topic_ok
 
 
 class ConfigError(Exception):
@@ -123,7 +123,7 @@ def _kafka_option(v):
 
 def _topic(v):
     t = str(v).strip()
-    if not 0 < len(t) <= 249 or t in (".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]+", t):
+    if not topic_ok(t):
         raise ValueError(f"{t!r} is not a Kafka topic name (1-249 of A-Z a-z 0-9 . _ -)")
     return t
 
@@ -352,7 +352,7 @@ def env_names(s):
 
 
 # FORKWSGI_* variables that are no setting but the project's own: the
-# offload sibling's hand-over (offload_host.py), the build (setup.py), the
+# offload sibling's hand-over (offload/supervisor.py), the build (setup.py), the
 # tests (and FORKWSGI_TEST_*) and scripts/kafka_broker.py. No warning for these.
 OWN_VARIABLES = {"FORKWSGI_SIBLING", "FORKWSGI_SANITIZE", "FORKWSGI_NO_KAFKA", "FORKWSGI_KAFKA_HOME",
                  "FORKWSGI_HYPOTHESIS_EXAMPLES"}

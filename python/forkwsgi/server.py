@@ -11,7 +11,8 @@ import signal
 import sys
 import threading
 
-from . import _forkwsgi, binding, config, offload_host
+from . import _forkwsgi, binding, config
+from .offload.supervisor import Host
 
 log = logging.getLogger("forkwsgi")
 
@@ -46,11 +47,11 @@ class Server:
         self.log = logger or log
         self._own_sockets = sockets is None
         # Offload without a master: this process holds the queue and
-        # supervises the sibling (offload_host.py); it lives as long as the
-        # server, unless the caller made it (and then stops it).
+        # supervises the sibling (offload/supervisor.py: Host); it lives as
+        # long as the server, unless the caller made it (and then stops it).
         self._offload_host = None
         if self.settings["offload_sink"] and _offload_host is None:
-            self._offload_host = offload_host.OffloadHost(self.settings, self.log)
+            self._offload_host = Host(self.settings, self.log)
         _offload = _offload or _offload_host is not None or self._offload_host is not None
         if sockets is None:
             sockets = []

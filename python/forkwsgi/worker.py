@@ -5,34 +5,19 @@ writing one byte to its readiness pipe once the app is loaded and the server
 object exists, so a rolling reload only retires old workers once new ones
 can take their traffic. Exit codes tell the master why a worker ended.
 """
-import ctypes
 import faulthandler
 import logging
 import os
 import signal
 import sys
 
-from . import _forkwsgi, appload, proctitle
-from . import sibling
+from . import appload, process
+from .offload import producer
 from .server import Server
 
 # Exit codes the master acts on (gunicorn's numbers, for operators' scripts).
 WORKER_BOOT_ERROR = 3
 APP_LOAD_ERROR = 4
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(master_pid):
-    """Ask the kernel to send SIGTERM when the master dies; if it died before
-    we asked, stop now."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != master_pid:
-        os._exit(0)
 
 
 def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worker_nice=0,
@@ -44,16 +29,14 @@ def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worke
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
-        _die_with_parent(master_pid)
-        proctitle.set(f"forkwsgi: worker {index}")
+        process.die_with_parent(master_pid)
+        process.set_title(f"forkwsgi: worker {index}")
         # Absolute, not relative to the master's (inherited) level.
         os.setpriority(os.PRIO_PROCESS, 0, worker_nice)
         if offload:
             # This process's producer: forkwsgi.offload() from any thread
             # (and from the app's own import, with --lazy-apps).
-            stats = offload.pop("stats")
-            _forkwsgi.offload_setup(on_drop=sibling.on_drop, **offload)
-            sibling.attach(*stats)
+            producer.setup(**offload)
         if app is None:
             try:
                 app = appload.load(app_spec)
@@ -87,7 +70,7 @@ def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worke
         # The master held the stop signals across fork: one that arrived
         # since is delivered now, to the handlers above (the server then
         # stops as soon as it starts).
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, sibling.STOP_SIGNALS)
+        process.release_stop_signals()
         os.write(ready_fd, b"R")
         os.close(ready_fd)
         server.serve(announce=False)

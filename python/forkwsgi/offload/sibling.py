@@ -1,0 +1,472 @@
+"""The offload sibling: takes records off the queue, journals them, delivers
+them to a sink in batches, and remembers what the sink acknowledged.
+
+Delivery is at least once. A record is in one of these places, and each
+survives the death of any one process:
+
+- the queue (a SOCK_SEQPACKET socket pair the master holds open), until the
+  sibling has appended it to the journal: it peeks at a record, journals it,
+  and only then takes it off the queue (a sibling killed in between journals
+  it twice; the duplicate is recognised by its producer pid and sequence);
+- a worker's spill file (overflow, or too large for the queue), until the
+  sibling has copied it into the journal; the offset read so far is in the
+  state file;
+- the journal (segment files in --offload-dir), until the sink acknowledged
+  it; the acknowledged position is in the state file (journal.py), written
+  after each delivered batch, so a new sibling (after a crash, a reload, or
+  the next start of the server) delivers again exactly what was not
+  acknowledged.
+"""
+import collections
+import contextlib
+import json
+import logging
+import mmap
+import os
+import resource
+import select
+import signal
+import socket
+import time
+
+from .. import _forkwsgi, process
+from .counters import SIB, SIB_CUMULATIVE, SIB_NAMES, counters_size, sibling_counters
+from .journal import SEGMENT_BYTES, Journal
+from .queue import queued_record_max
+from .records import Record, frame
+from .sinks import SinkDiskError, make_sink
+from .spills import SpillCollector
+
+log = logging.getLogger("forkwsgi")
+
+
+class Priority:
+    """The sibling's share of the CPU, which it shares with request threads.
+
+    While it keeps up, every thread of the sibling runs SCHED_IDLE: it gets
+    the CPU only when no request thread wants it, and a request thread that
+    wakes up preempts it at once, so offloading adds nothing to a request's
+    latency. When it falls behind (the oldest record it holds waited more
+    than BEHIND seconds, or records wait in the queue or spill files beyond
+    what it holds: the CPU is saturated) it switches to SCHED_BATCH at
+    --offload-nice and takes its fair share until it has caught up (nothing
+    waits beyond it, and its oldest is under CAUGHT_UP). Leaving SCHED_IDLE needs root, CAP_SYS_NICE or RLIMIT_NICE;
+    without them the sibling stays SCHED_BATCH (never preempting a request
+    thread on wake-up, but taking its share all the time)."""
+
+    BEHIND = 1.0
+    CAUGHT_UP = 0.2
+
+    def __init__(self, nice):
+        self.nice = nice
+        self.mode = None
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+        self.can_idle = os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20 - nice
+        self.set("idle" if self.can_idle else "share")
+
+    def set(self, mode):
+        policy = os.SCHED_IDLE if mode == "idle" else os.SCHED_BATCH
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setscheduler(int(tid), policy, os.sched_param(0))
+                os.setpriority(os.PRIO_PROCESS, int(tid), self.nice)    # per thread on Linux
+            except OSError:
+                pass
+        self.mode = mode
+
+    def update(self, lag, backlog):
+        """lag: seconds the oldest record the sibling holds has waited;
+        backlog: records wait beyond what it holds (queue, spill files)."""
+        if not self.can_idle:
+            return
+        if self.mode == "idle" and (lag > self.BEHIND or backlog):
+            log.info("offload: falling behind (%s): taking a share of the CPU",
+                     f"a record waited {lag:.1f} s" if lag > self.BEHIND else "records wait in the queue or on disk")
+            self.set("share")
+        elif self.mode == "share" and lag < self.CAUGHT_UP and not backlog:
+            log.info("offload: caught up: back to idle priority")
+            self.set("idle")
+
+
+class DiskTrouble:
+    """Writes to --offload-dir that fail (a full disk, EIO). The sibling
+    goes on: records stay where they wait (the queue, spill files), each
+    failure is counted, logged at most once a second, and the write is tried
+    again after a pause (0.1 s, doubling up to 1 s) until it works."""
+
+    def __init__(self, stats, directory):
+        self.stats = stats
+        self.dir = directory
+        self.since = None              # when the current run of failures began
+        self.failures = 0              # in this run
+        self.unlogged = 0
+        self.logged_at = 0.0
+        self.retry_at = 0.0
+
+    @property
+    def failing(self):
+        return self.since is not None
+
+    def wait(self):
+        """Seconds until the next try (0: go ahead)."""
+        return max(0.0, self.retry_at - time.monotonic())
+
+    def failed(self, what, err):
+        now = time.monotonic()
+        self.stats["disk_errors"] += 1
+        if self.since is None:
+            self.since = now
+        self.failures += 1
+        self.unlogged += 1
+        self.retry_at = now + min(0.1 * 2 ** min(self.failures - 1, 4), 1.0)
+        if now - self.logged_at >= 1.0:
+            log.error("offload: cannot write %s in %s (%s): %d failed write(s); records wait in the queue "
+                      "and spill files and are journaled once there is room",
+                      what, self.dir, err.strerror or err, self.unlogged)
+            self.logged_at, self.unlogged = now, 0
+
+    def ok(self):
+        """A journal write worked."""
+        if self.since is not None:
+            log.warning("offload: %s is writable again (%d failed write(s) in %.1f s)",
+                        self.dir, self.failures, time.monotonic() - self.since)
+            self.since, self.failures, self.unlogged, self.retry_at = None, 0, 0, 0.0
+
+
+class Sibling:
+    def __init__(self, sock, cfg, counters=None, producers_alive=None, priority=None):
+        self.sock = sock                  # receiving end of the queue (socket.socket)
+        self.cfg = cfg
+        self.counters = counters          # shared mmap region (SIB layout) or None
+        self.rbuf = bytearray(queued_record_max(cfg))     # peeked into again and again
+        self.batch_size = cfg["offload_batch"]
+        self.linger = cfg["offload_linger"]
+        self.journal = Journal(cfg["offload_dir"], cfg["offload_fsync"])
+        self.sink = make_sink(cfg["offload_sink"], cfg, stopping=self._past_deadline)
+        self.pending = collections.deque()      # (Record, segment, end offset)
+        self.stop_at = None
+        self.stop_reading = False
+        self.stats = dict.fromkeys(SIB_NAMES, 0)
+        if counters is not None:      # a replacement sibling: the totals go on
+            prev = dict(zip(SIB_NAMES, SIB.unpack_from(counters, 0)))
+            self.stats.update({n: prev[n] for n in SIB_CUMULATIVE})
+        self.retry_at = 0.0
+        self.backoff = 0.1
+        self.last_journaled = None               # (pid, seq) of the newest journaled record
+        self.next_spill_scan = 0.0
+        self.queue_gone = False
+        self.priority = priority
+        self.spill_backlog = False               # records wait in spill files
+        self.queue_backlog = False               # the last read stopped before the queue was empty
+        self.disk = DiskTrouble(self.stats, cfg["offload_dir"])
+        self.spills = SpillCollector(cfg["offload_spill_dir"], self.journal, self.disk, producers_alive)
+        self.sent_direct = 0                     # delivered straight from the queue (a stop on a full disk)
+
+    # -- reading ------------------------------------------------------------
+
+    def resume(self):
+        n = 0
+        for rec, seg, off in self.journal.unacked():
+            self.pending.append((rec, seg, off))
+            self.last_journaled = (rec.pid, rec.seq)
+            n += 1
+        if n:
+            log.info("offload: %d journaled record(s) not yet delivered: delivering them", n)
+
+    def read_queue(self, limit=4096):
+        """Move up to `limit` records from the queue into the journal: each
+        is peeked at, appended to the journal, and only then taken off (in
+        C: _forkwsgi.offload_take). Returns how many were taken.
+
+        A stop on a full disk takes them off without journaling (pending
+        with no journal position): the queue dies with the master, so the
+        sink straight from memory is their only way out."""
+        n = 0
+        direct = self.disk.failing and self.stop_at is not None
+        while n < limit:
+            j = self.journal
+            try:
+                if not direct:
+                    j.roll()
+                taken, state, bad = _forkwsgi.offload_take(self.sock.fileno(), -1 if direct else j.fd, self.rbuf,
+                                                           limit - n, SEGMENT_BYTES - j.size, self.last_journaled)
+            except OSError as e:
+                self.disk.failed("the journal", e)          # the record stays queued
+                if not direct:
+                    j.recover()
+                break
+            if bad:
+                log.error("offload: dropped %d malformed record(s) from the queue", bad)
+                self.stats["dequeued"] += bad
+            for topic, key, value, ts, pid, seq, size, fresh in taken:
+                if not fresh:                  # journaled by our predecessor, pending since resume()
+                    continue
+                rec = Record(topic, key, value, ts, pid, seq)
+                if direct:
+                    self.pending.append((rec, None, None))
+                    continue
+                j.size += size
+                j.dirty = True
+                self.pending.append((rec, j.seg, j.size))
+                self.stats["journaled"] += 1
+            if taken:
+                self.last_journaled = taken[-1][4:6]
+                if not direct:
+                    self.disk.ok()
+            self.stats["dequeued"] += len(taken)
+            n += len(taken)
+            if state == "eof" and not self.queue_gone:
+                # No record is empty: every sending end is closed (the
+                # process holding the queue is gone).
+                log.warning("offload: the queue was closed (its holder exited): delivering what is left")
+                self.queue_gone = True
+            if state != "more":
+                break
+        return n
+
+    def collect_spills(self):
+        """Journal what waits in the workers' spill files (spills.py), as far
+        as --offload-max-pending allows. True if records were left there."""
+        room = self.cfg["offload_max_pending"] - len(self.pending)
+        left = self.spills.collect(room, self.pending.append)
+        self.stats["journaled"] += self.spills.journaled
+        self.spills.journaled = 0
+        return left
+
+    # -- delivering ---------------------------------------------------------
+
+    def deliver(self, force=False):
+        """Send one batch if it is full, old enough, or forced. Returns True if
+        something was delivered."""
+        if not self.pending or time.monotonic() < self.retry_at:
+            return False
+        oldest = self.pending[0][0].ts
+        if not force and len(self.pending) < self.batch_size and time.time() - oldest < self.linger:
+            return False
+        batch = [self.pending[i] for i in range(min(self.batch_size, len(self.pending)))]
+        try:
+            self.journal.sync()
+        except OSError as e:                     # sent all the same: the sink is what matters now
+            self.disk.failed("the journal", e)
+        self.stats["in_flight"] = len(batch)
+        try:
+            rejected = self.sink.send([r for r, _, _ in batch])
+            if rejected:
+                self.set_aside([(batch[i][0], reason) for i, reason in rejected])
+        except SinkDiskError as e:
+            # Refused records that cannot be set aside are not lost: the
+            # batch is sent again (its accepted records twice).
+            self.disk.failed("rejected.fwo", e.__cause__)
+            self.stats["retried"] += len(batch)
+            self.retry_at = time.monotonic() + max(self.disk.wait(), 0.1)
+            self.stats["in_flight"] = 0
+            return False
+        except Exception as e:  # noqa: BLE001 - any sink failure is retried
+            self.stats["sink_errors"] += 1
+            self.stats["retried"] += len(batch)
+            self.retry_at = time.monotonic() + self.backoff
+            log.warning("offload: sink failed (%s); %d record(s) retried in %.1f s", e, len(batch), self.backoff)
+            self.backoff = min(self.backoff * 2, 5.0)
+            self.stats["in_flight"] = 0
+            return False
+        self.backoff = 0.1
+        for _ in batch:
+            self.pending.popleft()
+        journaled = [x for x in batch if x[1] is not None]
+        if journaled:
+            _, seg, off = journaled[-1]
+            try:
+                self.journal.ack(seg, off)
+            except OSError as e:                  # kept in memory; saved with the next ack
+                self.disk.failed("the journal state", e)
+        self.sent_direct += len(batch) - len(journaled)
+        self.stats["delivered"] += len(batch)
+        self.stats["batches"] += 1
+        self.stats["in_flight"] = 0
+        return True
+
+    def set_aside(self, refused):
+        """Records the sink refused for good: appended to rejected.fwo (the
+        queue's format, so they can be replayed once the cause is fixed)."""
+        path = os.path.join(self.journal.dir, "rejected.fwo")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise SinkDiskError() from e
+        start = os.fstat(fd).st_size
+        try:
+            for rec, _ in refused:
+                data = memoryview(frame(rec))
+                while data:
+                    data = data[os.write(fd, data):]
+            if self.cfg["offload_fsync"] != "never":
+                os.fsync(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)          # all of them or none
+            raise SinkDiskError() from e
+        finally:
+            os.close(fd)
+        self.stats["rejected"] += len(refused)
+        log.error("offload: the sink refused %d record(s) for good (topic %r: %s): kept in %s",
+                  len(refused), refused[0][0].topic, refused[0][1], path)
+
+    def _save_state(self):
+        try:
+            self.journal.save_state()
+        except OSError as e:
+            self.disk.failed("the journal state", e)
+
+    def _past_deadline(self):
+        return self.stop_at is not None and time.monotonic() >= self.stop_at
+
+    def publish(self):
+        self.stats["pending"] = len(self.pending)
+        self.stats["oldest_ts"] = self.pending[0][0].ts if self.pending else 0.0
+        if self.counters is not None:
+            SIB.pack_into(self.counters, 0, *(int(self.stats[n]) if n != "oldest_ts" else float(self.stats[n])
+                                               for n in SIB_NAMES))
+
+    # -- the loop -----------------------------------------------------------
+
+    def request_stop(self, deadline, read=True):
+        """Stop by `deadline`. read: drain the queue first (the whole server
+        stops); else only deliver what was taken (a successor takes over)."""
+        self.stop_at = deadline
+        self.stop_reading = not read
+
+    def run(self):
+        prepare = getattr(self.sink, "prepare", None)
+        if prepare:
+            prepare()
+        self.resume()
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        while True:
+            now = time.monotonic()
+            if self.journal.state_dirty and not self.disk.wait():
+                self._save_state()
+            if now >= self.next_spill_scan and not self.disk.wait():
+                self.spill_backlog = self.collect_spills()
+                self.next_spill_scan = now + (0.05 if self.spill_backlog else 0.5)
+            room = self.cfg["offload_max_pending"] - len(self.pending)
+            self.queue_backlog = room <= 0
+            # A full disk: the journal is tried again after a pause, except
+            # in a stop (then records go to the sink straight from the queue).
+            disk_ok = not self.disk.wait() or (self.stop_at is not None and self.disk.failing)
+            if room > 0 and not self.stop_reading and disk_ok:
+                limit = min(room, 4096)
+                self.queue_backlog = self.read_queue(limit) >= limit
+                self.publish()
+                if self.queue_gone and self.stop_at is None:
+                    self.request_stop(time.monotonic() + self.cfg["graceful_timeout"], read=False)
+            if self.priority is not None:
+                self.priority.update(time.time() - self.pending[0][0].ts if self.pending else 0.0,
+                                     self.spill_backlog or self.queue_backlog)
+            delivered = self.deliver(force=self.stop_at is not None)
+            self.publish()
+            if self.stop_at is not None:
+                # Draining: read what is queued, deliver it, stop when both
+                # are empty or the graceful timeout is up (what is left stays
+                # journaled for the next start).
+                queued = not self.stop_reading and not self.queue_gone and self._queue_has_data()
+                if not self.pending and not queued or time.monotonic() >= self.stop_at:
+                    break
+                if not delivered and self.pending and time.monotonic() < self.retry_at:
+                    time.sleep(min(0.05, max(0.0, self.retry_at - time.monotonic())))
+                continue
+            if self.pending:
+                # A batch is forming: sleep until it is due, without waking
+                # for each record that arrives meanwhile (they wait in the
+                # queue and are read in one go). One wake-up per batch, not
+                # per record: the request threads share the CPU with us.
+                due = self.pending[0][0].ts + self.linger - time.time()
+                if time.monotonic() < self.retry_at:
+                    due = self.retry_at - time.monotonic()
+                time.sleep(min(max(due, 0.001), 0.05 if room <= 0 else self.linger))
+                continue
+            if self.disk.failing:
+                time.sleep(max(self.disk.wait(), 0.01))   # records wait in the queue for room
+                continue
+            try:
+                poller.poll(500)                 # idle: the first record wakes us
+            except InterruptedError:
+                pass
+        if not self.disk.failing:
+            self.collect_spills()
+        try:
+            self.journal.sync()
+        except OSError as e:
+            self.disk.failed("the journal", e)
+        if self.sent_direct:
+            log.warning("offload: %d record(s) sent straight from the queue: the journal's disk was full",
+                        self.sent_direct)
+        left = sum(1 for _, seg, _ in self.pending if seg is not None)
+        if left:
+            log.warning("offload: %d record(s) not delivered before the stop: kept in %s for the next start",
+                        left, self.journal.dir)
+        if len(self.pending) > left:
+            log.error("offload: %d record(s) taken from the queue on a full disk could not be delivered "
+                      "before the stop: lost", len(self.pending) - left)
+        log.info("offload: %s", ", ".join(f"{n} {self.stats[n]}" for n in SIB_NAMES if n != "oldest_ts"))
+        close = getattr(self.sink, "close", None)
+        if close:
+            close()
+
+    def _queue_has_data(self):
+        r, _, _ = select.select([self.sock], [], [], 0)
+        return bool(r)
+
+
+def main():
+    """Entry point of a sibling started as a program by a server without a
+    master (supervisor.SpawnStarter); its settings and descriptors are in
+    $FORKWSGI_SIBLING."""
+    spec = json.loads(os.environ.pop("FORKWSGI_SIBLING"))
+    cfg = spec["cfg"]
+    process.setup_logging(cfg.get("log_level", "INFO"))
+    counters = mmap.mmap(spec["counters_fd"], counters_size(1))
+    sock = socket.socket(fileno=spec["fd"])
+    run_sibling(sock, cfg, spec["parent"], counters=sibling_counters(counters, 1))
+
+
+def run_sibling(sock, cfg, parent_pid, counters=None):
+    """Entry point in the sibling process; never returns."""
+    code = 0
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
+        process.die_with_parent(parent_pid)
+        process.set_title("forkwsgi: offload")
+        # Before the sink starts threads of its own (librdkafka's): they
+        # inherit the policy and the nice level.
+        priority = Priority(cfg["offload_nice"])
+        sib = Sibling(sock, cfg, counters, priority=priority)
+
+        def drain(signum, frame):
+            sib.request_stop(time.monotonic() + cfg["graceful_timeout"])
+
+        def fast(signum, frame):
+            sib.request_stop(time.monotonic())
+
+        def hand_over(signum, frame):
+            sib.request_stop(time.monotonic() + cfg["graceful_timeout"], read=False)
+
+        signal.signal(signal.SIGHUP, hand_over)
+        signal.signal(signal.SIGTERM, drain)
+        signal.signal(signal.SIGINT, fast)
+        signal.signal(signal.SIGQUIT, fast)
+        # Whoever started us held these until now (a stop asked for
+        # during start-up waits for the handlers instead of killing us).
+        process.release_stop_signals()
+        sib.run()
+    except BaseException:
+        log.exception("the offload sibling failed")
+        code = 1
+    finally:
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Collecting the workers' spill files into the journal.
+
+A worker appends a record to its spill file when the queue is full (or the
+record is too large for it); the sibling copies whole records from there
+into the journal, remembers in the journal's state how far it read each
+file, and deletes a file it has read to the end.
+"""
+import fcntl
+import logging
+import os
+
+from .records import BadRecord, parse
+
+log = logging.getLogger("forkwsgi")
+
+SPILL_CHUNK = 8 << 20                    # bytes read from one spill file per scan
+
+
+class SpillCollector:
+    def __init__(self, spill_dir, journal, disk, producers_alive=None):
+        self.spill_dir = spill_dir
+        self.journal = journal
+        self.disk = disk                 # sibling.DiskTrouble: failed writes are counted and retried
+        self.producers_alive = producers_alive or _pid_alive
+        self.room = 0
+        self.journaled = 0               # records journaled, for the sibling's counter
+
+    def collect(self, room, take):
+        """Copy whole records from the workers' spill files into the journal,
+        at most `room` records (the rest waits in the file); take(entry) gets
+        each journaled record as (Record, segment, end offset). Returns True
+        if records were left waiting in a file.
+
+        A file read to the end is deleted, also while its worker lives. The
+        producer takes the file's lock for every append; the sibling takes
+        it only to read a chunk and, once that chunk is journaled, to check
+        that nothing came since and unlink. A producer that finds its file
+        unlinked starts a new one under a new name, so the offsets kept here
+        by name never meet another file."""
+        try:
+            names = [n for n in os.listdir(self.spill_dir) if n.startswith("spill-") and n.endswith(".fwo")]
+        except FileNotFoundError:
+            return False
+        state = self.journal.state["spill"]
+        for gone in set(state) - set(names):        # deleted, and the state not saved after
+            state.pop(gone)
+        left = False
+        self.room = room
+        for name in names:
+            if self.room <= 0 or self.disk.wait():
+                return True
+            try:
+                pid = int(name[6:-4].split("-")[0])
+            except ValueError:
+                continue
+            left |= self._collect_one(os.path.join(self.spill_dir, name), name, self.producers_alive(pid), take)
+        return left
+
+    def _collect_one(self, path, name, alive, take):
+        done = self.journal.state["spill"].get(name, 0)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            with _Locked(fd, wait=False):             # not locked (being appended): read what is whole
+                data = os.pread(fd, SPILL_CHUNK, done)
+            off = 0
+            while off < len(data) and self.room > 0:
+                try:
+                    rec, size = parse(data, off)
+                except BadRecord:
+                    log.error("offload: spill file %s is damaged at offset %d: skipping the rest of it",
+                              path, done + off)
+                    off = len(data)
+                    break
+                if rec is None:
+                    break
+                try:
+                    seg, end = self.journal.append(data[off:off + size])
+                except OSError as e:
+                    self.disk.failed("the journal", e)   # the rest waits in the spill file
+                    break
+                self.disk.ok()
+                take((rec, seg, end))
+                self.room -= 1
+                self.journaled += 1
+                off += size
+            if off:
+                # Journaled before the file forgets them; if that cannot be
+                # made sure, they are collected again (twice, never lost).
+                try:
+                    self.journal.sync()
+                    self.journal.state["spill"][name] = done + off
+                    self.journal.save_state()
+                except OSError as e:
+                    self.journal.state["spill"][name] = done
+                    self.disk.failed("the journal state", e)
+                    return True
+            # Read to the end: delete it if nothing came meanwhile (checked
+            # under the lock, which a live producer holds while appending).
+            with _Locked(fd, wait=False) as locked:
+                if (locked or not alive) and os.fstat(fd).st_size == done + off:
+                    os.unlink(path)
+                    deleted = True
+                else:
+                    deleted = False
+            if deleted:
+                self.journal.state["spill"].pop(name, None)
+                try:
+                    self.journal.save_state()
+                except OSError as e:
+                    self.disk.failed("the journal state", e)
+                return False
+            return os.fstat(fd).st_size > done + off
+        finally:
+            os.close(fd)
+
+
+class _Locked:
+    """flock(LOCK_EX | LOCK_NB) on fd for a with-block; as the value: whether
+    the lock was had (the block runs either way)."""
+
+    def __init__(self, fd, wait=False):
+        self.fd = fd
+        self.flags = fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB)
+        self.locked = False
+
+    def __enter__(self):
+        try:
+            fcntl.flock(self.fd, self.flags)
+            self.locked = True
+        except BlockingIOError:
+            pass
+        return self.locked
+
+    def __exit__(self, *exc):
+        if self.locked:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

@@ -1,0 +1,104 @@
+"""Process plumbing every forkwsgi process shares (master, workers, the
+offload sibling): titles, the log's format, dying with the parent, holding
+stop signals across a fork, and the back-off of a child that keeps dying.
+
+A leaf: it imports nothing else of forkwsgi, so anything may import it."""
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+
+try:
+    import setproctitle as _spt
+except ImportError:  # pragma: no cover - it is a declared dependency
+    _spt = None
+
+log = logging.getLogger("forkwsgi")
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+
+# The signals that stop a forkwsgi process (SIGHUP: the sibling hands over).
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT}
+
+
+def set_title(title):
+    """The title ps and top show ("forkwsgi: master", "forkwsgi: worker 3")."""
+    if _spt is not None:
+        _spt.setproctitle(title)
+        return
+    try:   # at least the kernel's 15-byte comm
+        libc = ctypes.CDLL(None)
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(title.encode()[:15]), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def setup_logging(level):
+    """The server's log: one line per event on stderr, gunicorn's format."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s",
+                                           "%Y-%m-%d %H:%M:%S %z"))
+    log.handlers[:] = [handler]
+    log.setLevel(level)
+    log.propagate = False
+
+
+def die_with_parent(parent_pid):
+    """Ask the kernel to send SIGTERM when the parent dies; if it died before
+    we asked, exit now."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+@contextlib.contextmanager
+def stop_signals_held():
+    """Around starting a child (fork or spawn): the child inherits the
+    calling thread's mask, so a stop signal waits until the child has its
+    own handlers (it calls release_stop_signals) instead of killing it or
+    being swallowed by handlers inherited from the parent."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def release_stop_signals():
+    """In a child, once its handlers are in place: a stop that arrived since
+    the fork is delivered now."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+class Backoff:
+    """When to start a child again after it died: at once, unless it keeps
+    dying right after its start (within `boot_seconds`); then 0.1 s,
+    doubling up to `limit`."""
+
+    def __init__(self, boot_seconds=2.0, limit=10.0):
+        self.boot_seconds = boot_seconds
+        self.limit = limit
+        self.delay = 0.0
+        self.next_start = 0.0
+
+    def died(self, started):
+        """A child started at `started` (monotonic) died now. Returns the
+        pause before the next start (0: at once)."""
+        now = time.monotonic()
+        if now - started < self.boot_seconds:
+            self.delay = min(max(0.1, self.delay * 2), self.limit)
+        else:
+            self.delay = 0.0
+        self.next_start = now + self.delay
+        return self.delay
+
+    def due(self):
+        return time.monotonic() >= self.next_start

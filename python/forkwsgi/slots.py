@@ -1,0 +1,159 @@
+"""What the master shares with its workers, one slot per worker process:
+
+- a status entry per app thread (src/glue.h, FW_STATUS_SIZE): when its
+  current call into the app began and the request line (--timeout, and the
+  log line of a worker that died);
+- a scoreboard entry (cserver/fw_balance.h): the worker's load, read by
+  the others to place connections;
+- a kick eventfd (least-busy with threads) and a hand-off socket pair:
+  connections passed to the slot's owner.
+
+Everything is made before the first fork, so every worker inherits every
+other worker's kick eventfd and hand-off socket. A slot outlives its
+worker: connections handed to a worker that died before reading them are
+taken back here and passed on (stranded hand-offs).
+"""
+import array
+import logging
+import mmap
+import os
+import socket
+import struct
+import time
+
+from . import _forkwsgi
+
+log = logging.getLogger("forkwsgi")
+
+STATUS_SIZE = _forkwsgi.STATUS_SIZE
+# A connection stranded in a dead worker's hand-off queue waits at most this
+# long in the master for a live worker to take it.
+STRANDED_SECONDS = 10.0
+FW_PASS_REQUEST = 2              # hand-off flag: counted in the target's "incoming"
+
+
+class WorkerSlots:
+    def __init__(self, nslots, threads, counting, logger=log):
+        self.nslots = nslots
+        self.threads = threads
+        self.log = logger
+        self.status_stride = STATUS_SIZE * threads
+        self.status = mmap.mmap(-1, self.status_stride * nslots)
+        self.scoreboard = mmap.mmap(-1, _forkwsgi.SB_SLOT_SIZE * nslots)
+        self.kick_fds = []
+        if counting:
+            self.kick_fds = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(nslots)]
+        # Hand-off sockets, in every balance mode: a retiring worker passes
+        # its idle connections to the others (and with counting, a
+        # saturated worker passes requests arriving on idle connections).
+        self.pass_recv, self.pass_send = [], []
+        for _ in range(nslots):
+            r, w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.pass_recv.append(r)
+            self.pass_send.append(w)
+        self.stranded = []           # (datagram, fd, since): hand-offs no live worker took yet
+
+    # ---- a worker's life in its slot ------------------------------------------
+
+    def free_slot(self, used):
+        return next((i for i in range(self.nslots) if i not in used), None)
+
+    def prepare(self, slot):
+        """A new worker in `slot`: its status entries (a memoryview the
+        caller releases) and the balance options of its server."""
+        lo, hi = slot * self.status_stride, (slot + 1) * self.status_stride
+        self.status[lo:hi] = bytes(self.status_stride)
+        _forkwsgi.sb_spawn(self.scoreboard, slot, self.kick_fds or None)
+        balance = {"scoreboard": self.scoreboard, "slot": slot, "kick_fds": self.kick_fds or None,
+                   "pass_fds": [s.fileno() for s in self.pass_send],
+                   "pass_recv_fd": self.pass_recv[slot].fileno()}
+        return memoryview(self.status)[lo:hi], balance
+
+    def keep_only(self, slot):
+        """In the worker of `slot`: only the owner reads a slot's hand-offs."""
+        for j, s in enumerate(self.pass_recv):
+            if j != slot:
+                s.close()
+
+    def close_all(self):
+        """In a child that is no worker (the offload sibling)."""
+        for s in self.pass_recv + self.pass_send:
+            s.close()
+
+    def retire(self, slot):
+        """The master asks the worker to retire while others serve on: it
+        hands its idle connections to them instead of closing them."""
+        _forkwsgi.sb_retire(self.scoreboard, slot, None)
+
+    def serving(self, slot):
+        """What the worker's app threads are in: [(thread, began_ns, request line)]."""
+        out = []
+        for t in range(self.threads):
+            off = slot * self.status_stride + t * STATUS_SIZE
+            began = struct.unpack_from("Q", self.status, off)[0]
+            if began:
+                line = bytes(self.status[off + 8:off + STATUS_SIZE]).split(b"\0", 1)[0].decode("latin-1")
+                out.append((t, began, line))
+        return out
+
+    # ---- when a worker ended --------------------------------------------------
+
+    def release(self, slot):
+        """The worker in `slot` ended: take it out of the scoreboard (a stale
+        count would throttle the others), and take back connections handed
+        to it that it never read (their requests are still unread in the
+        sockets) to pass them on."""
+        _forkwsgi.sb_release(self.scoreboard, slot, self.kick_fds or None)
+        for _ in range(256):
+            # recvmsg, not socket.recv_fds: before 3.12 it ignores its flags,
+            # and a blocking read would hang here.
+            try:
+                # The datagram: listener index and flags (cserver/fw_balance.h).
+                msg, anc, _, _ = self.pass_recv[slot].recvmsg(
+                    16, socket.CMSG_SPACE(4 * array.array("i").itemsize), socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                self.log.warning("hand-off queue of slot %d: %s", slot, e)
+                break
+            fds = array.array("i")
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+            # Not counted in the new target's "incoming".
+            fwd = bytes([msg[0], msg[1] & ~FW_PASS_REQUEST]) if len(msg) == 2 else (msg or b"\0")
+            self.stranded += [(fwd, fd, time.monotonic()) for fd in fds]
+
+    def pass_on_stranded(self, stopping):
+        """Send the stranded connections to the least busy live worker. When
+        none can take one (every worker retiring or starting, as under fast
+        --max-requests recycling), it waits here, retried at each turn of
+        the master's loop, rather than being closed with a request in it.
+        stopping: close them."""
+        left, moved, lost = [], 0, 0
+        for fwd, fd, since in self.stranded:
+            target = None if stopping else self.least_busy()
+            try:
+                if target is None:
+                    if not stopping and time.monotonic() - since < STRANDED_SECONDS:
+                        left.append((fwd, fd, since))
+                        continue
+                    raise OSError("no live worker")
+                self.pass_send[target].sendmsg(
+                    [fwd], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))], socket.MSG_DONTWAIT)
+                moved += 1
+            except BlockingIOError:
+                left.append((fwd, fd, since))
+                continue
+            except OSError:
+                lost += 1
+            os.close(fd)
+        self.stranded = left
+        if moved or lost:
+            self.log.info("%d handed-off connection(s) passed on, %d closed, %d waiting for a worker",
+                          moved, lost, len(left))
+
+    def least_busy(self):
+        alive = [(s["inflight"], i) for i, s in enumerate(_forkwsgi.sb_read(self.scoreboard))
+                 if s["state"] == "alive" and s["open"] and not s["retire"]]
+        return min(alive)[1] if alive else None
