@@ -2,11 +2,11 @@
  * See fw_balance.h for the modes and docs/accept-balancing.md for why. */
 #define _GNU_SOURCE
 #include "fw_balance.h"
-#include "fw_conn.h"
-#include "fw_server.h"
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,7 +16,6 @@
 
 #define BAL_OF_KICK(wp) ((fw_balance *)((char *)(wp) - offsetof(fw_balance, kick_w)))
 #define BAL_OF_PASS(wp) ((fw_balance *)((char *)(wp) - offsetof(fw_balance, pass_w)))
-#define SERVER_OF_BAL(bp) ((fw_server *)((char *)(bp) - offsetof(fw_server, bal)))
 
 _Static_assert(sizeof(fw_sb_slot) == FW_SB_SLOT_SIZE, "two cache lines per slot");
 
@@ -79,30 +78,14 @@ static int want_armed(const fw_balance *b, uint32_t mn)
     return b->inflight < b->threads && load_of(&b->sb[b->cfg.me]) <= mn;   /* published under mu */
 }
 
-/* Add or remove every listener. EPOLL_CTL_MOD cannot change an exclusive
- * entry, so disarming is DEL and arming is ADD (which also polls the socket:
- * a connection already queued is picked up at once). */
-static int set_listeners(fw_server *srv, int on)
-{
-    uint32_t mask = 0;
-    if (on)
-        mask = EPOLLIN | (srv->bal.cfg.mode == FW_BAL_LEAST_BUSY ? EPOLLEXCLUSIVE : 0);
-    for (int i = 0; i < srv->nlisteners; i++) {
-        if (fw_loop_watch(&srv->loop, &srv->listeners[i].w, mask) != 0) {
-            fw_server_log(srv, FW_LOG_ERROR, "epoll_ctl(listener %d): %s",
-                          srv->listeners[i].w.fd, strerror(errno));
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* mu held. Fix our own registration, then kick every live peer whose
  * registration no longer fits the rule (in both directions: kicks that arm
- * are what keeps arrivals from waiting while a thread is free). */
-static void reconcile_locked(fw_server *srv)
+ * are what keeps arrivals from waiting while a thread is free). The server
+ * adds or removes its listeners (ops->set_listeners): EPOLL_CTL_MOD cannot
+ * change an exclusive entry, so disarming is DEL and arming is ADD (which
+ * also polls the socket: a connection already queued is picked up at once). */
+static void reconcile_locked(fw_balance *b)
 {
-    fw_balance *b = &srv->bal;
     /* Published first, so peers deciding from now on see it. */
     atomic_store(&b->sb[b->cfg.me].open, (uint32_t)(b->allowed && !b->draining));
     for (int tries = 0; tries < 4; tries++) {
@@ -110,7 +93,7 @@ static void reconcile_locked(fw_server *srv)
         int w = want_armed(b, mn);
         if (w == b->armed)
             break;
-        if (set_listeners(srv, w) != 0)
+        if (b->ops->set_listeners(b->ctx, w, b->cfg.mode == FW_BAL_LEAST_BUSY) != 0)
             break;
         b->armed = w;
         atomic_store(&b->sb[b->cfg.me].armed, (uint32_t)w);
@@ -144,7 +127,7 @@ static void on_kick(fw_loop *loop, fw_watch *w, uint32_t events)
     if (read(w->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         return;
     pthread_mutex_lock(&b->mu);
-    reconcile_locked(SERVER_OF_BAL(b));
+    reconcile_locked(b);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -184,21 +167,15 @@ static int recv_pass(int sock, int *fd, unsigned char msg[2], ssize_t *len)
 }
 
 /* Serve a connection handed to us (the fd is ours to close). */
-static void take_pass(fw_server *srv, int fd, const unsigned char msg[2], int well_formed)
+static void take_pass(fw_balance *b, int fd, const unsigned char msg[2], int well_formed)
 {
-    fw_balance *b = &srv->bal;
-    struct sockaddr_storage ss;
-    socklen_t salen = sizeof(ss);
-    if (!well_formed || msg[0] >= srv->nlisteners || getpeername(fd, (struct sockaddr *)&ss, &salen) != 0) {
-        close(fd);             /* malformed, or the client has gone meanwhile */
+    if (!well_formed || msg[0] >= b->nlisteners) {
+        if (close(fd) != 0 && errno != EINTR)
+            b->ops->log(b->ctx, 0, "close of a malformed hand-off", errno);
         return;
     }
     atomic_fetch_add(&b->sb[b->cfg.me].handed_in, 1);
-    if (!fw_conn_new(srv, &srv->listeners[msg[0]], fd, (struct sockaddr *)&ss, salen,
-                     msg[1] & FW_PASS_KEPT_ALIVE)) {
-        fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
-        close(fd);
-    }
+    b->ops->take(b->ctx, msg[0], fd, msg[1] & FW_PASS_KEPT_ALIVE);
 }
 
 static void on_pass(fw_loop *loop, fw_watch *w, uint32_t events)
@@ -206,7 +183,6 @@ static void on_pass(fw_loop *loop, fw_watch *w, uint32_t events)
     (void)loop;
     (void)events;
     fw_balance *b = BAL_OF_PASS(w);
-    fw_server *srv = SERVER_OF_BAL(b);
     for (int i = 0; i < PASS_BATCH; i++) {
         int fd = -1;
         unsigned char msg[2] = { 0, 0 };
@@ -214,11 +190,11 @@ static void on_pass(fw_loop *loop, fw_watch *w, uint32_t events)
         int rc = recv_pass(w->fd, &fd, msg, &len);
         if (rc < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK)
-                fw_server_log(srv, FW_LOG_ERROR, "hand-off recvmsg: %s", strerror(errno));
+                b->ops->log(b->ctx, 1, "hand-off recvmsg", errno);
             return;
         }
         if (fd >= 0)
-            take_pass(srv, fd, msg, rc == 0);
+            take_pass(b, fd, msg, rc == 0);
         /* Its request is dispatched now (counted in inflight), or queued
          * here, or gone: it no longer counts as coming. */
         if (rc == 0 && (msg[1] & FW_PASS_REQUEST))
@@ -226,16 +202,14 @@ static void on_pass(fw_loop *loop, fw_watch *w, uint32_t events)
     }
 }
 
-/* Send c's socket, unread, to slot j's worker, then close it here
- * (request: one waits in it, counted in the target's `incoming` until the
- * target takes it in). Returns 0 when sent, or -1 with errno (EAGAIN: its
- * queue is full; c untouched). */
-static int pass_to(fw_server *srv, fw_conn *c, int j, int request)
+/* Send the socket fd, unread, to slot j's worker (request: one waits in
+ * it, counted in the target's `incoming` until the target takes it in).
+ * Returns 0 when sent (the caller closes its side), or -1 with errno
+ * (EAGAIN: its queue is full; nothing sent). */
+static int pass_to(fw_balance *b, int fd, int listener, int served, int j, int request)
 {
-    fw_balance *b = &srv->bal;
-    unsigned char msg[2] = { (unsigned char)(c->lst - srv->listeners),
-                             (unsigned char)((c->requests > 0 || c->kept_alive ? FW_PASS_KEPT_ALIVE : 0) |
-                                             (request ? FW_PASS_REQUEST : 0)) };
+    unsigned char msg[2] = { (unsigned char)listener,
+                             (unsigned char)((served ? FW_PASS_KEPT_ALIVE : 0) | (request ? FW_PASS_REQUEST : 0)) };
     struct iovec iov = { .iov_base = msg, .iov_len = sizeof(msg) };
     union {
         char buf[CMSG_SPACE(sizeof(int))];
@@ -248,7 +222,7 @@ static int pass_to(fw_server *srv, fw_conn *c, int j, int request)
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
     cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &c->w.fd, sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
     if (request)            /* before the send: the target may take it in at once */
         atomic_fetch_add(&b->sb[j].incoming, 1);
     ssize_t n;
@@ -263,8 +237,6 @@ static int pass_to(fw_server *srv, fw_conn *c, int j, int request)
         return -1;
     }
     atomic_fetch_add(&b->sb[b->cfg.me].handed_out, 1);
-    /* The socket lives on in the datagram and then in the peer. */
-    fw_conn_close_passed(c);
     return 0;
 }
 
@@ -277,11 +249,15 @@ static int can_take(const fw_balance *b, int j)
 
 /* ---- the interface --------------------------------------------------------- */
 
-int fw_balance_init(fw_server *srv)
+int fw_balance_init(fw_balance *b, const fw_balance_cfg *cfg, int threads, int nlisteners, fw_loop *loop,
+                    const fw_balance_ops *ops, void *ctx)
 {
-    fw_balance *b = &srv->bal;
-    b->cfg = srv->cfg.balance;
-    b->threads = srv->cfg.threads > 1 ? (uint32_t)srv->cfg.threads : 1;
+    b->cfg = *cfg;
+    b->loop = loop;
+    b->ops = ops;
+    b->ctx = ctx;
+    b->nlisteners = nlisteners;
+    b->threads = threads > 1 ? (uint32_t)threads : 1;
     b->kick_w.fd = -1;
     b->pass_w.fd = -1;
     if (!b->cfg.scoreboard || b->cfg.nslots < 1 || b->cfg.me < 0 || b->cfg.me >= b->cfg.nslots ||
@@ -305,7 +281,7 @@ int fw_balance_init(fw_server *srv)
     if (b->cfg.kick_fds && b->cfg.kick_fds[b->cfg.me] >= 0) {
         b->kick_w.fd = b->cfg.kick_fds[b->cfg.me];
         b->kick_w.cb = on_kick;
-        if (fw_loop_watch(&srv->loop, &b->kick_w, EPOLLIN) != 0)
+        if (fw_loop_watch(loop, &b->kick_w, EPOLLIN) != 0)
             return -1;
     }
     /* Hand-offs arrive in every mode: a retiring peer passes its idle
@@ -313,124 +289,120 @@ int fw_balance_init(fw_server *srv)
     if (b->cfg.pass_recv_fd >= 0) {
         b->pass_w.fd = b->cfg.pass_recv_fd;
         b->pass_w.cb = on_pass;
-        if (fw_loop_watch(&srv->loop, &b->pass_w, EPOLLIN) != 0)
+        if (fw_loop_watch(loop, &b->pass_w, EPOLLIN) != 0)
             return -1;
     }
     return 0;
 }
 
-void fw_balance_destroy(fw_server *srv)
+void fw_balance_destroy(fw_balance *b)
 {
-    fw_balance *b = &srv->bal;
     /* The fds are not ours: just leave the epoll set (closed with the loop). */
     if (b->sb)
         pthread_mutex_destroy(&b->mu);
     b->sb = NULL;
 }
 
-void fw_balance_start(fw_server *srv)
+void fw_balance_start(fw_balance *b, int64_t now)
 {
-    fw_balance *b = &srv->bal;
     pthread_mutex_lock(&b->mu);
     b->draining = 0;
     b->allowed = 1;
-    b->backstop_at = srv->now;
+    b->backstop_at = now;
     atomic_store(&b->sb[b->cfg.me].pid, (int32_t)getpid());
     atomic_store(&b->sb[b->cfg.me].state, FW_SB_ALIVE);
-    reconcile_locked(srv);
+    reconcile_locked(b);
     pthread_mutex_unlock(&b->mu);
 }
 
-void fw_balance_allow(fw_server *srv, int on)
+void fw_balance_allow(fw_balance *b, int on)
 {
-    fw_balance *b = &srv->bal;
     pthread_mutex_lock(&b->mu);
     b->allowed = on;
-    reconcile_locked(srv);
+    reconcile_locked(b);
     pthread_mutex_unlock(&b->mu);
 }
 
-int fw_balance_accept_batch(const fw_server *srv)
+void fw_balance_accepted(fw_balance *b)
+{
+    atomic_fetch_add(&b->sb[b->cfg.me].accepted, 1);
+}
+
+int fw_balance_accept_batch(const fw_balance *b, int batch)
 {
     /* Looping accept() until EAGAIN would let one worker swallow a burst
      * beyond its free threads, or (inline) beyond its one free loop while
      * peers idle: least-busy takes one and re-decides. A lone inline
      * server has nobody to leave connections to. */
-    const fw_balance *b = &srv->bal;
     if (counting(b) || (b->cfg.mode == FW_BAL_LEAST_BUSY && b->cfg.nslots >= 2))
         return 1;
-    return srv->cfg.accept_batch;
+    return batch;
 }
 
-void fw_balance_silent(fw_server *srv, fw_conn *c)
+void fw_balance_silent(fw_balance *b, fw_balance_place *p)
 {
-    fw_balance *b = &srv->bal;
-    if (!counting(b) || c->pending)
+    if (!counting(b) || p->pending)
         return;
     pthread_mutex_lock(&b->mu);
-    c->pending = 1;
+    p->pending = 1;
     b->pending++;
     publish_locked(b);
-    reconcile_locked(srv);
+    reconcile_locked(b);
     pthread_mutex_unlock(&b->mu);
 }
 
-/* mu held: c's request arrived (or it closed, or its grace ran out). */
-static void unpend_locked(fw_balance *b, fw_conn *c)
+/* mu held: the request arrived (or the connection closed, or its grace ran out). */
+static void unpend_locked(fw_balance *b, fw_balance_place *p)
 {
-    if (c->pending) {
-        c->pending = 0;
+    if (p->pending) {
+        p->pending = 0;
         b->pending--;
     }
 }
 
-void fw_balance_begin(fw_server *srv, fw_conn *c)
+void fw_balance_begin(fw_balance *b, fw_balance_place *p)
 {
-    fw_balance *b = &srv->bal;
-    if (!counting(b) || (c->counted && !c->pending))
+    if (!counting(b) || (p->counted && !p->pending))
         return;
     pthread_mutex_lock(&b->mu);
-    unpend_locked(b, c);
-    if (!c->counted) {
-        c->counted = 1;
+    unpend_locked(b, p);
+    if (!p->counted) {
+        p->counted = 1;
         b->inflight++;
     }
     publish_locked(b);
-    reconcile_locked(srv);
+    reconcile_locked(b);
     pthread_mutex_unlock(&b->mu);
 }
 
-void fw_balance_end(fw_server *srv, fw_conn *c)
+void fw_balance_end(fw_balance *b, fw_balance_place *p)
 {
-    fw_balance *b = &srv->bal;
-    if (!c->counted && !c->pending)
+    if (!p->counted && !p->pending)
         return;
     pthread_mutex_lock(&b->mu);
-    unpend_locked(b, c);
-    if (c->counted) {
-        c->counted = 0;
+    unpend_locked(b, p);
+    if (p->counted) {
+        p->counted = 0;
         b->inflight--;
     }
     publish_locked(b);
-    reconcile_locked(srv);
+    reconcile_locked(b);
     pthread_mutex_unlock(&b->mu);
 }
 
-int fw_balance_handoff(fw_server *srv, fw_conn *c)
+int fw_balance_handoff(fw_balance *b, fw_balance_place *p, int fd, int listener, int served)
 {
-    fw_balance *b = &srv->bal;
-    if (!counting(b) || !b->cfg.pass_fds || b->cfg.nslots < 2 || srv->stopping)
+    if (!counting(b) || !b->cfg.pass_fds || b->cfg.nslots < 2)
         return 0;
-    /* Our load, c's own pending place aside (c is not counted yet: it is
-     * still waiting for its request). */
-    uint32_t mine = load_of(&b->sb[b->cfg.me]) - (c->pending ? 1u : 0u);
+    /* Our load, the connection's own pending place aside (it is not
+     * counted yet: it is still waiting for its request). */
+    uint32_t mine = load_of(&b->sb[b->cfg.me]) - (p->pending ? 1u : 0u);
     /* A fresh connection's first request is placed as if it had come with
      * the connection: at the least loaded worker (load_of; its own pending
      * place here aside). A kept-alive one stays
      * while this worker has a free thread: moving costs a syscall on each
      * side, and only a saturated worker makes its request wait. */
-    int fresh = c->requests == 0 && !c->kept_alive;
-    if (!fresh && mine < b->threads)
+    if (served && mine < b->threads)
         return 0;
     /* The live worker with the fewest requests and a free thread. */
     int best = -1;
@@ -446,12 +418,11 @@ int fw_balance_handoff(fw_server *srv, fw_conn *c)
     }
     if (best < 0 || best_n >= mine)
         return 0;            /* nobody is less busy: it is served here */
-    return pass_to(srv, c, best, 1) == 0;    /* its queue is full or it is gone: serve it here */
+    return pass_to(b, fd, listener, served, best, 1) == 0;   /* its queue is full or it is gone: here */
 }
 
-int fw_balance_pass_on(fw_server *srv, fw_conn *c)
+int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served)
 {
-    fw_balance *b = &srv->bal;
     /* Round robin over the peers that can take it, so a retiring worker's
      * idle connections spread instead of piling onto one worker (they count
      * for nothing in the scoreboard until a request arrives). */
@@ -461,49 +432,50 @@ int fw_balance_pass_on(fw_server *srv, fw_conn *c)
         if (!can_take(b, j))
             continue;
         any = 1;
-        if (pass_to(srv, c, j, 0) == 0) {
+        if (pass_to(b, fd, listener, served, j, 0) == 0) {
             b->pass_next = j;
             return 1;
         }
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
-            fw_server_log(srv, FW_LOG_WARNING, "hand-off to worker slot %d: %s", j, strerror(errno));
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
+            int e = errno;
+            char what[48];
+            snprintf(what, sizeof(what), "hand-off to worker slot %d", j);
+            b->ops->log(b->ctx, 0, what, e);
+        }
     }
     return any ? 0 : -1;
 }
 
-int fw_balance_hands_on(const fw_server *srv, int retiring)
+int fw_balance_hands_on(const fw_balance *b, int retiring)
 {
-    const fw_balance *b = &srv->bal;
     return b->cfg.pass_fds && b->cfg.nslots > 1 && (retiring || atomic_load(&b->sb[b->cfg.me].retire));
 }
 
-int fw_balance_tick(fw_server *srv)
+int fw_balance_tick(fw_balance *b, int64_t now)
 {
-    fw_balance *b = &srv->bal;
     if (!counting(b) || b->cfg.nslots < 2)
         return -1;
     pthread_mutex_lock(&b->mu);
     int need = !b->armed && b->allowed && !b->draining && b->inflight < b->threads;
-    if (need && srv->now >= b->backstop_at) {
-        reconcile_locked(srv);
-        b->backstop_at = srv->now + (b->cfg.backstop_ms > 0 ? b->cfg.backstop_ms : BACKSTOP_MS);
+    if (need && now >= b->backstop_at) {
+        reconcile_locked(b);
+        b->backstop_at = now + (b->cfg.backstop_ms > 0 ? b->cfg.backstop_ms : BACKSTOP_MS);
     }
-    int64_t left = b->backstop_at - srv->now;
+    int64_t left = b->backstop_at - now;
     pthread_mutex_unlock(&b->mu);
     if (!need)
         return -1;
     return left < 0 ? 0 : (int)left;
 }
 
-void fw_balance_drain(fw_server *srv)
+void fw_balance_drain(fw_balance *b)
 {
-    fw_balance *b = &srv->bal;
     pthread_mutex_lock(&b->mu);
     b->draining = 1;
     b->allowed = 0;
     /* Out of the minimum first, so the kicks below see the new one. */
     atomic_store(&b->sb[b->cfg.me].state, FW_SB_DRAINING);
-    reconcile_locked(srv);
+    reconcile_locked(b);
     pthread_mutex_unlock(&b->mu);
 }
 

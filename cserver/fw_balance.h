@@ -28,7 +28,12 @@
  * its measurements: docs/accept-balancing.md.
  *
  * Threads: the loop thread and the app threads of the worker both change
- * the in-flight count and the listener registration, under `mu`. */
+ * the in-flight count and the listener registration, under `mu`.
+ *
+ * Layering: fw_balance knows the loop, the scoreboard and sockets, not the
+ * server or its connections. The server watches and unwatches its listeners
+ * and takes in handed-over sockets through fw_balance_ops; a connection
+ * carries its place in the count as an fw_balance_place. */
 #ifndef FW_BALANCE_H
 #define FW_BALANCE_H
 
@@ -84,11 +89,32 @@ typedef struct fw_balance_cfg {
     int backstop_ms;                /* re-check while disarmed with a free thread; 0 = 500 */
 } fw_balance_cfg;
 
-typedef struct fw_server fw_server;
-typedef struct fw_conn fw_conn;
+/* What fw_balance asks of the server above it. ctx: the server's. */
+typedef struct fw_balance_ops {
+    /* Watch every listener (on: with EPOLLEXCLUSIVE when exclusive) or stop
+     * watching them. Returns 0, or -1 (errno set; the callee said why). */
+    int (*set_listeners)(void *ctx, int on, int exclusive);
+    /* Serve a connection a peer handed us: fd is the callee's from now on;
+     * listener: the index of the listener it came through; kept_alive: it
+     * was served before (idle timeout, not header timeout). */
+    void (*take)(void *ctx, int listener, int fd, int kept_alive);
+    /* Something failed: what (the context), err (errno); error or warning. */
+    void (*log)(void *ctx, int error, const char *what, int err);
+} fw_balance_ops;
+
+/* One connection's place in this worker's count (the caller embeds it in
+ * the connection; changed under the balancer's mu). */
+typedef struct fw_balance_place {
+    int counted;                    /* in the in-flight count */
+    int pending;                    /* accepted silent: steers placement (fw_balance_silent) */
+} fw_balance_place;
 
 typedef struct fw_balance {
     fw_balance_cfg cfg;             /* fd arrays not owned (see above) */
+    fw_loop *loop;                  /* not owned: the server's */
+    const fw_balance_ops *ops;      /* not owned */
+    void *ctx;                      /* not owned: passed to ops */
+    int nlisteners;                 /* listener indexes a hand-off may carry */
     fw_sb_slot *sb;                 /* the scoreboard (cfg's, or own_sb) */
     fw_sb_slot own_sb;              /* a private one-slot scoreboard for a lone server */
     pthread_mutex_t mu;             /* guards everything below and listener epoll_ctl */
@@ -104,51 +130,62 @@ typedef struct fw_balance {
     fw_watch pass_w;                /* our hand-off socket (cfg.pass_recv_fd), not owned */
 } fw_balance;
 
-/* Set up for srv (its listeners and loop exist). Returns 0 or -1 (errno). */
-int fw_balance_init(fw_server *srv);
-void fw_balance_destroy(fw_server *srv);
+/* Set up b for a server with `threads` app threads (1: inline) and
+ * `nlisteners` listeners, on `loop` (kick and hand-off fds are watched
+ * there). Returns 0 or -1 (errno). */
+int fw_balance_init(fw_balance *b, const fw_balance_cfg *cfg, int threads, int nlisteners, fw_loop *loop,
+                    const fw_balance_ops *ops, void *ctx);
+void fw_balance_destroy(fw_balance *b);
 
-/* Loop thread, when the loop starts: join the scoreboard (ALIVE) and arm. */
-void fw_balance_start(fw_server *srv);
+/* Loop thread, when the loop starts (now: monotonic ms): join the
+ * scoreboard (ALIVE) and arm. */
+void fw_balance_start(fw_balance *b, int64_t now);
 
 /* Loop thread: may the listeners be watched at all (not stopping, below
  * max-connections, not paused after EMFILE)? Arms or disarms as the mode
  * and the scoreboard say. */
-void fw_balance_allow(fw_server *srv, int on);
-/* Accept at most this many connections per listener wake-up. */
-int fw_balance_accept_batch(const fw_server *srv);
+void fw_balance_allow(fw_balance *b, int on);
+/* Accept at most this many connections per listener wake-up (batch: the
+ * configured most). */
+int fw_balance_accept_batch(const fw_balance *b, int batch);
+/* Statistics: one connection accepted. */
+void fw_balance_accepted(fw_balance *b);
 
 /* Loop thread: c was accepted and its request is not in the socket yet.
  * For FW_SILENT_GRACE_MS (the caller's timer ends it with fw_balance_end)
  * or until its request arrives, it weighs in the choice of the worker for
  * the next connection, but it never holds capacity: a thousand silent
  * connections do not stop a worker from accepting. */
-void fw_balance_silent(fw_server *srv, fw_conn *c);
+void fw_balance_silent(fw_balance *b, fw_balance_place *p);
 /* A request is about to be handed to an app thread: it counts as busy until
  * the app call returns. A request that arrives after its connection is
  * placed then (fw_balance_handoff). */
-void fw_balance_begin(fw_server *srv, fw_conn *c);
-/* The app call for c returned (any thread; before the response is written),
- * or c closed while counted, or its silent grace ran out. */
-void fw_balance_end(fw_server *srv, fw_conn *c);
+void fw_balance_begin(fw_balance *b, fw_balance_place *p);
+/* The app call for the connection returned (any thread; before the
+ * response is written), or it closed while counted, or its silent grace
+ * ran out. */
+void fw_balance_end(fw_balance *b, fw_balance_place *p);
 
-/* Loop thread, a request is arriving on idle connection c (nothing of it
- * read yet; kept alive, or new and silent until now): hand c, unread, to
- * a less busy worker with a free thread when this one is saturated (kept
+/* Loop thread, a request is arriving on an idle connection (socket fd,
+ * through listener `listener`; nothing of it read yet; served: kept alive
+ * after a request, else new and silent until now): hand it, unread, to a
+ * less busy worker with a free thread when this one is saturated (kept
  * alive) or not the least busy (a fresh connection's first request).
- * Returns 1 if handed off (c is closed), 0 to serve it here. */
-int fw_balance_handoff(fw_server *srv, fw_conn *c);
+ * Returns 1 if handed off (the caller closes its side of it), 0 to serve
+ * it here. Not while stopping. */
+int fw_balance_handoff(fw_balance *b, fw_balance_place *p, int fd, int listener, int served);
 
-/* Loop thread, while retiring: give idle connection c (nothing of its next
+/* Loop thread, while retiring: give an idle connection (nothing of its next
  * request read) to a live worker that serves on, unread. Returns 1 when
- * handed over (c is closed here), 0 when no peer could take it just now
- * (try again soon), -1 when no peer will take it (close it the usual way). */
-int fw_balance_pass_on(fw_server *srv, fw_conn *c);
+ * handed over (the caller closes its side), 0 when no peer could take it
+ * just now (try again soon), -1 when no peer will take it (close it the
+ * usual way). */
+int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served);
 
 /* A stopping worker: may it hand its idle connections to others that serve
  * on? Yes when it has peers and it retires by itself (retiring:
  * --max-requests) or the master asked it to (reload, --max-rss, TTOU). */
-int fw_balance_hands_on(const fw_server *srv, int retiring);
+int fw_balance_hands_on(const fw_balance *b, int retiring);
 
 /* One hand-off datagram: the listener's index (the same in every worker)
  * and flags, with the connection's fd in SCM_RIGHTS. */
@@ -157,12 +194,12 @@ enum {
     FW_PASS_REQUEST = 2             /* a request waits in it: counted in the target's `incoming` */
 };
 
-/* Loop thread, each pass: the backstop re-check. Returns the ms until it is
- * next due, or -1 when none is needed. */
-int fw_balance_tick(fw_server *srv);
+/* Loop thread, each pass (now: monotonic ms): the backstop re-check.
+ * Returns the ms until it is next due, or -1 when none is needed. */
+int fw_balance_tick(fw_balance *b, int64_t now);
 
 /* Graceful stop: leave the minimum (DRAINING), disarm, kick the others. */
-void fw_balance_drain(fw_server *srv);
+void fw_balance_drain(fw_balance *b);
 
 /* For the master (through the app layer): reset slot i for a new worker
  * (it turns ALIVE itself when its loop runs); mark it retiring (before the

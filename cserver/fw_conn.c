@@ -78,8 +78,8 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
         if (srv->stopping) {
             fw_conn_start_stop(c);      /* handed over while we stop */
         } else if (srv->pool && !kept_alive) {
-            fw_balance_silent(srv, c);
-            if (c->pending)
+            fw_balance_silent(&srv->bal, &c->place);
+            if (c->place.pending)
                 fw_timer_start(&srv->t_grace, &c->grace, srv->now);
         }
     }
@@ -105,7 +105,7 @@ void fw_conn_close(fw_conn *c)
     if (c->app_state && srv->ops->on_drop)
         srv->ops->on_drop(srv->app, c);
     c->app_state = NULL;
-    fw_balance_end(srv, c);         /* counted, but its request never ran */
+    fw_balance_end(&srv->bal, &c->place);     /* counted, but its request never ran */
     c->state = FW_C_CLOSED;
     fw_timer_stop(&c->timer);
     fw_timer_stop(&c->grace);
@@ -120,6 +120,18 @@ void fw_conn_close(fw_conn *c)
     c->prev = NULL;
     srv->graveyard = c;
     fw_server_conn_closed(srv);
+}
+
+/* For a hand-off: the index of the listener c came through (the same in
+ * every worker), and whether a request was served on it before. */
+static int listener_index(const fw_conn *c)
+{
+    return (int)(c->lst - c->srv->listeners);
+}
+
+static int served_before(const fw_conn *c)
+{
+    return c->requests > 0 || c->kept_alive;
 }
 
 void fw_conn_close_passed(fw_conn *c)
@@ -355,8 +367,8 @@ static void conn_drive(fw_conn *c)
                 if (c->w.mask)
                     conn_watch(c, 0);
                 fw_timer_stop(&c->grace);
-                fw_balance_begin(srv, c);
-                fw_pool_submit(srv->pool, c);
+                fw_balance_begin(&srv->bal, &c->place);
+                fw_pool_submit(srv->pool, &c->job);
                 return;
             }
             /* Inline: no event for this fd can be dispatched while the app
@@ -443,9 +455,11 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
         /* A request arriving on an idle connection (kept alive, or new and
          * silent until now) may be better served by another worker: see
          * fw_balance_handoff. It goes there unread. */
-        if (c->state == FW_C_READ_HEAD && srv->pool && fw_buf_used(&c->in) == 0 &&
-            fw_balance_handoff(srv, c))
+        if (c->state == FW_C_READ_HEAD && srv->pool && fw_buf_used(&c->in) == 0 && !srv->stopping &&
+            fw_balance_handoff(&srv->bal, &c->place, c->w.fd, listener_index(c), served_before(c))) {
+            fw_conn_close_passed(c);    /* the socket lives on in the datagram, then in the peer */
             return;
+        }
         size_t want = c->state == FW_C_READ_BODY ? BODY_CHUNK : READ_CHUNK;
         int rc = fw_conn_read(c, want);
         if (rc < 0) {
@@ -541,9 +555,11 @@ void fw_conn_start_stop(fw_conn *c)
         /* Idle (kept alive, or new and silent). A retiring worker gives it,
          * unread, to a worker that serves on: the client never notices. */
         if (srv->handing_on) {
-            int rc = fw_balance_pass_on(srv, c);
-            if (rc > 0)
+            int rc = fw_balance_pass_on(&srv->bal, c->w.fd, listener_index(c), served_before(c));
+            if (rc > 0) {
+                fw_conn_close_passed(c);
                 return;
+            }
             /* Again soon: their queues are full, or (early in the stop) the
              * replacement that made the master retire us is not up yet. */
             if (rc == 0 || srv->now < srv->pass_wait_until) {

@@ -105,11 +105,10 @@ struct fw_conn {
     int app_active;                   /* on_writable wanted once out drains */
 
     fw_thread *thr;                   /* the thread serving it (loop_thread or a pool thread's) */
-    fw_conn *qnext;                   /* pool work/done lists */
+    fw_pool_job job;                  /* srv->pool's lists while a pool thread owns it */
     int pool_rc;                      /* what the app call returned, for the loop */
-    int counted;                      /* in this worker's in-flight count (fw_balance) */
-    int pending;                      /* accepted silent: steers placement (fw_balance_silent) */
-    fw_tnode grace;                   /* srv->t_grace: ends `pending` */
+    fw_balance_place place;           /* its place in this worker's count (fw_balance) */
+    fw_tnode grace;                   /* srv->t_grace: ends place.pending */
     int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
                                        * next request under the idle timeout, not the header one */
 };

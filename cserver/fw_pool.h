@@ -1,52 +1,71 @@
-/* fw_pool: the app threads of one server (--threads > 1).
+/* fw_pool: a fixed set of threads that run jobs handed over by the loop
+ * thread (the app threads of a server, --threads > 1).
  *
- * The loop thread reads and parses requests; when one is ready it submits
- * the connection here and forgets it: from then on exactly one pool thread
- * owns it (calls the app, reads a streaming body, writes the response) until
- * the thread puts it on the done list and wakes the loop through an eventfd.
- * The connection's epoll watch is oneshot and already fired, so the loop
- * gets no event for it meanwhile; its timers are stopped.
+ * The loop thread submits a job and forgets it: from then on exactly one
+ * pool thread owns it (ops->run) until the thread puts it on the done list
+ * and wakes the loop through an eventfd watched in the loop; the loop then
+ * gets it back (ops->done). The pool knows nothing of what a job is: the
+ * caller embeds an fw_pool_job in its own object (a connection) and finds
+ * the object again from the job, the way libuv hands an fd to a callback.
  *
- * The work queue is intrusive (fw_conn.qnext): submitting never allocates,
- * and it can never hold more than the server's connections. Which requests
- * reach the queue at all is fw_balance's job (the listener is disarmed while
- * every thread is busy). */
+ * The queues are intrusive (fw_pool_job.next): submitting never allocates,
+ * and they can never hold more jobs than the caller has objects. */
 #ifndef FW_POOL_H
 #define FW_POOL_H
 
 #include <pthread.h>
 
 #include "fw_loop.h"
-#include "fw_server.h"
 
-struct fw_pool {
-    fw_server *srv;
+typedef struct fw_pool_job {
+    struct fw_pool_job *next;      /* the pool's: work or done list */
+} fw_pool_job;
+
+typedef struct fw_pool_ops {
+    /* On a pool thread, before its first job / after its last (may be NULL). */
+    void (*thread_start)(void *ctx, int index);
+    void (*thread_stop)(void *ctx, int index);
+    /* On pool thread `index`: run the job. */
+    void (*run)(void *ctx, int index, fw_pool_job *job);
+    /* On the loop thread: the job has run and is the caller's again. */
+    void (*done)(void *ctx, fw_pool_job *job);
+    /* A syscall of the pool failed (what: its name; err: errno). */
+    void (*error)(void *ctx, const char *what, int err);
+} fw_pool_ops;
+
+typedef struct fw_pool {
+    fw_loop *loop;                 /* not owned: the loop that gets jobs back */
+    const fw_pool_ops *ops;        /* not owned */
+    void *ctx;                     /* not owned: passed to every op */
     int nthreads;
-    fw_thread *threads;            /* owned, nthreads */
     pthread_t *tids;               /* owned, nthreads */
     int started;                   /* threads running */
 
     pthread_mutex_t mu;            /* guards the two lists, quit and done_signalled */
     pthread_cond_t cv;             /* work arrived, or quit */
-    fw_conn *work_head, *work_tail;
-    fw_conn *done_head, *done_tail;
+    fw_pool_job *work_head, *work_tail;
+    fw_pool_job *done_head, *done_tail;
     int quit;
     int done_signalled;            /* an eventfd write is pending for the loop */
 
-    int busy;                      /* loop thread only: connections the pool owns */
+    int busy;                      /* loop thread only: jobs the pool holds */
     fw_watch done_w;               /* eventfd, owned */
-};
+} fw_pool;
 
-/* Create the pool and start its threads; the done eventfd is watched in the
- * server's loop. Returns NULL (errno set) on failure, with nothing started. */
-fw_pool *fw_pool_start(fw_server *srv, int nthreads);
+/* Create the pool and start its threads; the done eventfd is watched in
+ * `loop`. Returns NULL (errno set) on failure, with nothing started. */
+fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void *ctx);
 
-/* Loop thread: hand c to a thread. */
-void fw_pool_submit(fw_pool *p, fw_conn *c);
+/* Loop thread: hand the job to a thread. */
+void fw_pool_submit(fw_pool *p, fw_pool_job *job);
 
-/* Loop thread: take back the connections no thread has started yet (for a
- * fast stop); returns them as a list linked by qnext. */
-fw_conn *fw_pool_cancel_queued(fw_pool *p);
+/* Loop thread: take back the jobs no thread has started yet (for a fast
+ * stop); returns them as a list linked by next. */
+fw_pool_job *fw_pool_cancel_queued(fw_pool *p);
+
+/* Loop thread: a done-eventfd event (the loop dispatches it by itself; for
+ * a caller that waits on the loop and dispatches only this watch). */
+int fw_pool_is_done_watch(const fw_pool *p, const fw_watch *w);
 
 /* Loop thread: let the threads finish, join them, free the pool. Only when
  * busy == 0. */

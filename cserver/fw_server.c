@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +84,7 @@ static void set_accepting(fw_server *srv, int on)
     if (srv->accepting == on)
         return;
     srv->accepting = on;
-    fw_balance_allow(srv, on);
+    fw_balance_allow(&srv->bal, on);
 }
 
 void fw_server_conn_closed(fw_server *srv)
@@ -112,7 +113,7 @@ static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
     (void)events;
     fw_listener *l = LISTENER_OF(w);
     fw_server *srv = l->srv;
-    int batch = fw_balance_accept_batch(srv);
+    int batch = fw_balance_accept_batch(&srv->bal, srv->cfg.accept_batch);
     for (int i = 0; i < batch && srv->accepting; i++) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
@@ -150,7 +151,7 @@ static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
                 return;
             }
         }
-        atomic_fetch_add(&srv->bal.sb[srv->bal.cfg.me].accepted, 1);
+        fw_balance_accepted(&srv->bal);
         if (!fw_conn_new(srv, l, fd, (struct sockaddr *)&ss, len, 0)) {
             fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
             close(fd);
@@ -192,6 +193,47 @@ int fw_server_watch_signals(fw_server *srv, int fd)
     srv->sig_w.cb = on_signal_fd;
     return fd >= 0 ? fw_loop_watch(&srv->loop, &srv->sig_w, EPOLLIN) : 0;
 }
+
+/* ---- what fw_balance asks of the server ---------------------------------- */
+
+static int bal_set_listeners(void *ctx, int on, int exclusive)
+{
+    fw_server *srv = ctx;
+    uint32_t mask = on ? EPOLLIN | (exclusive ? EPOLLEXCLUSIVE : 0) : 0;
+    for (int i = 0; i < srv->nlisteners; i++) {
+        if (fw_loop_watch(&srv->loop, &srv->listeners[i].w, mask) != 0) {
+            fw_server_log(srv, FW_LOG_ERROR, "epoll_ctl(listener %d): %s", srv->listeners[i].w.fd,
+                          strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A connection a peer handed us (the fd is ours). */
+static void bal_take(void *ctx, int listener, int fd, int kept_alive)
+{
+    fw_server *srv = ctx;
+    struct sockaddr_storage ss;
+    socklen_t salen = sizeof(ss);
+    if (getpeername(fd, (struct sockaddr *)&ss, &salen) != 0) {
+        close(fd);             /* the client has gone meanwhile */
+        return;
+    }
+    if (!fw_conn_new(srv, &srv->listeners[listener], fd, (struct sockaddr *)&ss, salen, kept_alive)) {
+        fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
+        close(fd);
+    }
+}
+
+static void bal_log(void *ctx, int error, const char *what, int err)
+{
+    fw_server_log(ctx, error ? FW_LOG_ERROR : FW_LOG_WARNING, "%s: %s", what, strerror(err));
+}
+
+static const fw_balance_ops balance_ops = {
+    .set_listeners = bal_set_listeners, .take = bal_take, .log = bal_log,
+};
 
 fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
                          const fw_app_ops *ops, void *app)
@@ -250,7 +292,8 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->t_grace.timeout_ms = FW_SILENT_GRACE_MS;
     srv->accept_pause_logged_at = -10000;
     srv->now = fw_now_ms();
-    if (fw_balance_init(srv) != 0)
+    if (fw_balance_init(&srv->bal, &cfg->balance, cfg->threads, srv->nlisteners, &srv->loop, &balance_ops,
+                        srv) != 0)
         goto fail;
     return srv;
 fail: {
@@ -279,7 +322,7 @@ void fw_server_free(fw_server *srv)
     free_graveyard(srv);
     if (srv->stop_w.fd >= 0)
         close(srv->stop_w.fd);
-    fw_balance_destroy(srv);
+    fw_balance_destroy(&srv->bal);
     fw_loop_destroy(&srv->loop);
     free(srv->listeners);
     free(srv);
@@ -313,7 +356,7 @@ static void expire_grace(fw_server *srv)
     while (l->head && l->head->deadline <= srv->now) {
         fw_tnode *n = l->head;
         fw_timer_stop(n);
-        fw_balance_end(srv, CONN_OF_GRACE(n));
+        fw_balance_end(&srv->bal, &CONN_OF_GRACE(n)->place);
     }
 }
 
@@ -329,7 +372,7 @@ static int next_timeout(fw_server *srv)
         next = srv->stop_deadline;
     if (srv->pass_waiting && srv->now + PASS_RETRY_MS < next)
         next = srv->now + PASS_RETRY_MS;
-    int bs = fw_balance_tick(srv);
+    int bs = fw_balance_tick(&srv->bal, srv->now);
     if (bs >= 0 && srv->now + bs < next)
         next = srv->now + bs;
     int64_t d = next - srv->now;
@@ -374,13 +417,13 @@ static void begin_stop(fw_server *srv)
      * asked: reload, --max-rss, TTOU): idle connections are handed to them
      * and responses keep the connection alive. On a stop of the whole
      * server they close. */
-    srv->handing_on = srv->stop_requested == 1 && fw_balance_hands_on(srv, srv->retiring);
+    srv->handing_on = srv->stop_requested == 1 && fw_balance_hands_on(&srv->bal, srv->retiring);
     srv->ending_keepalive = !srv->handing_on;
     srv->pass_wait_until = srv->now + PASS_WAIT_MS;
     srv->stopping = 1;
     srv->stop_deadline = srv->now + (srv->cfg.graceful_timeout_ms > 0 ? srv->cfg.graceful_timeout_ms : 0);
     srv->accepting = 0;
-    fw_balance_drain(srv);
+    fw_balance_drain(&srv->bal);
     if (srv->cfg.release_listeners)
         release_listeners(srv);
     fw_conn *c = srv->conns;
@@ -416,14 +459,83 @@ static void close_all(fw_server *srv)
     free_graveyard(srv);
 }
 
+/* ---- the app threads (fw_pool's callbacks) ---------------------------- */
+
+#define CONN_OF_JOB(j) ((fw_conn *)((char *)(j) - offsetof(fw_conn, job)))
+
+static void pool_thread_start(void *ctx, int index)
+{
+    fw_server *srv = ctx;
+    if (srv->ops->thread_start)
+        srv->ops->thread_start(srv->app, &srv->threads[index]);
+}
+
+static void pool_thread_stop(void *ctx, int index)
+{
+    fw_server *srv = ctx;
+    if (srv->ops->thread_stop)
+        srv->ops->thread_stop(srv->app, &srv->threads[index]);
+}
+
+/* One request (or one resumed response) on a pool thread. */
+static void pool_run(void *ctx, int index, fw_pool_job *job)
+{
+    fw_server *srv = ctx;
+    fw_conn *c = CONN_OF_JOB(job);
+    c->thr = &srv->threads[index];
+    int rc = c->app_active ? srv->ops->on_writable(srv->app, c)
+                           : srv->ops->on_request(srv->app, c);
+    /* The thread is free from here on: say so before the response is
+     * written, or the client's next connection can see a stale count. */
+    fw_balance_end(&srv->bal, &c->place);
+    if (rc != FW_APP_CLOSE && c->state == FW_C_APP)
+        (void)fw_conn_flush(c);   /* what it could not send, the loop sends */
+    c->pool_rc = rc;
+}
+
+static void pool_done(void *ctx, fw_pool_job *job)
+{
+    (void)ctx;
+    fw_conn *c = CONN_OF_JOB(job);
+    fw_conn_app_done(c, c->pool_rc);
+}
+
+static void pool_error(void *ctx, const char *what, int err)
+{
+    fw_server_log(ctx, FW_LOG_ERROR, "%s: %s", what, strerror(err));
+}
+
+static const fw_pool_ops pool_ops = {
+    .thread_start = pool_thread_start, .thread_stop = pool_thread_stop,
+    .run = pool_run, .done = pool_done, .error = pool_error,
+};
+
+static int start_pool(fw_server *srv)
+{
+    srv->threads = calloc((size_t)srv->cfg.threads, sizeof(*srv->threads));
+    if (!srv->threads)
+        return -1;
+    for (int i = 0; i < srv->cfg.threads; i++)
+        srv->threads[i].index = i;
+    srv->pool = fw_pool_start(&srv->loop, srv->cfg.threads, &pool_ops, srv);
+    if (!srv->pool) {
+        int e = errno;
+        free(srv->threads);
+        srv->threads = NULL;
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
 static void drain_pool(fw_server *srv)
 {
     fw_pool *p = srv->pool;
-    fw_conn *q = fw_pool_cancel_queued(p);
+    fw_pool_job *q = fw_pool_cancel_queued(p);
     while (q) {
-        fw_conn *next = q->qnext;
-        q->qnext = NULL;
-        fw_conn_close(q);
+        fw_pool_job *next = q->next;
+        q->next = NULL;
+        fw_conn_close(CONN_OF_JOB(q));
         q = next;
     }
     for (fw_conn *c = srv->conns; c; c = c->next)
@@ -437,9 +549,11 @@ static void drain_pool(fw_server *srv)
         if (n < 0 && errno != EINTR)
             break;
         /* Only the pool's completions matter now; they close at once. */
-        for (int i = 0; i < n; i++)
-            if (srv->loop.events[i].data.ptr == &p->done_w)
-                p->done_w.cb(&srv->loop, &p->done_w, srv->loop.events[i].events);
+        for (int i = 0; i < n; i++) {
+            fw_watch *w = srv->loop.events[i].data.ptr;
+            if (fw_pool_is_done_watch(p, w))
+                w->cb(&srv->loop, w, srv->loop.events[i].events);
+        }
         close_all(srv);
     }
 }
@@ -455,15 +569,14 @@ int fw_server_run(fw_server *srv)
     srv->retiring = 0;
     srv->sig_stop = 0;
     if (srv->cfg.threads > 1) {
-        srv->pool = fw_pool_start(srv, srv->cfg.threads);
-        if (!srv->pool) {
+        if (start_pool(srv) != 0) {
             fw_server_log(srv, FW_LOG_ERROR, "cannot start %d app threads: %s",
                           srv->cfg.threads, strerror(errno));
             return -1;
         }
     }
     srv->accepting = 1;
-    fw_balance_start(srv);
+    fw_balance_start(&srv->bal, srv->now);
     for (;;) {
         if (srv->stop_requested && !srv->stopping)
             begin_stop(srv);
@@ -510,7 +623,7 @@ int fw_server_run(fw_server *srv)
     }
     srv->accepting = 0;
     if (!srv->stopping)
-        fw_balance_drain(srv);     /* (begin_stop drained already) */
+        fw_balance_drain(&srv->bal);     /* (begin_stop drained already) */
     srv->stopping = 1;          /* what comes back from the threads closes */
     srv->ending_keepalive = 1;
     srv->handing_on = 0;
@@ -519,6 +632,8 @@ int fw_server_run(fw_server *srv)
         drain_pool(srv);
         fw_pool_stop(srv->pool);
         srv->pool = NULL;
+        free(srv->threads);
+        srv->threads = NULL;
     }
     /* Ready to serve again; a stop asked before a run (a signal that came
      * while the worker was starting) is kept for it, not cleared. */

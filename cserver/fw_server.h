@@ -16,11 +16,11 @@
 #include "fw_balance.h"
 #include "fw_http.h"
 #include "fw_loop.h"
+#include "fw_pool.h"
 #include "fw_timer.h"
 
 typedef struct fw_conn fw_conn;
 typedef struct fw_server fw_server;
-typedef struct fw_pool fw_pool;
 
 /* "Date: ...\r\n" for the current second, one per thread that writes
  * response heads, so no thread reads a string another is rewriting. */
@@ -37,7 +37,6 @@ void fw_date_refresh(fw_date *d);
 typedef struct fw_thread {
     int index;                 /* 0..threads-1: the app layer's per-thread slot */
     void *app_ctx;             /* from ops->thread_start (the app layer's), or NULL */
-    fw_pool *pool;             /* the pool this thread serves, NULL for the loop thread */
     fw_date date;
 } fw_thread;
 
@@ -108,6 +107,7 @@ struct fw_server {
     int64_t accept_pause_logged_at;
     fw_balance bal;            /* listener arming, scoreboard slot, hand-off */
     fw_pool *pool;             /* app threads, NULL in inline mode (threads == 1) */
+    fw_thread *threads;        /* owned: the pool threads' contexts (cfg.threads), NULL inline */
     fw_thread loop_thread;     /* the loop's own context (inline app calls, error heads) */
 
     fw_watch stop_w;           /* eventfd: stop requests from any thread or signal handler */
