@@ -15,36 +15,28 @@
 #define C_HOST  0x08   /* allowed in a Host value / authority */
 #define C_HEX   0x10
 
-static unsigned char cls[256];
-static int cls_ready;
-
-static void cls_init(void)
-{
-    /* Idempotent and race-free in practice: every writer stores the same
-     * values; done lazily so the core has no constructor. */
-    if (cls_ready)
-        return;
-    for (int c = 0; c < 256; c++) {
-        unsigned char v = 0;
-        int alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-        if (alnum || (c && strchr("!#$%&'*+-.^_`|~", c)))
-            v |= C_TCHAR;
-        if (c >= 0x21 && c <= 0x7e)
-            v |= C_VCHAR | C_FVAL;
-        if (c == ' ' || c == '\t' || c >= 0x80)
-            v |= C_FVAL;
-        if (alnum || (c && strchr("-._~%!$&'()*+,;=:[]", c)))
-            v |= C_HOST;
-        if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))
-            v |= C_HEX;
-        cls[c] = v;
-    }
-    cls_ready = 1;
-}
+/* Every byte's classes, fixed at compile time (read by every thread). */
+#define VF (C_VCHAR | C_FVAL)                    /* any visible ASCII character */
+#define TVF (C_TCHAR | VF)
+static const unsigned char cls[256] = {
+    ['\t'] = C_FVAL, [' '] = C_FVAL,
+    ['0' ... '9'] = TVF | C_HOST | C_HEX,
+    ['A' ... 'F'] = TVF | C_HOST | C_HEX, ['a' ... 'f'] = TVF | C_HOST | C_HEX,
+    ['G' ... 'Z'] = TVF | C_HOST, ['g' ... 'z'] = TVF | C_HOST,
+    /* The other visible characters: token ones "!#$%&'*+-.^_`|~", and the
+     * sub-delims, ':' '[' ']' '%' and unreserved marks allowed in a host. */
+    ['!'] = TVF | C_HOST, ['"'] = VF, ['#'] = TVF, ['$'] = TVF | C_HOST, ['%'] = TVF | C_HOST,
+    ['&'] = TVF | C_HOST, ['\''] = TVF | C_HOST, ['('] = VF | C_HOST, [')'] = VF | C_HOST,
+    ['*'] = TVF | C_HOST, ['+'] = TVF | C_HOST, [','] = VF | C_HOST, ['-'] = TVF | C_HOST,
+    ['.'] = TVF | C_HOST, ['/'] = VF, [':'] = VF | C_HOST, [';'] = VF | C_HOST, ['<'] = VF,
+    ['='] = VF | C_HOST, ['>'] = VF, ['?'] = VF, ['@'] = VF, ['['] = VF | C_HOST, ['\\'] = VF,
+    [']'] = VF | C_HOST, ['^'] = TVF, ['_'] = TVF | C_HOST, ['`'] = TVF, ['{'] = VF, ['|'] = TVF,
+    ['}'] = VF, ['~'] = TVF | C_HOST,
+    [0x80 ... 0xff] = C_FVAL,                  /* obs-text */
+};
 
 int fw_http_is_tchar(unsigned char c)
 {
-    cls_init();
     return cls[c] & C_TCHAR;
 }
 
@@ -109,7 +101,6 @@ static size_t line_len(const char *buf, size_t len, const char *nl)
 
 int fw_http_check_partial(const char *buf, size_t len, const fw_http_limits *lim)
 {
-    cls_init();
     if (len == 1 && buf[0] == '\r')
         return FW_HTTP_INCOMPLETE;      /* see fw_http_head_end */
     const char *nl = memchr(buf, '\n', len);
@@ -382,7 +373,6 @@ static int parse_field(const char **pp, const char *end, fw_header *h)
 int fw_http_parse_head(const char *buf, size_t head_len, const fw_http_limits *lim,
                        fw_request *r)
 {
-    cls_init();
     const char *p = buf, *end = buf + head_len;
     struct framing f;
     memset(&f, 0, sizeof(f));
@@ -569,7 +559,6 @@ static int chunk_ext_step(fw_chunked *d, unsigned char c)
 int fw_chunked_feed(fw_chunked *d, const char *src, size_t len, size_t *used,
                     const char **data, size_t *data_len, const fw_http_limits *lim)
 {
-    cls_init();
     size_t i = 0;
     *used = 0;
     while (i < len) {
