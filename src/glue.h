@@ -78,15 +78,15 @@ PyObject *fw_environ_listener_info(int fd);
 
 /* request.c: the fw_app_ops callbacks */
 extern const fw_app_ops fw_glue_ops;
-/* Queue status line + headers from start_response. known_len as in fw_resp_end_head.
- * Returns 0, or -1 with a Python exception set. */
-int fw_req_send_head(fw_req *r, int64_t known_len);
 
 /* input.c */
 InputObject *fw_input_new(fw_conn *c);
 
 /* start_response.c */
 StartResponseObject *fw_start_response_new(fw_req *r);
+/* Queue status line + headers from start_response. known_len as in fw_resp_end_head.
+ * Returns 0, or -1 with a Python exception set. */
+int fw_req_send_head(fw_req *r, int64_t known_len);
 
 /* request.c: the status slots, one per app thread (fw_thread.index). Layout
  * of one (FW_STATUS_SIZE bytes): a uint64 of CLOCK_MONOTONIC nanoseconds when
@@ -95,9 +95,6 @@ StartResponseObject *fw_start_response_new(fw_req *r);
 #define FW_STATUS_SIZE 256
 void fw_status_enter(ServerObject *s, fw_conn *c);
 void fw_status_leave(ServerObject *s, fw_conn *c);
-
-/* module.c */
-void fw_glue_log_exception(ServerObject *s, const char *what, fw_conn *c);
 
 /* offload.c: forkwsgi.offload() and its set-up, added to the module. */
 extern PyMethodDef fw_offload_methods[];

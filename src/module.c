@@ -11,43 +11,6 @@
 
 int fw_request_init(void);
 
-void fw_glue_log_exception(ServerObject *s, const char *what, fw_conn *c)
-{
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyErr_NormalizeException(&t, &v, &tb);
-    if (tb && v)
-        PyException_SetTraceback(v, tb);
-    PyObject *msg = NULL;
-    if (c && c->head) {
-        PyObject *m = PyUnicode_DecodeLatin1(c->req.method, (Py_ssize_t)c->req.method_len, NULL);
-        PyObject *tg = PyUnicode_DecodeLatin1(c->req.target,
-                                              (Py_ssize_t)(c->req.target_len > 200 ? 200 : c->req.target_len), NULL);
-        if (m && tg)
-            msg = PyUnicode_FromFormat("%s %U %U", what, m, tg);
-        Py_XDECREF(m);
-        Py_XDECREF(tg);
-    }
-    if (!msg) {
-        PyErr_Clear();
-        msg = PyUnicode_FromString(what);
-    }
-    PyObject *kw = Py_BuildValue("{s:O}", "exc_info", v ? v : Py_None);
-    PyObject *meth = PyObject_GetAttrString(s->logger, "error");
-    PyObject *args = msg ? PyTuple_Pack(1, msg) : NULL;
-    PyObject *x = meth && args && kw ? PyObject_Call(meth, args, kw) : NULL;
-    if (!x)
-        PyErr_Clear();
-    Py_XDECREF(x);
-    Py_XDECREF(args);
-    Py_XDECREF(meth);
-    Py_XDECREF(kw);
-    Py_XDECREF(msg);
-    Py_XDECREF(t);
-    Py_XDECREF(v);
-    Py_XDECREF(tb);
-}
-
 static int ms(double seconds)
 {
     if (seconds <= 0)

@@ -70,6 +70,45 @@ static PyThreadState *thread_state(ServerObject *s, fw_conn *c)
     return c->thr->app_ctx ? (PyThreadState *)c->thr->app_ctx : s->tstate;
 }
 
+/* Log the app's exception (with its traceback) at error, naming the
+ * request. */
+static void log_exception(ServerObject *s, const char *what, fw_conn *c)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb && v)
+        PyException_SetTraceback(v, tb);
+    PyObject *msg = NULL;
+    if (c && c->head) {
+        PyObject *m = PyUnicode_DecodeLatin1(c->req.method, (Py_ssize_t)c->req.method_len, NULL);
+        PyObject *tg = PyUnicode_DecodeLatin1(c->req.target,
+                                              (Py_ssize_t)(c->req.target_len > 200 ? 200 : c->req.target_len), NULL);
+        if (m && tg)
+            msg = PyUnicode_FromFormat("%s %U %U", what, m, tg);
+        Py_XDECREF(m);
+        Py_XDECREF(tg);
+    }
+    if (!msg) {
+        PyErr_Clear();
+        msg = PyUnicode_FromString(what);
+    }
+    PyObject *kw = Py_BuildValue("{s:O}", "exc_info", v ? v : Py_None);
+    PyObject *meth = PyObject_GetAttrString(s->logger, "error");
+    PyObject *args = msg ? PyTuple_Pack(1, msg) : NULL;
+    PyObject *x = meth && args && kw ? PyObject_Call(meth, args, kw) : NULL;
+    if (!x)
+        PyErr_Clear();
+    Py_XDECREF(x);
+    Py_XDECREF(args);
+    Py_XDECREF(meth);
+    Py_XDECREF(kw);
+    Py_XDECREF(msg);
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+}
+
 /* End of the request for the app: call the iterable's close() (PEP 3333:
  * on every path), detach the objects the app may have kept, free. */
 static void req_release(fw_req *r)
@@ -82,11 +121,11 @@ static void req_release(fw_req *r)
             if (x)
                 Py_DECREF(x);
             else
-                fw_glue_log_exception(r->server, "Error closing the response of", r->conn);
+                log_exception(r->server, "Error closing the response of", r->conn);
         } else if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
             PyErr_Clear();
         } else {
-            fw_glue_log_exception(r->server, "Error closing the response of", r->conn);
+            log_exception(r->server, "Error closing the response of", r->conn);
         }
     }
     Py_CLEAR(r->iter);
@@ -102,38 +141,6 @@ static void req_release(fw_req *r)
     Py_CLEAR(r->environ);
     r->conn->app_state = NULL;
     PyMem_Free(r);
-}
-
-int fw_req_send_head(fw_req *r, int64_t known_len)
-{
-    StartResponseObject *sr = r->sr;
-    fw_conn *c = r->conn;
-    if (!sr->called) {
-        PyErr_SetString(PyExc_RuntimeError, "the app did not call start_response()");
-        return -1;
-    }
-    if (fw_resp_begin(c, PyBytes_AS_STRING(sr->status), (size_t)PyBytes_GET_SIZE(sr->status)) < 0)
-        goto nomem;
-    Py_ssize_t n = PyList_GET_SIZE(sr->headers);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PyList_GET_ITEM(sr->headers, i);
-        PyObject *k = PyTuple_GET_ITEM(pair, 0), *v = PyTuple_GET_ITEM(pair, 1);
-        if (fw_resp_header(c, PyBytes_AS_STRING(k), (size_t)PyBytes_GET_SIZE(k),
-                           PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v)) < 0) {
-            fw_resp_abort_head(c);
-            PyErr_Format(PyExc_ValueError, "invalid or duplicate response header %R", pair);
-            return -1;
-        }
-    }
-    if (fw_resp_end_head(c, known_len) < 0) {
-        fw_resp_abort_head(c);
-        goto nomem;
-    }
-    r->headers_sent = 1;
-    return 0;
-nomem:
-    PyErr_NoMemory();
-    return -1;
 }
 
 /* The app raised (or returned garbage). Before the head is out: 500. After:
@@ -154,7 +161,7 @@ static int app_failed(fw_req *r, const char *what)
         Py_XSETREF(s->pending_exc, v);
         fw_server_stop(s->srv, 0);
     } else {
-        fw_glue_log_exception(s, what, c);
+        log_exception(s, what, c);
     }
     int sent = r->headers_sent;
     req_release(r);

@@ -220,3 +220,35 @@ StartResponseObject *fw_start_response_new(fw_req *r)
     sr->called = 0;
     return sr;
 }
+
+int fw_req_send_head(fw_req *r, int64_t known_len)
+{
+    StartResponseObject *sr = r->sr;
+    fw_conn *c = r->conn;
+    if (!sr->called) {
+        PyErr_SetString(PyExc_RuntimeError, "the app did not call start_response()");
+        return -1;
+    }
+    if (fw_resp_begin(c, PyBytes_AS_STRING(sr->status), (size_t)PyBytes_GET_SIZE(sr->status)) < 0)
+        goto nomem;
+    Py_ssize_t n = PyList_GET_SIZE(sr->headers);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(sr->headers, i);
+        PyObject *k = PyTuple_GET_ITEM(pair, 0), *v = PyTuple_GET_ITEM(pair, 1);
+        if (fw_resp_header(c, PyBytes_AS_STRING(k), (size_t)PyBytes_GET_SIZE(k),
+                           PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v)) < 0) {
+            fw_resp_abort_head(c);
+            PyErr_Format(PyExc_ValueError, "invalid or duplicate response header %R", pair);
+            return -1;
+        }
+    }
+    if (fw_resp_end_head(c, known_len) < 0) {
+        fw_resp_abort_head(c);
+        goto nomem;
+    }
+    r->headers_sent = 1;
+    return 0;
+nomem:
+    PyErr_NoMemory();
+    return -1;
+}
