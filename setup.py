@@ -1,11 +1,14 @@
-"""Build forkwsgi's C extension: the pure C core (cserver/) and the WSGI glue (src/).
+"""Build forkwsgi's extension: the pure C core (cserver/), the per-request WSGI
+glue in C (src/*.c) and the Python-facing objects in Cython (src/_forkwsgi.pyx).
 
-Nothing but a C compiler and the Python headers is needed.
-FORKWSGI_SANITIZE=1 builds with ASan/UBSan (for the sanitizer test run).
+A C compiler, the Python headers and Cython (a build requirement, which pip
+fetches) are needed. FORKWSGI_SANITIZE=1 builds with ASan/UBSan (for the
+sanitizer test run).
 """
 import os
 from glob import glob
 
+from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 cflags = ["-std=gnu11", "-Wall", "-Wextra", "-Wimplicit-fallthrough", "-Werror",
@@ -15,15 +18,22 @@ if os.environ.get("FORKWSGI_SANITIZE"):
     cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
     ldflags += ["-fsanitize=address,undefined"]
 
+# src/_forkwsgi.c is what Cython makes of src/_forkwsgi.pyx.
+glue = sorted(f for f in glob("src/*.c") if not f.endswith("_forkwsgi.c"))
+
 setup(
-    ext_modules=[
-        Extension(
-            "forkwsgi._forkwsgi",
-            sources=sorted(glob("cserver/*.c")) + sorted(glob("src/*.c")),
-            include_dirs=["cserver", "src"],
-            depends=glob("cserver/*.h") + glob("src/*.h"),
-            extra_compile_args=cflags,
-            extra_link_args=ldflags,
-        )
-    ],
+    ext_modules=cythonize(
+        [
+            Extension(
+                "forkwsgi._forkwsgi",
+                sources=["src/_forkwsgi.pyx"] + sorted(glob("cserver/*.c")) + glue,
+                include_dirs=["cserver", "src"],
+                depends=glob("cserver/*.h") + glob("src/*.h"),
+                extra_compile_args=cflags,
+                extra_link_args=ldflags,
+            )
+        ],
+        compiler_directives={"language_level": 3},
+        quiet=True,
+    ),
 )

@@ -434,7 +434,7 @@ int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served)
         any = 1;
         if (pass_to(b, fd, listener, served, j, 0) == 0) {
             b->pass_next = j;
-            return 1;
+            return 0;
         }
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
             int e = errno;
@@ -443,7 +443,7 @@ int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served)
             b->ops->log(b->ctx, 0, what, e);
         }
     }
-    return any ? 0 : -1;
+    return any ? FW_AGAIN : -ESRCH;
 }
 
 int fw_balance_hands_on(const fw_balance *b, int retiring)
@@ -506,6 +506,29 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
     /* FREE until the worker's loop runs (fw_balance_start): a worker still
      * importing the app must not count as the idlest one. */
     atomic_store(&sb[i].state, FW_SB_FREE);
+}
+
+int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
+{
+    if (i < 0 || i >= nslots)
+        return -1;
+    /* The loads are atomic, not the copy: each field is what it was at
+     * some moment, which is all a reader of statistics needs. */
+    fw_sb_slot *s = (fw_sb_slot *)scoreboard + i;
+    *out = (fw_sb_view){
+        .state = atomic_load(&s->state), .inflight = atomic_load(&s->inflight),
+        .incoming = atomic_load(&s->incoming), .pending = atomic_load(&s->pending),
+        .armed = atomic_load(&s->armed), .open = atomic_load(&s->open), .retire = atomic_load(&s->retire),
+        .threads = atomic_load(&s->threads), .gen = atomic_load(&s->gen), .pid = atomic_load(&s->pid),
+        .accepted = atomic_load(&s->accepted), .handed_in = atomic_load(&s->handed_in),
+        .handed_out = atomic_load(&s->handed_out), .kicks_sent = atomic_load(&s->kicks_sent),
+    };
+    return 0;
+}
+
+void fw_balance_view(const fw_balance *b, fw_sb_view *out)
+{
+    fw_sb_view_of(b->sb, b->cfg.nslots, b->cfg.me, out);
 }
 
 void fw_sb_retire(void *scoreboard, int nslots, int i)

@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "fw_loop.h"
+#include "fw_rc.h"
 
 enum fw_balance_mode { FW_BAL_SHARED = 0, FW_BAL_LEAST_BUSY = 1, FW_BAL_REUSEPORT = 2 };
 
@@ -171,15 +172,15 @@ void fw_balance_end(fw_balance *b, fw_balance_place *p);
  * after a request, else new and silent until now): hand it, unread, to a
  * less busy worker with a free thread when this one is saturated (kept
  * alive) or not the least busy (a fresh connection's first request).
- * Returns 1 if handed off (the caller closes its side of it), 0 to serve
- * it here. Not while stopping. */
+ * A question: 1 if handed off (the caller closes its side of it), 0 to
+ * serve it here. Not while stopping. */
 int fw_balance_handoff(fw_balance *b, fw_balance_place *p, int fd, int listener, int served);
 
 /* Loop thread, while retiring: give an idle connection (nothing of its next
- * request read) to a live worker that serves on, unread. Returns 1 when
- * handed over (the caller closes its side), 0 when no peer could take it
- * just now (try again soon), -1 when no peer will take it (close it the
- * usual way). */
+ * request read) to a live worker that serves on, unread. Returns 0 when
+ * handed over (the caller closes its side), FW_AGAIN when no peer could
+ * take it just now (their queues are full: try again soon), -ESRCH when no
+ * peer will take it (close it the usual way). */
 int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served);
 
 /* A stopping worker: may it hand its idle connections to others that serve
@@ -206,6 +207,16 @@ void fw_balance_drain(fw_balance *b);
  * SIGTERM that retires it); or mark it free after the worker ended, kicking
  * the live workers so none stays throttled by a stale count. */
 void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds);
+/* A copy of slot i, each field loaded atomically (for stats and the master).
+ * Returns 0, or -1 if i is not a slot. */
+typedef struct fw_sb_view {
+    uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen;
+    int32_t pid;
+    uint64_t accepted, handed_in, handed_out, kicks_sent;
+} fw_sb_view;
+int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out);
+/* This worker's own slot. */
+void fw_balance_view(const fw_balance *b, fw_sb_view *out);
 void fw_sb_retire(void *scoreboard, int nslots, int i);
 void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds);
 

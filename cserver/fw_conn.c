@@ -556,13 +556,13 @@ void fw_conn_start_stop(fw_conn *c)
          * unread, to a worker that serves on: the client never notices. */
         if (srv->handing_on) {
             int rc = fw_balance_pass_on(&srv->bal, c->w.fd, listener_index(c), served_before(c));
-            if (rc > 0) {
+            if (rc == 0) {
                 fw_conn_close_passed(c);
                 return;
             }
             /* Again soon: their queues are full, or (early in the stop) the
              * replacement that made the master retire us is not up yet. */
-            if (rc == 0 || srv->now < srv->pass_wait_until) {
+            if (rc == FW_AGAIN || srv->now < srv->pass_wait_until) {
                 srv->pass_waiting = 1;
                 return;
             }

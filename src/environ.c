@@ -166,7 +166,7 @@ static int add_header(PyObject *env, PyObject *key, const fw_header *h)
     return rc;
 }
 
-PyObject *fw_environ_build(ServerObject *s, fw_conn *c)
+PyObject *fw_environ_build(fw_glue *s, fw_conn *c)
 {
     const fw_request *r = &c->req;
     PyObject *env = PyDict_Copy(s->base_environ);

@@ -16,23 +16,21 @@
 
 typedef struct fw_req fw_req;
 
-typedef struct {
-    PyObject_HEAD
-    fw_server *srv;
-    fw_config cfg;
-    PyObject *app;
-    PyObject *logger;
-    PyObject *base_environ;     /* constant environ entries, copied per request */
-    PyObject *listener_info;    /* list of (SERVER_NAME, SERVER_PORT), one per fd */
-    PyObject *pending_exc;      /* BaseException raised by the app: re-raised by serve() */
+/* One server's state as the request callbacks see it (the app_ops ctx).
+ * It lives inside the Python Server object (src/_forkwsgi.pyx), which owns
+ * the fw_server and holds the references the borrowed pointers point at. */
+typedef struct fw_glue {
+    fw_server *srv;             /* owned by the Server object */
+    PyObject *app;              /* borrowed (the Server object's) */
+    PyObject *logger;           /* borrowed */
+    PyObject *base_environ;     /* borrowed: constant environ entries, copied per request */
+    PyObject *listener_info;    /* borrowed: list of (SERVER_NAME, SERVER_PORT), one per fd */
+    PyObject *pending_exc;      /* owned: BaseException raised by the app, re-raised by serve() */
     Py_buffer status;           /* optional shared slots for the master (--timeout), one per
-                                 * app thread; buf NULL if none */
-    Py_buffer scoreboard;       /* optional shared scoreboard (fw_balance.h); buf NULL if none */
-    int *balance_fds;           /* PyMem: nslots kick eventfds, then nslots hand-off send fds */
+                                 * app thread; buf NULL if none (released by the Server object) */
     PyThreadState *tstate;      /* the serving thread's state while serve() runs */
-    char *spool_dir;
     int serving;
-} ServerObject;
+} fw_glue;
 
 typedef struct {
     PyObject_HEAD
@@ -55,7 +53,7 @@ typedef struct {
 
 /* Per-request state, owned by the glue (conn->app_state). */
 struct fw_req {
-    ServerObject *server;
+    fw_glue *server;
     fw_conn *conn;
     PyObject *environ;
     StartResponseObject *sr;
@@ -73,11 +71,13 @@ extern PyTypeObject FileWrapper_Type;
 
 /* environ.c */
 int fw_environ_init(void);
-PyObject *fw_environ_build(ServerObject *s, fw_conn *c);
+PyObject *fw_environ_build(fw_glue *s, fw_conn *c);
 PyObject *fw_environ_listener_info(int fd);
 
-/* request.c: the fw_app_ops callbacks */
+/* request.c: the fw_app_ops callbacks (ctx: the fw_glue), and their
+ * module-level set-up (interned strings; 0, or -1 with an exception). */
 extern const fw_app_ops fw_glue_ops;
+int fw_request_init(void);
 
 /* input.c */
 InputObject *fw_input_new(fw_conn *c);
@@ -93,8 +93,8 @@ int fw_req_send_head(fw_req *r, int64_t known_len);
  * the thread's current call into the app began (0 = not in the app), then
  * the request line "METHOD TARGET", NUL-terminated. */
 #define FW_STATUS_SIZE 256
-void fw_status_enter(ServerObject *s, fw_conn *c);
-void fw_status_leave(ServerObject *s, fw_conn *c);
+void fw_status_enter(fw_glue *s, fw_conn *c);
+void fw_status_leave(fw_glue *s, fw_conn *c);
 
 /* offload.c: forkwsgi.offload() and its set-up, added to the module. */
 extern PyMethodDef fw_offload_methods[];

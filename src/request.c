@@ -26,7 +26,7 @@ int fw_request_init(void)
     return s_wsgi_input && s_close && s_fileno && s_tell ? 0 : -1;
 }
 
-static char *status_slot(ServerObject *s, fw_conn *c)
+static char *status_slot(fw_glue *s, fw_conn *c)
 {
     Py_ssize_t off = (Py_ssize_t)c->thr->index * FW_STATUS_SIZE;
     if (!s->status.buf || off + FW_STATUS_SIZE > s->status.len)
@@ -34,7 +34,7 @@ static char *status_slot(ServerObject *s, fw_conn *c)
     return (char *)s->status.buf + off;
 }
 
-void fw_status_enter(ServerObject *s, fw_conn *c)
+void fw_status_enter(fw_glue *s, fw_conn *c)
 {
     char *slot = status_slot(s, c);
     if (!slot)
@@ -56,7 +56,7 @@ void fw_status_enter(ServerObject *s, fw_conn *c)
     atomic_store((_Atomic uint64_t *)(void *)slot, ns ? ns : 1);
 }
 
-void fw_status_leave(ServerObject *s, fw_conn *c)
+void fw_status_leave(fw_glue *s, fw_conn *c)
 {
     char *slot = status_slot(s, c);
     if (slot)
@@ -65,14 +65,14 @@ void fw_status_leave(ServerObject *s, fw_conn *c)
 
 /* The Python thread state of the thread serving c: a pool thread's own
  * (made in thread_start), or the one serve() saved on the loop thread. */
-static PyThreadState *thread_state(ServerObject *s, fw_conn *c)
+static PyThreadState *thread_state(fw_glue *s, fw_conn *c)
 {
     return c->thr->app_ctx ? (PyThreadState *)c->thr->app_ctx : s->tstate;
 }
 
 /* Log the app's exception (with its traceback) at error, naming the
  * request. */
-static void log_exception(ServerObject *s, const char *what, fw_conn *c)
+static void log_exception(fw_glue *s, const char *what, fw_conn *c)
 {
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
@@ -147,7 +147,7 @@ static void req_release(fw_req *r)
  * the response is broken, close the connection. Never fatal to the server. */
 static int app_failed(fw_req *r, const char *what)
 {
-    ServerObject *s = r->server;
+    fw_glue *s = r->server;
     fw_conn *c = r->conn;
     if (!PyErr_ExceptionMatches(PyExc_Exception)) {
         /* KeyboardInterrupt, SystemExit: stop serving and re-raise from serve(). */
@@ -311,7 +311,7 @@ static int try_sendfile(fw_req *r)
 
 static int on_request(void *app, fw_conn *c)
 {
-    ServerObject *s = app;
+    fw_glue *s = app;
     fw_status_enter(s, c);
     PyEval_RestoreThread(thread_state(s, c));
     int rc;
@@ -364,7 +364,7 @@ out:
 
 static int on_writable(void *app, fw_conn *c)
 {
-    ServerObject *s = app;
+    fw_glue *s = app;
     fw_status_enter(s, c);
     PyEval_RestoreThread(thread_state(s, c));
     int rc = iterate(c->app_state);
@@ -383,7 +383,7 @@ static void on_drop(void *app, fw_conn *c)
 
 static int on_signal(void *app)
 {
-    ServerObject *s = app;
+    fw_glue *s = app;
     PyEval_RestoreThread(s->tstate);
     int stop = PyErr_CheckSignals() < 0;
     PyEval_SaveThread();
@@ -392,7 +392,7 @@ static int on_signal(void *app)
 
 static void on_log(void *app, int level, const char *msg)
 {
-    ServerObject *s = app;
+    fw_glue *s = app;
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *x = PyObject_CallMethod(s->logger, "log", "is", level, msg);
     if (x)

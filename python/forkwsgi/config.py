@@ -262,25 +262,6 @@ SETTINGS = [
 
 BY_NAME = {s.name: s for s in SETTINGS}
 
-# Settings the embedding API passes straight to the C server.
-CORE_OPTIONS = {
-    "limit_request_line": "max_line",
-    "limit_request_fields": "max_headers",
-    "limit_request_head": "max_head",
-    "limit_request_body": "max_body",
-    "header_timeout": "header_timeout",
-    "body_timeout": "body_timeout",
-    "keepalive": "keepalive_timeout",
-    "write_timeout": "write_timeout",
-    "graceful_timeout": "graceful_timeout",
-    "spool_threshold": "spool_threshold",
-    "spool_dir": "spool_dir",
-    "max_connections": "max_connections",
-    "max_requests": "max_requests",
-    "threads": "threads",
-}
-
-
 # Settings of the process model (master, CLI), not of one server loop.
 PROCESS_ONLY = ("config", "chdir", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
                 "max_requests_jitter", "max_rss", "timeout") + tuple(s.name for s in SETTINGS

@@ -1,0 +1,471 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""forkwsgi._forkwsgi: the extension's Python-facing objects.
+
+The Server type over the C core's fw_server (cserver/fw_server.h), the one
+table that turns the settings registry's values into an fw_config, the
+scoreboard views for the master, and the module's set-up. The per-request
+path (environ, start_response, wsgi.input, file_wrapper, the request
+driver, offload()) stays in C under src/: it runs for every request, and
+there C is what measures fastest.
+"""
+import os
+
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_XDECREF
+from libc.errno cimport errno
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
+from libc.string cimport memset, strcpy, strlen
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyThreadState
+    PyThreadState *PyEval_SaveThread()
+    void PyEval_RestoreThread(PyThreadState *)
+    PyObject *PyErr_Occurred()
+    void PyErr_Clear()
+    void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
+    void PyErr_NormalizeException(PyObject **, PyObject **, PyObject **)
+    int PyException_SetTraceback(PyObject *, PyObject *)
+    ctypedef struct PyMethodDef:
+        const char *ml_name
+    int PyModule_AddFunctions(object, PyMethodDef *) except -1
+    int PyType_Ready(PyTypeObject *) except -1
+
+
+cdef extern from "glue.h":
+    ctypedef struct fw_http_limits:
+        size_t max_line
+        size_t max_head
+        size_t max_headers
+        uint64_t max_body
+
+    ctypedef struct fw_balance_cfg:
+        int mode
+        void *scoreboard
+        int nslots
+        int me
+        const int *kick_fds
+        const int *pass_fds
+        int pass_recv_fd
+        int backstop_ms
+
+    ctypedef struct fw_config:
+        fw_http_limits limits
+        int header_timeout_ms
+        int body_timeout_ms
+        int keepalive_timeout_ms
+        int write_timeout_ms
+        int graceful_timeout_ms
+        size_t spool_threshold
+        const char *spool_dir
+        int max_connections
+        int accept_batch
+        uint64_t max_requests
+        int threads
+        int release_listeners
+        fw_balance_cfg balance
+
+    ctypedef struct fw_balance:
+        pass
+
+    ctypedef struct fw_server:
+        int nconns
+        uint64_t requests
+        fw_balance bal
+
+    ctypedef struct fw_app_ops:
+        pass
+
+    ctypedef struct fw_sb_view:
+        uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen
+        int32_t pid
+        uint64_t accepted, handed_in, handed_out, kicks_sent
+
+    ctypedef struct fw_glue:
+        fw_server *srv
+        PyObject *app
+        PyObject *logger
+        PyObject *base_environ
+        PyObject *listener_info
+        PyObject *pending_exc
+        Py_buffer status
+        PyThreadState *tstate
+        int serving
+
+    enum:
+        FW_SB_SLOT_SIZE
+        FW_STATUS_SIZE
+        FW_BAL_SHARED
+        FW_BAL_LEAST_BUSY
+        FW_BAL_REUSEPORT
+
+    const fw_app_ops fw_glue_ops
+    PyMethodDef fw_offload_methods[]
+    PyTypeObject StartResponse_Type
+    PyTypeObject Input_Type
+    PyTypeObject FileWrapper_Type
+
+    void fw_config_defaults(fw_config *cfg)
+    fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds, const fw_app_ops *ops, void *app)
+    void fw_server_free(fw_server *srv)
+    int fw_server_run(fw_server *srv)
+    void fw_server_stop(fw_server *srv, int graceful)
+    int fw_server_watch_signals(fw_server *srv, int fd)
+    void fw_balance_view(const fw_balance *b, fw_sb_view *out)
+    int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
+    void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
+    void fw_sb_retire(void *scoreboard, int nslots, int i)
+    void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds)
+    int fw_environ_init() except -1
+    int fw_request_init() except -1
+
+
+SB_SLOT_SIZE = FW_SB_SLOT_SIZE
+STATUS_SIZE = FW_STATUS_SIZE
+BALANCE_SHARED = FW_BAL_SHARED
+BALANCE_LEAST_BUSY = FW_BAL_LEAST_BUSY
+BALANCE_REUSEPORT = FW_BAL_REUSEPORT
+
+
+# ---- the settings the C core takes ------------------------------------------
+#
+# One table, by the names of the settings registry (python/forkwsgi/config.py):
+# where each value goes in fw_config and how it is stored. Nothing else maps
+# a setting to the core.
+
+cdef enum Kind:
+    K_SIZE = 0          # bytes, size_t
+    K_U64 = 1           # a count or bytes, uint64_t
+    K_INT = 2           # int
+    K_MS = 3            # seconds (float) stored as int milliseconds
+
+cdef fw_config _layout
+
+cdef Py_ssize_t _at(void *field):
+    return <char *>field - <char *>&_layout
+
+CORE_SETTINGS = {
+    "limit_request_line": (K_SIZE, _at(&_layout.limits.max_line)),
+    "limit_request_head": (K_SIZE, _at(&_layout.limits.max_head)),
+    "limit_request_fields": (K_SIZE, _at(&_layout.limits.max_headers)),
+    "limit_request_body": (K_U64, _at(&_layout.limits.max_body)),
+    "header_timeout": (K_MS, _at(&_layout.header_timeout_ms)),
+    "body_timeout": (K_MS, _at(&_layout.body_timeout_ms)),
+    "keepalive": (K_MS, _at(&_layout.keepalive_timeout_ms)),
+    "write_timeout": (K_MS, _at(&_layout.write_timeout_ms)),
+    "graceful_timeout": (K_MS, _at(&_layout.graceful_timeout_ms)),
+    "spool_threshold": (K_SIZE, _at(&_layout.spool_threshold)),
+    "max_connections": (K_INT, _at(&_layout.max_connections)),
+    "max_requests": (K_U64, _at(&_layout.max_requests)),
+    "threads": (K_INT, _at(&_layout.threads)),
+}
+
+
+cdef int _ms(double seconds):
+    if seconds <= 0:
+        return 0
+    if seconds > 86400 * 365:
+        seconds = 86400 * 365
+    return <int>(seconds * 1000 + 0.5)
+
+
+cdef int _store(fw_config *cfg, str name, object value) except -1:
+    kind, off = CORE_SETTINGS[name]
+    cdef char *field = <char *>cfg + <Py_ssize_t>off
+    if value < 0:
+        raise ValueError(f"{name} must not be negative")
+    if kind == K_SIZE:
+        (<size_t *>field)[0] = <size_t>value
+    elif kind == K_U64:
+        (<uint64_t *>field)[0] = <uint64_t>value
+    elif kind == K_INT:
+        if value > 0x7fffffff:
+            raise ValueError(f"{name} is too large")
+        (<int *>field)[0] = <int>value
+    else:
+        (<int *>field)[0] = _ms(value)
+    return 0
+
+
+cdef int _int_list(object seq, int *out, Py_ssize_t n, str what) except -1:
+    """A sequence of n fds (-1: none) into out."""
+    items = list(seq)
+    if len(items) != n:
+        raise ValueError(f"{what}: need one entry per scoreboard slot")
+    for i in range(n):
+        v = items[i]
+        out[i] = -1 if v < 0 or v > 0x7fffffff else <int>v
+    return 0
+
+
+cdef object _take_error():
+    """The exception set by C code (a signal handler that raised), as an
+    object to raise."""
+    cdef PyObject *t = NULL
+    cdef PyObject *v = NULL
+    cdef PyObject *tb = NULL
+    PyErr_Fetch(&t, &v, &tb)
+    PyErr_NormalizeException(&t, &v, &tb)
+    if v != NULL and tb != NULL:
+        PyException_SetTraceback(v, tb)
+    exc = <object>v if v != NULL else RuntimeError("unknown error")
+    Py_XDECREF(t)
+    Py_XDECREF(v)
+    Py_XDECREF(tb)
+    return exc
+
+
+cdef class Server:
+    """Server(app, fds, base_environ, listener_info, logger, *, status=None,
+    balance=BALANCE_LEAST_BUSY, scoreboard=None, slot=0, kick_fds=None,
+    pass_fds=None, pass_recv_fd=-1, release_listeners=False, accept_batch=16,
+    **settings): the C HTTP/1.1 server loop over listening sockets.
+    settings: the registry's names in CORE_SETTINGS, plus spool_dir."""
+
+    cdef fw_glue g
+    cdef fw_config cfg
+    cdef Py_buffer scoreboard
+    cdef int *balance_fds          # PyMem: nslots kick eventfds, then nslots hand-off send fds
+    cdef char *spool_dir           # PyMem
+    cdef object app, logger, base_environ, listener_info
+
+    def __cinit__(self):
+        memset(&self.g, 0, sizeof(self.g))
+        self.scoreboard.buf = NULL
+        self.balance_fds = NULL
+        self.spool_dir = NULL
+
+    def __init__(self, app, fds, dict base_environ, list listener_info, logger, *, status=None,
+                 int balance=FW_BAL_LEAST_BUSY, scoreboard=None, int slot=0, kick_fds=None, pass_fds=None,
+                 int pass_recv_fd=-1, bint release_listeners=False, int accept_batch=-1, **settings):
+        if self.g.srv != NULL:
+            raise RuntimeError("Server already initialised")
+        fw_config_defaults(&self.cfg)
+        cdef fw_config *cfg = &self.cfg
+        spool_dir = settings.pop("spool_dir", None)
+        for name, value in settings.items():
+            if name not in CORE_SETTINGS:
+                raise TypeError(f"Server: unknown setting {name!r}")
+            _store(cfg, name, value)
+        if cfg.threads < 1 or cfg.threads > 1024:
+            raise ValueError("threads must be 1 to 1024")
+        if balance < FW_BAL_SHARED or balance > FW_BAL_REUSEPORT:
+            raise ValueError("unknown balance mode")
+        if accept_batch > 0:
+            cfg.accept_batch = accept_batch
+        cfg.release_listeners = release_listeners
+        cfg.balance.mode = balance
+        cfg.balance.pass_recv_fd = -1
+        if scoreboard is not None:
+            self._balance_setup(scoreboard, slot, kick_fds, pass_fds, pass_recv_fd)
+        if cfg.limits.max_head < cfg.limits.max_line:
+            cfg.limits.max_line = cfg.limits.max_head      # the line is part of the head
+        if cfg.limits.max_line < 64 or cfg.limits.max_headers < 1 or cfg.max_connections < 1:
+            raise ValueError("invalid limits")
+        if status is not None:
+            # A writable shared buffer of FW_STATUS_SIZE bytes per thread, 8-aligned.
+            PyObject_GetBuffer(status, &self.g.status, PyBUF_WRITABLE)
+            if self.g.status.len < cfg.threads * FW_STATUS_SIZE or (<uintptr_t>self.g.status.buf & 7):
+                PyBuffer_Release(&self.g.status)
+                self.g.status.buf = NULL
+                raise ValueError("status must be a writable, 8-aligned buffer of 256 bytes per thread")
+        fds = list(fds)
+        cdef Py_ssize_t n = len(fds)
+        if n < 1 or n > 64 or len(listener_info) != n:
+            raise ValueError("need 1 to 64 listening fds and one listener_info entry each")
+        cdef int ifds[64]
+        for i in range(n):
+            fd, li = fds[i], listener_info[i]
+            if fd < 0 or fd > 0x7fffffff or not isinstance(li, tuple) or len(li) != 2:
+                raise ValueError("bad fd or listener_info entry")
+            ifds[i] = <int>fd
+        if spool_dir is not None:
+            b = os.fsencode(spool_dir)
+            self.spool_dir = <char *>PyMem_Malloc(len(b) + 1)
+            if self.spool_dir == NULL:
+                raise MemoryError()
+            strcpy(self.spool_dir, b)
+            cfg.spool_dir = self.spool_dir
+        # The callbacks borrow these; this object keeps them alive.
+        self.app, self.logger, self.base_environ, self.listener_info = app, logger, base_environ, listener_info
+        self.g.app = <PyObject *>app
+        self.g.logger = <PyObject *>logger
+        self.g.base_environ = <PyObject *>base_environ
+        self.g.listener_info = <PyObject *>listener_info
+        self.g.srv = fw_server_new(cfg, ifds, <int>n, &fw_glue_ops, &self.g)
+        if self.g.srv == NULL:
+            raise OSError(errno, os.strerror(errno))
+
+    cdef int _balance_setup(self, scoreboard, int slot, kick_fds, pass_fds, int pass_recv_fd) except -1:
+        """The shared scoreboard (writable, 64-aligned, one FW_SB_SLOT_SIZE slot
+        per worker), this worker's slot, and the per-slot fds the master made."""
+        PyObject_GetBuffer(scoreboard, &self.scoreboard, PyBUF_WRITABLE)
+        cdef Py_ssize_t nslots = self.scoreboard.len // FW_SB_SLOT_SIZE
+        if nslots < 1 or nslots > 4096 or (<uintptr_t>self.scoreboard.buf & (FW_SB_SLOT_SIZE - 1)) or \
+                slot < 0 or slot >= nslots:
+            raise ValueError("scoreboard must be a writable, 64-aligned buffer of SB_SLOT_SIZE bytes per "
+                             "slot, and slot one of them")
+        self.balance_fds = <int *>PyMem_Malloc(2 * nslots * sizeof(int))
+        if self.balance_fds == NULL:
+            raise MemoryError()
+        for i in range(2 * nslots):
+            self.balance_fds[i] = -1
+        if kick_fds is not None:
+            _int_list(kick_fds, self.balance_fds, nslots, "kick_fds")
+        if pass_fds is not None:
+            _int_list(pass_fds, self.balance_fds + nslots, nslots, "pass_fds")
+        cdef fw_balance_cfg *bc = &self.cfg.balance
+        bc.scoreboard = self.scoreboard.buf
+        bc.nslots = <int>nslots
+        bc.me = slot
+        bc.kick_fds = self.balance_fds
+        bc.pass_fds = self.balance_fds + nslots if pass_fds is not None else NULL
+        bc.pass_recv_fd = pass_recv_fd
+        return 0
+
+    def serve(self, int signal_fd=-1):
+        """serve(signal_fd=-1): run the loop until stop(), without the GIL;
+        signal_fd is a signal.set_wakeup_fd() pipe whose readability makes
+        the loop run signal handlers."""
+        if self.g.srv == NULL:
+            raise RuntimeError("Server not initialised")
+        if self.g.serving:
+            raise RuntimeError("Server is already serving")
+        if fw_server_watch_signals(self.g.srv, signal_fd) != 0:
+            raise OSError(errno, os.strerror(errno))
+        self.g.serving = 1
+        cdef int rc
+        try:
+            self.g.tstate = PyEval_SaveThread()
+            rc = fw_server_run(self.g.srv)
+            PyEval_RestoreThread(self.g.tstate)
+            self.g.tstate = NULL
+            if self.g.pending_exc != NULL:          # the app raised SystemExit & co
+                exc = <object>self.g.pending_exc
+                Py_XDECREF(self.g.pending_exc)
+                self.g.pending_exc = NULL
+                raise exc
+            if rc == 1 and PyErr_Occurred() != NULL:   # a signal handler raised
+                raise _take_error()
+            if rc < 0:
+                raise OSError("the event loop failed (see the log)")
+            if PyErr_Occurred() != NULL:
+                PyErr_Clear()
+        finally:
+            self.g.serving = 0
+            fw_server_watch_signals(self.g.srv, -1)
+
+    def stop(self, bint graceful=True):
+        """stop(graceful=True): ask the loop to stop; safe from any thread or
+        a signal handler."""
+        if self.g.srv != NULL:
+            fw_server_stop(self.g.srv, graceful)
+
+    def stats(self):
+        """Counters of this server's loop and its scoreboard slot."""
+        if self.g.srv == NULL:
+            return None
+        cdef fw_sb_view v
+        fw_balance_view(&self.g.srv.bal, &v)
+        return {"connections": self.g.srv.nconns, "serving": bool(self.g.serving),
+                "requests": self.g.srv.requests, "inflight": v.inflight, "accepted": v.accepted,
+                "handed_in": v.handed_in, "handed_out": v.handed_out}
+
+    def __dealloc__(self):
+        if self.g.srv != NULL:
+            fw_server_free(self.g.srv)
+            self.g.srv = NULL
+        Py_XDECREF(self.g.pending_exc)
+        self.g.pending_exc = NULL
+        if self.g.status.buf != NULL:
+            PyBuffer_Release(&self.g.status)
+        if self.scoreboard.buf != NULL:
+            PyBuffer_Release(&self.scoreboard)
+        PyMem_Free(self.balance_fds)
+        PyMem_Free(self.spool_dir)
+
+
+# ---- the master's side of the scoreboard --------------------------------------
+
+cdef class _Scoreboard:
+    """The scoreboard buffer and, optionally, the kick eventfds, for one call."""
+    cdef Py_buffer buf
+    cdef int nslots
+    cdef int *kicks
+
+    def __cinit__(self, scoreboard, kick_fds=None):
+        self.buf.buf = NULL
+        self.kicks = NULL
+        PyObject_GetBuffer(scoreboard, &self.buf, PyBUF_WRITABLE)
+        self.nslots = <int>(self.buf.len // FW_SB_SLOT_SIZE)
+        if (<uintptr_t>self.buf.buf & (FW_SB_SLOT_SIZE - 1)) or self.nslots < 1:
+            raise ValueError("bad scoreboard buffer")
+        if kick_fds is not None:
+            self.kicks = <int *>PyMem_Malloc(self.nslots * sizeof(int))
+            if self.kicks == NULL:
+                raise MemoryError()
+            _int_list(kick_fds, self.kicks, self.nslots, "kick_fds")
+
+    def __dealloc__(self):
+        if self.buf.buf != NULL:
+            PyBuffer_Release(&self.buf)
+        PyMem_Free(self.kicks)
+
+
+def sb_spawn(scoreboard, int slot, kick_fds):
+    """sb_spawn(scoreboard, slot, kick_fds): reset a slot for a new worker (before fork)."""
+    cdef _Scoreboard s = _Scoreboard(scoreboard, kick_fds)
+    fw_sb_spawn(s.buf.buf, s.nslots, slot, s.kicks)
+
+
+def sb_release(scoreboard, int slot, kick_fds):
+    """sb_release(scoreboard, slot, kick_fds): free a dead worker's slot and kick the others."""
+    cdef _Scoreboard s = _Scoreboard(scoreboard, kick_fds)
+    fw_sb_release(s.buf.buf, s.nslots, slot, s.kicks)
+
+
+def sb_retire(scoreboard, int slot, kick_fds=None):
+    """sb_retire(scoreboard, slot, None): mark a worker as retiring while others serve
+    on (it hands its idle connections to them), before the SIGTERM that retires it."""
+    cdef _Scoreboard s = _Scoreboard(scoreboard)
+    fw_sb_retire(s.buf.buf, s.nslots, slot)
+
+
+_STATES = ("free", "alive", "draining")
+
+
+def sb_read(scoreboard):
+    """sb_read(scoreboard) -> a dict per slot."""
+    cdef _Scoreboard s = _Scoreboard(scoreboard)
+    cdef fw_sb_view v
+    out = []
+    for i in range(s.nslots):
+        fw_sb_view_of(s.buf.buf, s.nslots, i, &v)
+        out.append({"state": _STATES[v.state] if v.state < 3 else "?", "pid": v.pid, "gen": v.gen,
+                    "inflight": v.inflight, "armed": v.armed, "threads": v.threads, "open": v.open,
+                    "retire": v.retire, "accepted": v.accepted, "handed_in": v.handed_in,
+                    "handed_out": v.handed_out, "kicks_sent": v.kicks_sent})
+    return out
+
+
+# ---- the module ------------------------------------------------------------------
+
+PyType_Ready(&StartResponse_Type)
+PyType_Ready(&Input_Type)
+PyType_Ready(&FileWrapper_Type)
+fw_environ_init()
+fw_request_init()
+FileWrapper = <object><PyObject *>&FileWrapper_Type
+Input = <object><PyObject *>&Input_Type
+
+
+def _add_c_functions():
+    """offload(), offload_setup() & co, defined in C (src/offload.c)."""
+    import sys
+    PyModule_AddFunctions(sys.modules[__name__], fw_offload_methods)
+
+
+_add_c_functions()
+del _add_c_functions
