@@ -276,13 +276,16 @@ int fw_balance_init(fw_balance *b, const fw_balance_cfg *cfg, int threads, int n
         b->sb = b->cfg.scoreboard;
     }
     atomic_store(&b->sb[b->cfg.me].threads, b->threads);
-    if (pthread_mutex_init(&b->mu, NULL) != 0)
-        return -1;
+    int e = pthread_mutex_init(&b->mu, NULL);
+    if (e != 0) {
+        errno = e;
+        return -e;
+    }
     if (b->cfg.kick_fds && b->cfg.kick_fds[b->cfg.me] >= 0) {
         b->kick_w.fd = b->cfg.kick_fds[b->cfg.me];
         b->kick_w.cb = on_kick;
         if (fw_loop_watch(loop, &b->kick_w, EPOLLIN) != 0)
-            return -1;
+            return -errno;
     }
     /* Hand-offs arrive in every mode: a retiring peer passes its idle
      * connections on (with threads, a saturated one passes new requests). */
@@ -290,7 +293,7 @@ int fw_balance_init(fw_balance *b, const fw_balance_cfg *cfg, int threads, int n
         b->pass_w.fd = b->cfg.pass_recv_fd;
         b->pass_w.cb = on_pass;
         if (fw_loop_watch(loop, &b->pass_w, EPOLLIN) != 0)
-            return -1;
+            return -errno;
     }
     return 0;
 }
@@ -511,7 +514,7 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
 int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
 {
     if (i < 0 || i >= nslots)
-        return -1;
+        return -EINVAL;
     /* The loads are atomic, not the copy: each field is what it was at
      * some moment, which is all a reader of statistics needs. */
     fw_sb_slot *s = (fw_sb_slot *)scoreboard + i;

@@ -133,7 +133,7 @@ typedef struct fw_balance {
 
 /* Set up b for a server with `threads` app threads (1: inline) and
  * `nlisteners` listeners, on `loop` (kick and hand-off fds are watched
- * there). Returns 0 or -1 (errno). */
+ * there). Returns 0 or -errno (errno set too). */
 int fw_balance_init(fw_balance *b, const fw_balance_cfg *cfg, int threads, int nlisteners, fw_loop *loop,
                     const fw_balance_ops *ops, void *ctx);
 void fw_balance_destroy(fw_balance *b);
@@ -208,7 +208,7 @@ void fw_balance_drain(fw_balance *b);
  * the live workers so none stays throttled by a stale count. */
 void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds);
 /* A copy of slot i, each field loaded atomically (for stats and the master).
- * Returns 0, or -1 if i is not a slot. */
+ * Returns 0, or -EINVAL if i is not a slot. */
 typedef struct fw_sb_view {
     uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen;
     int32_t pid;

@@ -322,7 +322,9 @@ int fw_offload_forget(int journal_fd, uint64_t upto)
     upto &= ~(uint64_t)4095;                 /* whole pages only: a partial one would be zeroed, not freed */
     if (upto == 0)
         return 0;
-    return fallocate(journal_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)upto);
+    if (fallocate(journal_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)upto) != 0)
+        return -errno;
+    return 0;
 }
 
 long fw_offload_parse(const char *buf, size_t n, fw_offload_rec *rec)

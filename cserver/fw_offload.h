@@ -134,8 +134,8 @@ long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint
 
 /* Give the disk blocks of a journal segment's first `upto` bytes back to
  * the file system (delivered records: fallocate's PUNCH_HOLE, the size and
- * offsets stay). Returns 0, or -1 with errno set (EOPNOTSUPP: the file
- * system cannot; the segment is then deleted whole once delivered). */
+ * offsets stay). Returns 0, or -errno (-EOPNOTSUPP: the file system
+ * cannot; the segment is then deleted whole once delivered). */
 int fw_offload_forget(int journal_fd, uint64_t upto);
 
 /* Parse the record at buf (n bytes available). Returns its total length, 0

@@ -282,10 +282,12 @@ static PyObject *offload_forget(PyObject *mod, PyObject *args)
     unsigned long long upto;
     if (!PyArg_ParseTuple(args, "iK:offload_forget", &fd, &upto))
         return NULL;
-    if (fw_offload_forget(fd, upto) == 0)
+    int rc = fw_offload_forget(fd, upto);
+    if (rc == 0)
         Py_RETURN_TRUE;
-    if (errno == EOPNOTSUPP)
+    if (rc == -EOPNOTSUPP)
         Py_RETURN_FALSE;
+    errno = -rc;
     return PyErr_SetFromErrno(PyExc_OSError);
 }
 
