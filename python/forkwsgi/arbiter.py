@@ -287,9 +287,9 @@ class Arbiter:
             for s in self.sockets:
                 s.close()          # the master's placeholders
         # wsgi.multiprocess: true when the app may run in several processes at once.
-        worker.run(index, self.pid, sockets, self.app, self.app_spec, options, ready_fd,
-                   self.log, self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
-                   status=status, balance=balance, offload=ofl)
+        worker.run(worker.Setup(index, self.pid, sockets, self.app, self.app_spec, options, ready_fd,
+                                nice=self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
+                                status=status, balance=balance, offload=ofl), self.log)
 
     def retire(self, w):
         """Retire w while the others serve on: it hands its idle connections

@@ -20,8 +20,26 @@ WORKER_BOOT_ERROR = 3
 APP_LOAD_ERROR = 4
 
 
-def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worker_nice=0,
-        multiprocess=True, status=None, balance=None, offload=None):
+class Setup:
+    """What the master gives a worker at fork."""
+
+    def __init__(self, index, master_pid, sockets, app, app_spec, options, ready_fd, nice=0,
+                 multiprocess=True, status=None, balance=None, offload=None):
+        self.index = index              # 1..N, for titles and logs
+        self.master_pid = master_pid
+        self.sockets = sockets          # the listening sockets it serves
+        self.app = app                  # preloaded, or None: loaded here from app_spec (--lazy-apps)
+        self.app_spec = app_spec
+        self.options = options          # the Server's settings
+        self.ready_fd = ready_fd        # readiness pipe: one byte once it can serve
+        self.nice = nice
+        self.multiprocess = multiprocess    # wsgi.multiprocess
+        self.status = status            # its status entries (slots.py)
+        self.balance = balance          # its scoreboard slot and hand-off fds (slots.py)
+        self.offload = offload          # producer.setup() arguments, or None
+
+
+def run(setup, log):
     """Entry point in the child; never returns."""
     code = 0
     try:
@@ -29,25 +47,27 @@ def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worke
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
-        process.die_with_parent(master_pid)
-        process.set_title(f"forkwsgi: worker {index}")
+        process.die_with_parent(setup.master_pid)
+        process.set_title(f"forkwsgi: worker {setup.index}")
         # Absolute, not relative to the master's (inherited) level.
-        os.setpriority(os.PRIO_PROCESS, 0, worker_nice)
-        if offload:
+        os.setpriority(os.PRIO_PROCESS, 0, setup.nice)
+        if setup.offload:
             # This process's producer: forkwsgi.offload() from any thread
             # (and from the app's own import, with --lazy-apps).
-            producer.setup(**offload)
+            producer.setup(**setup.offload)
+        app = setup.app
         if app is None:
             try:
-                app = appload.load(app_spec)
+                app = appload.load(setup.app_spec)
             except appload.AppImportError as e:
-                log.error("worker %d: %s", index, e)
+                log.error("worker %d: %s", setup.index, e)
                 os._exit(APP_LOAD_ERROR)
             except Exception:
-                log.exception("worker %d: error while importing the app %r", index, app_spec)
+                log.exception("worker %d: error while importing the app %r", setup.index, setup.app_spec)
                 os._exit(APP_LOAD_ERROR)
-        server = Server(app, sockets=sockets, logger=log, _multiprocess=multiprocess, _status=status,
-                        _balance=balance, _offload=bool(offload), _release_listeners=True, **options)
+        server = Server(app, sockets=setup.sockets, logger=log, _multiprocess=setup.multiprocess,
+                        _status=setup.status, _balance=setup.balance, _offload=bool(setup.offload),
+                        _release_listeners=True, **setup.options)
         # --timeout: the master asks for every thread's Python stack with
         # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode).
         faulthandler.register(signal.SIGUSR2, all_threads=True)
@@ -71,15 +91,15 @@ def run(index, master_pid, sockets, app, app_spec, options, ready_fd, log, worke
         # since is delivered now, to the handlers above (the server then
         # stops as soon as it starts).
         process.release_stop_signals()
-        os.write(ready_fd, b"R")
-        os.close(ready_fd)
+        os.write(setup.ready_fd, b"R")
+        os.close(setup.ready_fd)
         server.serve(announce=False)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except KeyboardInterrupt:
         code = 0
     except BaseException:
-        log.exception("worker %d failed", index)
+        log.exception("worker %d failed", setup.index)
         code = WORKER_BOOT_ERROR
     finally:
         try:
