@@ -291,21 +291,6 @@ static PyObject *offload_forget(PyObject *mod, PyObject *args)
     return PyErr_SetFromErrno(PyExc_OSError);
 }
 
-static PyObject *offload_counters(PyObject *mod, PyObject *unused)
-{
-    (void)mod;
-    (void)unused;
-    if (!g_offload.ready)
-        Py_RETURN_NONE;
-    fw_offload_counters *c = g_offload.ofl.ctr;
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}",
-                         "queued", (unsigned long long)atomic_load(&c->queued),
-                         "spilled", (unsigned long long)atomic_load(&c->spilled),
-                         "dropped", (unsigned long long)atomic_load(&c->dropped),
-                         "blocked_ns", (unsigned long long)atomic_load(&c->blocked_ns),
-                         "bytes", (unsigned long long)atomic_load(&c->bytes));
-}
-
 PyMethodDef fw_offload_methods[] = {
     { "offload_setup", (PyCFunction)(void (*)(void))offload_setup, METH_VARARGS | METH_KEYWORDS,
       "offload_setup(sock, overflow, block_ms, max_record, spill_dir, spill_max=2**64-1, counters=None, "
@@ -313,7 +298,6 @@ PyMethodDef fw_offload_methods[] = {
       "this process's producer" },
     { "offload", (PyCFunction)(void (*)(void))offload_call, METH_VARARGS | METH_KEYWORDS,
       "offload(topic, value, key=None) -> True if queued or spilled, False if dropped by the overflow policy" },
-    { "offload_counters", offload_counters, METH_NOARGS, "this process's producer counters, or None" },
     { "offload_take", offload_take, METH_VARARGS,
       "offload_take(sock, journal_fd, buf, limit, max_bytes, skip) -> (records, state, bad): "
       "the sibling's peek-journal-dequeue loop" },

@@ -10,7 +10,7 @@ import struct
 import zlib
 
 from .. import _forkwsgi
-from .records import BadRecord, parse
+from .records import BadRecord, Record, parse
 
 log = logging.getLogger("forkwsgi")
 
@@ -93,6 +93,29 @@ class Journal:
         self.size += len(data)
         self.dirty = True
         return self.seg, self.size
+
+    def take(self, sock_fd, buf, limit, skip):
+        """Move up to `limit` records from the queue (sock_fd) into the
+        journal: in C (fw_offload_take), each is peeked at into buf,
+        appended, and only then taken off the queue; a record equal to
+        `skip` ((pid, seq) the predecessor journaled last) is taken off, not
+        appended again. Returns (taken, state, bad, entries): taken and state
+        and bad as _forkwsgi.offload_take gives them, entries (Record,
+        segment, end offset) for the records appended now. OSError: the
+        record that failed stays queued, the segment ends at a whole record."""
+        self.roll()
+        try:
+            taken, state, bad = _forkwsgi.offload_take(sock_fd, self.fd, buf, limit, SEGMENT_BYTES - self.size, skip)
+        except OSError:
+            self.recover()
+            raise
+        entries = []
+        for t in taken:
+            if t[7]:                           # fresh: appended now
+                self.size += t[6]
+                self.dirty = True
+                entries.append((Record(*t[:6]), self.seg, self.size))
+        return taken, state, bad, entries
 
     def recover(self):
         """After a failed append: the segment must end where the last whole

@@ -31,7 +31,7 @@ import time
 
 from .. import _forkwsgi, process
 from .counters import SIB, SIB_CUMULATIVE, SIB_NAMES, counters_size, sibling_counters
-from .journal import SEGMENT_BYTES, Journal
+from .journal import Journal
 from .queue import queued_record_max
 from .records import Record, frame
 from .sinks import SinkDiskError, make_sink
@@ -184,31 +184,23 @@ class Sibling:
         n = 0
         direct = self.disk.failing and self.stop_at is not None
         while n < limit:
-            j = self.journal
             try:
-                if not direct:
-                    j.roll()
-                taken, state, bad = _forkwsgi.offload_take(self.sock.fileno(), -1 if direct else j.fd, self.rbuf,
-                                                           limit - n, SEGMENT_BYTES - j.size, self.last_journaled)
+                if direct:
+                    taken, state, bad = _forkwsgi.offload_take(self.sock.fileno(), -1, self.rbuf, limit - n,
+                                                               1 << 62, self.last_journaled)
+                    entries = [(Record(*t[:6]), None, None) for t in taken if t[7]]
+                else:
+                    taken, state, bad, entries = self.journal.take(self.sock.fileno(), self.rbuf, limit - n,
+                                                                   self.last_journaled)
+                    self.stats["journaled"] += len(entries)
             except OSError as e:
                 self.disk.failed("the journal", e)          # the record stays queued
-                if not direct:
-                    j.recover()
                 break
             if bad:
                 log.error("offload: dropped %d malformed record(s) from the queue", bad)
                 self.stats["dequeued"] += bad
-            for topic, key, value, ts, pid, seq, size, fresh in taken:
-                if not fresh:                  # journaled by our predecessor, pending since resume()
-                    continue
-                rec = Record(topic, key, value, ts, pid, seq)
-                if direct:
-                    self.pending.append((rec, None, None))
-                    continue
-                j.size += size
-                j.dirty = True
-                self.pending.append((rec, j.seg, j.size))
-                self.stats["journaled"] += 1
+            # (Records not fresh were journaled by our predecessor: pending since resume().)
+            self.pending.extend(entries)
             if taken:
                 self.last_journaled = taken[-1][4:6]
                 if not direct:
