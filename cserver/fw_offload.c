@@ -73,6 +73,16 @@ void fw_offload_destroy(fw_offload *o)
     pthread_mutex_destroy(&o->spill_mu);
 }
 
+void fw_offload_counters_read(const fw_offload_counters *c, fw_offload_totals *out)
+{
+    fw_offload_counters *w = (fw_offload_counters *)c;     /* atomic_load takes a non-const pointer */
+    out->queued = atomic_load(&w->queued);
+    out->spilled = atomic_load(&w->spilled);
+    out->dropped = atomic_load(&w->dropped);
+    out->blocked_ns = atomic_load(&w->blocked_ns);
+    out->bytes = atomic_load(&w->bytes);
+}
+
 int fw_offload_topic_ok(const char *t, size_t n)
 {
     if (n == 0 || n > FW_OFL_TOPIC_MAX || (n == 1 && t[0] == '.') ||

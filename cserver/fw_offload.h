@@ -103,6 +103,13 @@ enum {
     FW_OFL_EIO = -3         /* internal: a spill that failed (errno set); fw_offload_send drops then */
 };
 
+/* The counters as plain numbers, each loaded atomically (for readers in
+ * other processes: the master, offload_stats()). */
+typedef struct fw_offload_totals {
+    uint64_t queued, spilled, dropped, blocked_ns, bytes;
+} fw_offload_totals;
+void fw_offload_counters_read(const fw_offload_counters *c, fw_offload_totals *out);
+
 int fw_offload_init(fw_offload *o, int sock, int overflow, int block_ms, size_t max_record,
                     const char *spill_dir, uint64_t spill_max, fw_offload_counters *shared);
 void fw_offload_destroy(fw_offload *o);

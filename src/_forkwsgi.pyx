@@ -118,6 +118,12 @@ cdef extern from "glue.h":
     void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
     void fw_sb_retire(void *scoreboard, int nslots, int i)
     void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds)
+    ctypedef struct fw_offload_counters:
+        pass
+    ctypedef struct fw_offload_totals:
+        uint64_t queued, spilled, dropped, blocked_ns, bytes
+    void fw_offload_counters_read(const fw_offload_counters *c, fw_offload_totals *out)
+    int fw_status_read(const void *entry, uint64_t *began, char *line, size_t cap)
     int fw_environ_init() except -1
     int fw_request_init() except -1
 
@@ -448,6 +454,54 @@ def sb_read(scoreboard):
                     "retire": v.retire, "accepted": v.accepted, "handed_in": v.handed_in,
                     "handed_out": v.handed_out, "kicks_sent": v.kicks_sent})
     return out
+
+
+# ---- the master's views of what workers share ------------------------------------
+
+cdef class _Buffer:
+    """A buffer (shared memory) held for one call."""
+    cdef Py_buffer view
+
+    def __cinit__(self, obj, bint writable=False):
+        self.view.buf = NULL
+        PyObject_GetBuffer(obj, &self.view, PyBUF_WRITABLE if writable else 0)
+
+    def __dealloc__(self):
+        if self.view.buf != NULL:
+            PyBuffer_Release(&self.view)
+
+
+def status_read(status, int slot, int threads):
+    """What the app threads of the worker in `slot` are in, from the shared
+    status entries (STATUS_SIZE bytes per app thread, `threads` per slot):
+    [(thread, began_ns, request line)] for each thread inside the app."""
+    cdef _Buffer b = _Buffer(status)
+    cdef uint64_t began
+    cdef char line[FW_STATUS_SIZE]
+    cdef Py_ssize_t off
+    out = []
+    for t in range(threads):
+        off = (<Py_ssize_t>slot * threads + t) * FW_STATUS_SIZE
+        if off < 0 or off + FW_STATUS_SIZE > b.view.len:
+            raise ValueError("status: no such slot or thread")
+        if fw_status_read(<char *>b.view.buf + off, &began, line, sizeof(line)):
+            out.append((t, began, line.decode("latin-1")))
+    return out
+
+
+PRODUCER_NAMES = ("queued", "spilled", "dropped", "blocked_ns", "bytes")
+
+
+def producer_counters(counters, Py_ssize_t offset):
+    """One producer's offload counters (cserver/fw_offload.h), at `offset`
+    in the shared counters: {queued, spilled, dropped, blocked_ns, bytes}."""
+    cdef _Buffer b = _Buffer(counters)
+    cdef fw_offload_totals t
+    if offset < 0 or offset + 64 > b.view.len or offset % 8:
+        raise ValueError("counters: bad offset")
+    fw_offload_counters_read(<const fw_offload_counters *>(<char *>b.view.buf + offset), &t)
+    return {"queued": t.queued, "spilled": t.spilled, "dropped": t.dropped, "blocked_ns": t.blocked_ns,
+            "bytes": t.bytes}
 
 
 # ---- the module ------------------------------------------------------------------

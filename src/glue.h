@@ -12,6 +12,7 @@
 #include <Python.h>
 
 #include "fw_conn.h"
+#include "fw_offload.h"
 #include "fw_server.h"
 
 typedef struct fw_req fw_req;
@@ -95,6 +96,10 @@ int fw_req_send_head(fw_req *r, int64_t known_len);
 #define FW_STATUS_SIZE 256
 void fw_status_enter(fw_glue *s, fw_conn *c);
 void fw_status_leave(fw_glue *s, fw_conn *c);
+/* For the master: one entry's start time (0: not in the app) and, when in
+ * the app, its request line (into line, cap bytes, NUL-terminated).
+ * A question: 1 if the thread is in the app. */
+int fw_status_read(const void *entry, uint64_t *began, char *line, size_t cap);
 
 /* offload.c: forkwsgi.offload() and its set-up, added to the module. */
 extern PyMethodDef fw_offload_methods[];

@@ -63,6 +63,20 @@ void fw_status_leave(fw_glue *s, fw_conn *c)
         atomic_store((_Atomic uint64_t *)(void *)slot, 0);
 }
 
+int fw_status_read(const void *entry, uint64_t *began, char *line, size_t cap)
+{
+    /* The time first, then the line (written in the other order). */
+    *began = atomic_load((_Atomic uint64_t *)(void *)entry);
+    if (!*began || cap == 0)
+        return 0;
+    size_t n = strnlen((const char *)entry + 8, FW_STATUS_SIZE - 8);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(line, (const char *)entry + 8, n);
+    line[n] = 0;
+    return 1;
+}
+
 /* The Python thread state of the thread serving c: a pool thread's own
  * (made in thread_start), or the one serve() saved on the loop thread. */
 static PyThreadState *thread_state(fw_glue *s, fw_conn *c)

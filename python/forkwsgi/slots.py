@@ -18,7 +18,6 @@ import logging
 import mmap
 import os
 import socket
-import struct
 import time
 
 from . import _forkwsgi
@@ -87,14 +86,7 @@ class WorkerSlots:
 
     def serving(self, slot):
         """What the worker's app threads are in: [(thread, began_ns, request line)]."""
-        out = []
-        for t in range(self.threads):
-            off = slot * self.status_stride + t * STATUS_SIZE
-            began = struct.unpack_from("Q", self.status, off)[0]
-            if began:
-                line = bytes(self.status[off + 8:off + STATUS_SIZE]).split(b"\0", 1)[0].decode("latin-1")
-                out.append((t, began, line))
-        return out
+        return _forkwsgi.status_read(self.status, slot, self.threads)
 
     # ---- when a worker ended --------------------------------------------------
 

@@ -7,9 +7,9 @@ reads them in any process that attach()ed them: forkwsgi.offload_stats()."""
 import struct
 import time
 
+from .. import _forkwsgi
+
 COUNTER_BLOCK = 64
-PRODUCER = struct.Struct("<QQQQQ")       # queued, spilled, dropped, blocked_ns, bytes
-PRODUCER_NAMES = ("queued", "spilled", "dropped", "blocked_ns", "bytes")
 SIB = struct.Struct("<QQQQQQQdQQQ")
 SIB_NAMES = ("delivered", "retried", "in_flight", "journaled", "pending", "batches", "sink_errors",
              "oldest_ts", "rejected", "dequeued", "disk_errors")
@@ -35,9 +35,9 @@ def sibling_counters(buf, nslots):
 def read_counters(buf, nslots):
     """{"workers": producer counters summed over every slot ever used,
     "sibling": the sibling's}, from the shared counters."""
-    workers = dict.fromkeys(PRODUCER_NAMES, 0)
+    workers = dict.fromkeys(_forkwsgi.PRODUCER_NAMES, 0)
     for i in range(nslots):
-        for name, v in zip(PRODUCER_NAMES, PRODUCER.unpack_from(buf, i * COUNTER_BLOCK)):
+        for name, v in _forkwsgi.producer_counters(buf, i * COUNTER_BLOCK).items():
             workers[name] += v
     sib = dict(zip(SIB_NAMES, SIB.unpack_from(buf, nslots * COUNTER_BLOCK)))
     oldest = sib.pop("oldest_ts")
