@@ -90,3 +90,79 @@ def test_a_stop_signal_to_the_master_alone_still_stops_everything(tmp_path):
     took = stop_time(start(["apps:hello", "--workers", "2", "--threads", "2"], str(tmp_path)),
                      signal.SIGTERM, 1.0, to_group=False)
     assert took is not None and took < 1.0, took
+
+
+def _workers(pgid, master):
+    """(pid, state) of the master's children in the group."""
+    out = []
+    for pid in group_members(pgid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == master:
+            out.append((pid, fields[0]))
+    return out
+
+
+@pytest.mark.parametrize("threads", ["1", "2"], ids=["inline", "threads"])
+def test_the_masters_signals_sent_to_the_group_neither_kill_nor_stop_workers(tmp_path, threads):
+    """SIGHUP, SIGTTIN, SIGTTOU and SIGUSR1 sent to the whole process group
+    (a terminal hang-up, `kill -HUP -- -PGID`, an operator's script) are
+    the master's: it reloads, adds or removes a worker, has logs reopened.
+    The workers and the offload sibling must not act on their copy: before,
+    SIGHUP's default killed every worker at once (logged as died, kept-alive
+    clients reset), SIGTTIN's and SIGTTOU's stopped (suspended) workers and
+    sibling, and SIGUSR1's killed the sibling."""
+    import http.client
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "server.log"
+    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "forkwsgi", "apps:pid", "--bind", f"127.0.0.1:{port}",
+                                 "--workers", "2", "--threads", threads, "--graceful-timeout", "8",
+                                 "--offload-sink", f"jsonl:{tmp_path / 'out.jsonl'}",
+                                 "--offload-dir", str(tmp_path / "journal")],
+                                cwd=str(tmp_path), env=env, start_new_session=True, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 15
+        while len(_workers(proc.pid, proc.pid)) < 3 and time.monotonic() < deadline:   # and the sibling
+            time.sleep(0.05)
+        time.sleep(0.5)
+        client = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+
+        def get():
+            client.request("GET", "/")
+            r = client.getresponse()
+            assert r.status == 200
+            return int(r.read())
+
+        first = get()
+        os.killpg(proc.pid, signal.SIGHUP)             # reload: new workers, the old ones retire
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and (
+                first in [p for p, _ in _workers(proc.pid, proc.pid)] or "Booted worker" not in log.read_text()):
+            time.sleep(0.05)
+        time.sleep(0.3)
+        get()                                           # the same kept-alive connection, served on
+        for sig in (signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1):
+            os.killpg(proc.pid, sig)
+            time.sleep(0.5)
+            states = _workers(proc.pid, proc.pid)
+            assert all(state != "T" for _, state in states), (sig, states)
+            get()
+        text = log.read_text()
+        assert "died" not in text and "failed" not in text, text
+        assert "Received SIGHUP" in text and "Received SIGTTIN" in text and "Received SIGTTOU" in text, text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        for p in group_members(proc.pid):
+            os.kill(p, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

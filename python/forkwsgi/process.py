@@ -72,6 +72,21 @@ def stop_signals_held():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def _masters_signal(signum, frame):
+    pass
+
+
+def leave_to_the_master(signals):
+    """In a child of the master: `signals` are the master's to act on (a
+    reload, one worker more or less, reopening logs), and reach the child
+    too when sent to the whole process group (a terminal hang-up, `kill
+    -HUP -- -PGID`). Their defaults would kill (HUP, USR1) or suspend (TTIN,
+    TTOU) it: a handler that does nothing instead. A handler, not SIG_IGN:
+    processes the child starts get the defaults back."""
+    for sig in signals:
+        signal.signal(sig, _masters_signal)
+
+
 def release_stop_signals():
     """In a child, once its handlers are in place: a stop that arrived since
     the fork is delivered now."""

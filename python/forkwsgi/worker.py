@@ -45,8 +45,9 @@ def run(setup, log):
     try:
         # The master's signal handlers and wakeup fd are not ours.
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD, signal.SIGUSR1):
-            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # SIGUSR1 is ours too (reopen the log files), set below.
+        process.leave_to_the_master((signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1))
         process.die_with_parent(setup.master_pid)
         process.set_title(f"forkwsgi: worker {setup.index}")
         # Absolute, not relative to the master's (inherited) level.

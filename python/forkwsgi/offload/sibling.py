@@ -427,8 +427,8 @@ def run_sibling(sock, cfg, parent_pid, counters=None):
     code = 0
     try:
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD, signal.SIGUSR1):
-            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        process.leave_to_the_master((signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1))
         process.die_with_parent(parent_pid)
         process.set_title("forkwsgi: offload")
         # Before the sink starts threads of its own (librdkafka's): they
