@@ -23,7 +23,7 @@ import select
 import signal
 import time
 
-from . import appload, binding, config, process, worker
+from . import appload, binding, config, process, systemd, worker
 from .offload.queue import OffloadQueue
 from .offload.supervisor import ForkStarter, Supervisor
 from .slots import WorkerSlots
@@ -56,8 +56,12 @@ class Arbiter:
         signal.SIGTTIN: "ttin", signal.SIGTTOU: "ttou", signal.SIGUSR1: "usr1", signal.SIGCHLD: "chld",
     }
 
-    def __init__(self, app_spec, cfg, logger=log):
+    def __init__(self, app_spec, cfg, logger=log, notifier=None):
         self.app_spec = app_spec
+        # systemd (Type=notify): READY=1 once the workers serve, again after
+        # each reload; `announce` says one is due.
+        self.notifier = notifier or systemd.Notifier({})
+        self.announce = True
         self.cfg = cfg
         self.log = logger
         self.num_workers = cfg["workers"]
@@ -180,8 +184,12 @@ class Arbiter:
     def sleep(self):
         """Wait for a signal, a worker's readiness, or a second."""
         fds = [self.wake_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
+        timeout = 0.02 if self.slots.stranded else 1.0
+        watchdog = self.notifier.tick()
+        if watchdog is not None:
+            timeout = min(timeout, max(watchdog, 0.0))
         try:
-            readable, _, _ = select.select(fds, [], [], 0.02 if self.slots.stranded else 1.0)
+            readable, _, _ = select.select(fds, [], [], timeout)
         except InterruptedError:
             return
         for fd in readable:
@@ -211,6 +219,16 @@ class Arbiter:
         old = [o for o in self.workers.values() if o.old and not o.retiring]
         if old:           # rolling reload: one old worker out for each new one in
             self.retire(min(old, key=lambda o: o.index))
+        self.announce_ready()
+
+    def announce_ready(self):
+        """Tell systemd the server is ready once every worker of the current
+        set serves (at start, and at the end of each reload)."""
+        current = [w for w in self.workers.values() if not w.old and not w.retiring]
+        if self.announce and len(current) >= self.num_workers and all(w.ready for w in current):
+            self.announce = False
+            urls = ", ".join(binding.describe(s)[2] for s in self.sockets)
+            self.notifier.ready(f"{len(current)} worker(s) serving {urls}")
 
     # ---- workers -------------------------------------------------------------
 
@@ -397,6 +415,7 @@ class Arbiter:
         """Stop every worker: SIGTERM and wait up to the graceful timeout, or
         SIGQUIT; then SIGKILL whatever is left."""
         self.stopping = True
+        self.notifier.stopping()
         sig = signal.SIGTERM if graceful else signal.SIGQUIT
         for w in list(self.workers.values()):
             self.kill(w.pid, sig)
@@ -449,6 +468,8 @@ class Arbiter:
 
     def handle_hup(self):
         self.log.info("Received SIGHUP: rolling reload of %d worker(s)", self.num_workers)
+        self.notifier.reloading()
+        self.announce = True
         for w in self.workers.values():
             if not w.retiring:
                 w.old = True

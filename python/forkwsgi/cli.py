@@ -4,7 +4,7 @@ import os
 import signal
 import sys
 
-from . import appload, arbiter, binding, config
+from . import appload, arbiter, binding, config, systemd
 from .offload.supervisor import Host
 from .process import setup_logging
 from .server import Server
@@ -19,13 +19,21 @@ def fail(msg):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    origins = {}
     try:
-        app_spec, cfg = config.load(argv)
+        app_spec, cfg = config.load(argv, origins=origins)
     except config.ConfigError as e:
         return fail(e)
     setup_logging(cfg["log_level"])
     for warning in config.unknown_env():
         log.warning("%s", warning)
+    # systemd socket activation: the passed sockets, unless --bind says otherwise.
+    passed = systemd.listen_fds()
+    if passed and "bind" in origins:
+        log.warning("systemd passed %d socket(s) (LISTEN_FDS), but --bind is given (%s): serving --bind",
+                    len(passed), origins["bind"])
+    elif passed:
+        cfg["bind"] = [f"fd://{fd}" for fd in passed]
     if cfg["chdir"]:
         try:
             os.chdir(cfg["chdir"])
@@ -33,7 +41,7 @@ def main(argv=None):
             return fail(f"cannot change to {cfg['chdir']}: {e.strerror}")
         sys.path.insert(0, os.getcwd())
     if cfg["workers"] > 0:
-        return run_master(app_spec, cfg)
+        return run_master(app_spec, cfg, systemd.Notifier())
     host = None
     if cfg["offload_sink"]:           # before the app, which may offload at import
         try:
@@ -44,13 +52,13 @@ def main(argv=None):
             return fail(f"offload: {e}")
     how = {"graceful": True}
     try:
-        return serve_here(app_spec, cfg, host, how)
+        return serve_here(app_spec, cfg, host, how, systemd.Notifier())
     finally:
         if host is not None:
             host.stop(graceful=how["graceful"])
 
 
-def serve_here(app_spec, cfg, host, how):
+def serve_here(app_spec, cfg, host, how, notifier):
     """--workers 0: serve from this process."""
     try:
         app = appload.load(app_spec)
@@ -72,26 +80,31 @@ def serve_here(app_spec, cfg, host, how):
 
     def graceful(signum, frame):
         log.info("Received %s: stopping gracefully", signal.Signals(signum).name)
+        notifier.stopping()
         server.stop(graceful=True)
 
     def fast(signum, frame):
         log.info("Received %s: stopping now", signal.Signals(signum).name)
+        notifier.stopping()
         how["graceful"] = False
         server.stop(graceful=False)
 
     signal.signal(signal.SIGTERM, graceful)
     signal.signal(signal.SIGQUIT, fast)
     signal.signal(signal.SIGINT, fast)
+    # Ready: the sockets are bound and the loop starts at once (watchdog
+    # keep-alives need a master: --workers 1 or more).
+    notifier.ready(f"serving {', '.join(server.urls)}")
     with server:
         server.serve()
     return 0
 
 
-def run_master(app_spec, cfg):
+def run_master(app_spec, cfg, notifier):
     """The pre-fork master: bind, preload, fork workers, supervise."""
     if not app_spec:
         return fail("no app given: forkwsgi MODULE:APP (see --help)")
-    master = arbiter.Arbiter(app_spec, cfg, log)
+    master = arbiter.Arbiter(app_spec, cfg, log, notifier=notifier)
     try:
         master.start()
     except (binding.BindError, appload.AppImportError, config.ConfigError) as e:

@@ -355,9 +355,13 @@ def unknown_env(environ=None):
     return warnings
 
 
-def load(argv, environ=None):
-    """Settings from defaults, config file, environment and argv. Returns (app_spec, cfg)."""
+def load(argv, environ=None, origins=None):
+    """Settings from defaults, config file, environment and argv. Returns
+    (app_spec, cfg). origins: a dict to fill with where each setting that
+    is not a default came from ("config file PATH", the variable, "command
+    line")."""
     environ = os.environ if environ is None else environ
+    origins = {} if origins is None else origins
     args = vars(build_parser().parse_args(argv))
     app_spec = args.pop("app", None)
     cfg = defaults()
@@ -372,6 +376,7 @@ def load(argv, environ=None):
         for k, v in values.items():
             if k in BY_NAME:
                 cfg[k] = BY_NAME[k].parse(v, f"config file {config_file}")
+                origins[k] = f"config file {config_file}"
             elif k == "app" and isinstance(v, str) and not app_spec:
                 app_spec = v
     for s in SETTINGS:
@@ -380,7 +385,9 @@ def load(argv, environ=None):
             raise ConfigError(f"{' and '.join(found)} are both set: use one")
         if found and s.name != "config":
             cfg[s.name] = s.parse(environ[found[0]], found[0])
+            origins[s.name] = found[0]
     for k, v in args.items():
         s = BY_NAME[k]
         cfg[k] = s.parse(v, "command line") if k != "config" else v
+        origins[k] = "command line"
     return app_spec, cfg
