@@ -271,3 +271,33 @@ def test_a_crashed_worker_is_logged_with_the_requests_it_was_serving(make_server
     assert len(died) == 2 and "(exit code 5) while serving 'GET /exit'" in died[1], died
     assert "/wait" not in died[1]
     assert request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").body == b"alive"
+
+
+ATEXIT_APP = """
+import atexit, os
+from apps import pid as app
+
+def _flush():
+    with open(os.environ["FW_ATEXIT_OUT"], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+
+atexit.register(_flush)
+"""
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["preload", "lazy"])
+def test_workers_that_end_normally_run_atexit_handlers(make_server, tmp_path, lazy):
+    """Sentry, OpenTelemetry and buffered log handlers flush in atexit: a
+    worker recycled by --max-requests and the workers of a stop run the
+    app's atexit handlers (registered at import: in the master with
+    preload, in each worker with --lazy-apps). Before, workers ended with
+    os._exit and no handler ran."""
+    out = tmp_path / "atexit"
+    (tmp_path / "atexit_app.py").write_text(ATEXIT_APP)
+    s = make_server("atexit_app:app", "--workers", "1", "--max-requests", "3", "--chdir", str(tmp_path),
+                    *(["--lazy-apps"] if lazy else []), env={"FW_ATEXIT_OUT": str(out)})
+    served = set(_pids_of(s, 7))                        # the first worker retires after 3
+    assert len(served) >= 2, served
+    s.stop()
+    ran = set(int(x) for x in out.read_text().split()) if out.exists() else set()
+    assert served <= ran, (served, ran, s.log())

@@ -5,11 +5,13 @@ writing one byte to its readiness pipe once the app is loaded and the server
 object exists, so a rolling reload only retires old workers once new ones
 can take their traffic. Exit codes tell the master why a worker ended.
 """
+import atexit
 import faulthandler
 import logging
 import os
 import signal
 import sys
+import threading
 
 from . import appload, process
 from .offload import producer
@@ -104,7 +106,22 @@ def run(setup, log):
         code = WORKER_BOOT_ERROR
     finally:
         try:
+            if code == 0:
+                run_atexit(setup.options.get("graceful_timeout") or 30.0)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def run_atexit(limit):
+    """A worker that ends normally (a stop, a reload, --max-requests,
+    --max-rss) runs the atexit handlers, as interpreter shutdown would:
+    Sentry, OpenTelemetry and buffered log handlers flush there. Only the
+    handlers, not the rest of a shutdown, which would also wait for every
+    thread the app started; and a handler still running after `limit`
+    seconds (the graceful timeout) does not keep the worker: a timer ends it."""
+    timer = threading.Timer(limit, os._exit, (0,))
+    timer.daemon = True
+    timer.start()
+    atexit._run_exitfuncs()
