@@ -242,3 +242,67 @@ def test_keep_alive_default_outlasts_the_proxies_upstream_idle_timeouts():
     assert config.defaults()["keepalive"] > 60
     rc, out, err = run_cli("--help")
     assert f"(default: {config.defaults()['keepalive']})" in out
+
+
+def print_config(*args, env=None, cwd=HERE):
+    e = dict(os.environ, PYTHONPATH=HERE)
+    for k in [k for k in e if k.startswith("FORKWSGI_") or k in ("PORT", "WEB_CONCURRENCY")]:
+        del e[k]
+    e.update(env or {})
+    p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:hello", *args, "--print-config"],
+                       capture_output=True, text=True, timeout=20, env=e, cwd=cwd)
+    assert p.returncode == 0, p.stderr
+    out = {}
+    for line in p.stdout.splitlines():
+        name, _, rest = line.partition(" = ")
+        value, _, origin = rest.rpartition("  (")
+        out[name.strip()] = (value, origin.rstrip(")"))
+    return out
+
+
+def test_settings_precedence_gunicorn_order(tmp_path):
+    """Least to most authoritative, as gunicorn: defaults (WEB_CONCURRENCY and
+    PORT set those of --workers and --bind), the config file, FORKWSGI_*
+    variables, FORKWSGI_CMD_ARGS, the command line. --print-config says
+    where each setting came from."""
+    conf = tmp_path / "conf.py"
+    conf.write_text("workers = 2\nthreads = 3\nbacklog = 100\nkeepalive = 5\ntimeout = 7\n")
+    got = print_config("-c", str(conf), "--timeout", "9",
+                       env={"WEB_CONCURRENCY": "6", "PORT": "5005", "FORKWSGI_THREADS": "4",
+                            "FORKWSGI_CMD_ARGS": "--backlog 200 --keep-alive 11 --timeout 8"})
+    assert got["bind"] == ("['0.0.0.0:5005']", "PORT")
+    assert got["workers"] == ("2", f"config file {conf}")
+    assert got["threads"] == ("4", "FORKWSGI_THREADS")
+    assert got["backlog"] == ("200", "FORKWSGI_CMD_ARGS")
+    assert got["keepalive"] == ("11.0", "FORKWSGI_CMD_ARGS")
+    assert got["timeout"] == ("9.0", "command line")
+    assert got["max_requests"] == ("0", "default")
+    got = print_config(env={"WEB_CONCURRENCY": "6", "PORT": "5005", "FORKWSGI_BIND": "127.0.0.1:7007"})
+    assert got["workers"] == ("6", "WEB_CONCURRENCY")
+    assert got["bind"] == ("['127.0.0.1:7007']", "FORKWSGI_BIND")
+
+
+def test_check_config(tmp_path):
+    """--check-config: exit 0 when the settings are valid and the app imports;
+    1 with one line per problem otherwise, a name in the config file that is
+    no setting among them (with a did-you-mean); the same name is only a
+    warning when the server starts."""
+    good = tmp_path / "good.py"
+    good.write_text("import os\nworkers = 2\n_private = 1\ndef helper():\n    pass\n")
+    rc, out, err = run_cli("apps:hello", "-c", str(good), "--check-config")
+    assert rc == 0 and "configuration OK" in out, (out, err)
+    bad = tmp_path / "bad.py"
+    bad.write_text("workerz = 2\nkeepalive = 5\n")
+    rc, out, err = run_cli("apps:hello", "-c", str(bad), "--check-config")
+    assert rc == 1 and "'workerz' is not a setting: ignored (did you mean workers?)" in err, err
+    rc, out, err = run_cli("apps:no_such_app", "--check-config")
+    assert rc == 1 and "no_such_app" in err, err
+    rc, out, err = run_cli("apps:hello", "--bind", "nowhere:xx", "--check-config")
+    assert rc == 1 and "invalid port" in err, err
+
+
+def test_a_typo_in_the_config_file_is_named_at_start(tmp_path, make_server):
+    conf = tmp_path / "conf.py"
+    conf.write_text("keepalive = 5\nthraeds = 4\n")
+    s = make_server("apps:hello", "-c", str(conf))
+    assert "'thraeds' is not a setting: ignored (did you mean threads?)" in s.log()

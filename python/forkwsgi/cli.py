@@ -19,14 +19,19 @@ def fail(msg):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    origins = {}
+    origins, unknown = {}, []
     try:
-        app_spec, cfg = config.load(argv, origins=origins)
+        app_spec, cfg = config.load(argv, origins=origins, warnings=unknown)
     except config.ConfigError as e:
         return fail(e)
+    unknown += config.unknown_env()
+    if cfg["print_config"]:
+        print(config.describe(cfg, origins))
+        return 0
     setup_logging(cfg["log_level"])
-    for warning in config.unknown_env():
-        log.warning("%s", warning)
+    if not cfg["check_config"]:
+        for warning in unknown:
+            log.warning("%s", warning)
     # systemd socket activation: the passed sockets, unless --bind says otherwise.
     passed = systemd.listen_fds()
     if passed and "bind" in origins:
@@ -40,6 +45,8 @@ def main(argv=None):
         except OSError as e:
             return fail(f"cannot change to {cfg['chdir']}: {e.strerror}")
         sys.path.insert(0, os.getcwd())
+    if cfg["check_config"]:
+        return check(app_spec, cfg, unknown)
     if cfg["workers"] > 0:
         return run_master(app_spec, cfg, systemd.Notifier())
     host = None
@@ -56,6 +63,31 @@ def main(argv=None):
     finally:
         if host is not None:
             host.stop(graceful=how["graceful"])
+
+
+def check(app_spec, cfg, problems):
+    """--check-config: the settings (names that are no setting count as
+    errors here), the bind addresses, and that the app imports. Exit 0 or 1."""
+    problems = list(problems)
+    for addr in cfg["bind"]:
+        try:
+            binding.parse(addr)
+        except binding.BindError as e:
+            problems.append(str(e))
+    if not app_spec:
+        problems.append("no app given: forkwsgi MODULE:APP (see --help)")
+    else:
+        try:
+            appload.load(app_spec)
+        except appload.AppImportError as e:
+            problems.append(str(e))
+        except Exception as e:  # noqa: BLE001 - the app's own error, reported
+            problems.append(f"error while importing the app {app_spec!r}: {type(e).__name__}: {e}")
+    for p in problems:
+        print(f"forkwsgi: error: {p}", file=sys.stderr)
+    if not problems:
+        print(f"forkwsgi: configuration OK ({app_spec})")
+    return 1 if problems else 0
 
 
 def serve_here(app_spec, cfg, host, how, notifier):

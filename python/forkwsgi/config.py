@@ -8,6 +8,8 @@ every setting with its default.
 """
 import argparse
 import difflib
+import shlex
+import types
 import os
 import runpy
 
@@ -162,6 +164,11 @@ class Setting:
 
 SETTINGS = [
     Setting("config", ["-c", "--config"], None, help="Python config file assigning settings by name", metavar="FILE", section="General"),
+    Setting("check_config", ["--check-config"], False, _bool, section="General",
+            help="check the settings (an unknown name in the config file is an error here) and that the "
+                 "app imports, then exit: 0 if all is well, 1 with the reason if not"),
+    Setting("print_config", ["--print-config"], False, _bool, section="General",
+            help="print every setting in effect and where it came from, then exit"),
     Setting("bind", ["-b", "--bind"], ["127.0.0.1:8000"], multiple=True, metavar="ADDR",
             help="where to listen, repeatable: HOST:PORT, [::1]:PORT, unix:/path, fd://N"),
     Setting("backlog", ["--backlog"], 2048, _positive_int, "listen() backlog (capped by net.core.somaxconn)"),
@@ -263,7 +270,7 @@ SETTINGS = [
 BY_NAME = {s.name: s for s in SETTINGS}
 
 # Settings of the process model (master, CLI), not of one server loop.
-PROCESS_ONLY = ("config", "chdir", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
+PROCESS_ONLY = ("config", "check_config", "print_config", "chdir", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
                 "max_requests_jitter", "max_rss", "timeout") + tuple(s.name for s in SETTINGS
                                                                       if s.name.startswith("offload_"))
 
@@ -336,7 +343,7 @@ def env_names(s):
 # offload sibling's hand-over (offload/supervisor.py), the build (setup.py), the
 # tests (and FORKWSGI_TEST_*) and scripts/kafka_broker.py. No warning for these.
 OWN_VARIABLES = {"FORKWSGI_SIBLING", "FORKWSGI_SANITIZE", "FORKWSGI_NO_KAFKA", "FORKWSGI_KAFKA_HOME",
-                 "FORKWSGI_HYPOTHESIS_EXAMPLES"}
+                 "FORKWSGI_HYPOTHESIS_EXAMPLES", "FORKWSGI_CMD_ARGS"}
 
 
 def unknown_env(environ=None):
@@ -355,17 +362,37 @@ def unknown_env(environ=None):
     return warnings
 
 
-def load(argv, environ=None, origins=None):
-    """Settings from defaults, config file, environment and argv. Returns
-    (app_spec, cfg). origins: a dict to fill with where each setting that
-    is not a default came from ("config file PATH", the variable, "command
-    line")."""
+def load(argv, environ=None, origins=None, warnings=None):
+    """Settings, from the least to the most authoritative (gunicorn's order):
+    defaults (WEB_CONCURRENCY and PORT change those of --workers and
+    --bind, as on Heroku-style platforms), the config file, FORKWSGI_*
+    variables, FORKWSGI_CMD_ARGS (command-line flags in one variable, like
+    GUNICORN_CMD_ARGS), the command line. Returns (app_spec, cfg).
+    origins: a dict to fill with where each setting that is not a default
+    came from; warnings: a list to fill with names in the config file that
+    are no setting."""
     environ = os.environ if environ is None else environ
     origins = {} if origins is None else origins
+    warnings = [] if warnings is None else warnings
     args = vars(build_parser().parse_args(argv))
     app_spec = args.pop("app", None)
+    extra = {}
+    if environ.get("FORKWSGI_CMD_ARGS", "").strip():
+        try:
+            words = shlex.split(environ["FORKWSGI_CMD_ARGS"])
+        except ValueError as e:
+            raise ConfigError(f"FORKWSGI_CMD_ARGS: {e}") from None
+        extra = vars(build_parser().parse_args(words))
+        app_spec = app_spec or extra.pop("app", None)
+        extra.pop("app", None)
     cfg = defaults()
-    config_file = args.get("config") or environ.get("FORKWSGI_CONFIG")
+    for var, name, value in (("WEB_CONCURRENCY", "workers", lambda v: v),
+                             ("PORT", "bind", lambda v: f"0.0.0.0:{v}")):
+        if environ.get(var, "").strip():
+            cfg[name] = BY_NAME[name].parse(value(environ[var].strip()), var)
+            origins[name] = var
+    # A config file named on the command line wins over one in FORKWSGI_CMD_ARGS.
+    config_file = args.get("config") or extra.get("config") or environ.get("FORKWSGI_CONFIG")
     if config_file:
         try:
             values = runpy.run_path(config_file)
@@ -379,6 +406,10 @@ def load(argv, environ=None, origins=None):
                 origins[k] = f"config file {config_file}"
             elif k == "app" and isinstance(v, str) and not app_spec:
                 app_spec = v
+            elif not k.startswith("_") and not callable(v) and not isinstance(v, types.ModuleType):
+                close = difflib.get_close_matches(k, list(BY_NAME), 1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                warnings.append(f"config file {config_file}: {k!r} is not a setting: ignored{hint}")
     for s in SETTINGS:
         found = [n for n in env_names(s) if n in environ]
         if len(found) > 1:
@@ -386,8 +417,18 @@ def load(argv, environ=None, origins=None):
         if found and s.name != "config":
             cfg[s.name] = s.parse(environ[found[0]], found[0])
             origins[s.name] = found[0]
-    for k, v in args.items():
-        s = BY_NAME[k]
-        cfg[k] = s.parse(v, "command line") if k != "config" else v
-        origins[k] = "command line"
+    for where, given in (("FORKWSGI_CMD_ARGS", extra), ("command line", args)):
+        for k, v in given.items():
+            if k == "config":
+                cfg[k] = config_file
+                origins[k] = "command line" if args.get("config") else where
+                continue
+            cfg[k] = BY_NAME[k].parse(v, where)
+            origins[k] = where
     return app_spec, cfg
+
+
+def describe(cfg, origins):
+    """The settings in effect, one line each: name = value  (where from)."""
+    width = max(len(s.name) for s in SETTINGS)
+    return "\n".join(f"{s.name:<{width}} = {cfg[s.name]!r}  ({origins.get(s.name, 'default')})" for s in SETTINGS)
