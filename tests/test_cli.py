@@ -306,3 +306,34 @@ def test_a_typo_in_the_config_file_is_named_at_start(tmp_path, make_server):
     conf.write_text("keepalive = 5\nthraeds = 4\n")
     s = make_server("apps:hello", "-c", str(conf))
     assert "'thraeds' is not a setting: ignored (did you mean threads?)" in s.log()
+
+
+@pytest.mark.parametrize("workers", ["2", "0"], ids=["master", "no-master"])
+def test_ops_flags_pid_env_pythonpath_name_umask(tmp_path, make_server, workers):
+    """gunicorn's operations flags: --pid (the master's PID, written once
+    bound, removed at exit), --env KEY=VALUE, --pythonpath, --name (in the
+    process titles), --umask, --preload (accepted: the default)."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "opsapp.py").write_text(
+        "import os\n"
+        "def app(environ, start_response):\n"
+        "    path = os.path.join(os.environ['FW_OUT_DIR'], 'made')\n"
+        "    open(path, 'w').close()\n"
+        "    start_response('200 OK', [('Content-Type', 'text/plain')])\n"
+        "    return [('%s %o' % (os.environ['FW_GREETING'], os.stat(path).st_mode & 0o777)).encode()]\n")
+    pid = tmp_path / "run" / "app.pid"
+    pid.parent.mkdir()
+    s = make_server("opsapp:app", "--workers", workers, "--pid", str(pid), "--env", "FW_GREETING=hello there",
+                    "--env", f"FW_OUT_DIR={tmp_path}", "--pythonpath", f"{tmp_path / 'nowhere'},{lib}",
+                    "--name", "shop", "--umask", "027", "--preload")
+    assert s.get("/").body == b"hello there 640"
+    assert pid.read_text().strip() == str(s.pid)
+    with open(f"/proc/{s.pid}/cmdline", "rb") as f:
+        title = f.read().split(b"\0")[0].decode()
+    assert title.endswith("[shop]") or workers == "0", title
+    if workers != "0":
+        with open(f"/proc/{s.worker_pids()[0]}/cmdline", "rb") as f:
+            assert f.read().split(b"\0")[0].decode() in ("forkwsgi: worker 1 [shop]", "forkwsgi: worker 2 [shop]")
+    s.stop()
+    assert not pid.exists()

@@ -6,6 +6,7 @@ import sys
 
 from . import appload, arbiter, binding, config, systemd
 from .offload.supervisor import Host
+from . import process
 from .process import setup_logging
 from .server import Server
 
@@ -45,6 +46,15 @@ def main(argv=None):
         except OSError as e:
             return fail(f"cannot change to {cfg['chdir']}: {e.strerror}")
         sys.path.insert(0, os.getcwd())
+    for pair in cfg["raw_env"]:
+        key, _, value = pair.partition("=")
+        os.environ[key] = value
+    for d in reversed((cfg["pythonpath"] or "").split(",")):
+        if d.strip():
+            sys.path.insert(0, os.path.abspath(d.strip()))
+    if cfg["umask"] is not None:
+        os.umask(cfg["umask"])
+    process.set_name(cfg["proc_name"])
     if cfg["check_config"]:
         return check(app_spec, cfg, unknown)
     if cfg["workers"] > 0:
@@ -126,9 +136,18 @@ def serve_here(app_spec, cfg, host, how, notifier):
     signal.signal(signal.SIGINT, fast)
     # Ready: the sockets are bound and the loop starts at once (watchdog
     # keep-alives need a master: --workers 1 or more).
+    try:
+        pidfile = process.PidFile(cfg["pidfile"]) if cfg["pidfile"] else None
+    except OSError as e:
+        server.close()
+        return fail(f"--pid {cfg['pidfile']}: {e.strerror}")
     notifier.ready(f"serving {', '.join(server.urls)}")
-    with server:
-        server.serve()
+    try:
+        with server:
+            server.serve()
+    finally:
+        if pidfile:
+            pidfile.remove()
     return 0
 
 
@@ -144,7 +163,15 @@ def run_master(app_spec, cfg, notifier):
     except Exception:
         log.exception("error while importing the app %r", app_spec)
         return 1
-    return master.run()
+    try:
+        pidfile = process.PidFile(cfg["pidfile"]) if cfg["pidfile"] else None
+    except OSError as e:
+        return fail(f"--pid {cfg['pidfile']}: {e.strerror}")
+    try:
+        return master.run()
+    finally:
+        if pidfile:
+            pidfile.remove()
 
 
 if __name__ == "__main__":

@@ -35,6 +35,25 @@ def _non_negative_int(v):
     return n
 
 
+def _umask(v):
+    """gunicorn's forms: an int, or text in octal ("022", "0o22") or hex ("0x12")."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        n = v
+    else:
+        s = str(v).strip().lower()
+        n = int(s, 0) if s.startswith(("0o", "0x")) else int(s, 8) if s.startswith("0") else int(s)
+    if not 0 <= n <= 0o777:
+        raise ValueError("must be 0 to 0o777")
+    return n
+
+
+def _env_pair(v):
+    key, sep, _ = str(v).partition("=")
+    if not sep or not key:
+        raise ValueError("use KEY=VALUE")
+    return str(v)
+
+
 def _bool(v):
     if isinstance(v, bool):
         return v
@@ -196,6 +215,19 @@ SETTINGS = [
     Setting("master_nice", ["--master-nice"], 0, _nice,
             "nice level of the master (higher than the workers' keeps it out of their way)", section="Processes"),
     Setting("chdir", ["--chdir"], None, help="change to this directory before loading the app", metavar="DIR", section="General"),
+    Setting("pythonpath", ["--pythonpath"], None, metavar="DIRS", section="General",
+            help="comma-separated directories put first on the import path before the app is loaded"),
+    Setting("raw_env", ["-e", "--env"], [], _env_pair, multiple=True, metavar="KEY=VALUE", section="General",
+            help="set an environment variable for the app (repeatable)"),
+    Setting("pidfile", ["--pid"], None, metavar="FILE", section="General",
+            help="write the master's PID to FILE once the sockets are bound (removed at exit)"),
+    Setting("umask", ["--umask"], None, _umask, metavar="MASK", section="General",
+            help="the file mode mask of the server's processes (octal, e.g. 027)"),
+    Setting("proc_name", ["-n", "--name"], None, metavar="NAME", section="General",
+            help="a name shown in the process titles: forkwsgi: worker 2 [NAME]"),
+    Setting("preload_app", ["--preload"], False, _bool, section="Processes",
+            help="accepted for gunicorn's sake: the app is imported once in the master by default "
+                 "(--lazy-apps imports it in each worker)"),
     Setting("log_level", ["--log-level"], "INFO", _log_level, "debug, info, warning, error or critical", section="General"),
     Setting("limit_request_line", ["--limit-request-line"], 8190, _positive_int,
             "longest request line in bytes (414 past it)", section="Limits"),
@@ -270,7 +302,8 @@ SETTINGS = [
 BY_NAME = {s.name: s for s in SETTINGS}
 
 # Settings of the process model (master, CLI), not of one server loop.
-PROCESS_ONLY = ("config", "check_config", "print_config", "chdir", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
+PROCESS_ONLY = ("config", "check_config", "print_config", "chdir", "pythonpath", "raw_env", "pidfile", "umask",
+                "proc_name", "preload_app", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
                 "max_requests_jitter", "max_rss", "timeout") + tuple(s.name for s in SETTINGS
                                                                       if s.name.startswith("offload_"))
 

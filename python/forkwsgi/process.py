@@ -25,8 +25,19 @@ _PR_SET_NAME = 15
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT}
 
 
+_name = None                  # --name: shown in every title of the server's processes
+
+
+def set_name(name):
+    global _name
+    _name = name or None
+
+
 def set_title(title):
-    """The title ps and top show ("forkwsgi: master", "forkwsgi: worker 3")."""
+    """The title ps and top show ("forkwsgi: master", "forkwsgi: worker 3",
+    with --name: "forkwsgi: worker 3 [shop]")."""
+    if _name:
+        title = f"{title} [{_name}]"
     if _spt is not None:
         _spt.setproctitle(title)
         return
@@ -35,6 +46,29 @@ def set_title(title):
         libc.prctl(_PR_SET_NAME, ctypes.c_char_p(title.encode()[:15]), 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+class PidFile:
+    """--pid: the master's PID in FILE, written once the sockets are bound
+    (atomically: a reader never sees it half written), removed at exit if it
+    is still ours."""
+
+    def __init__(self, path):
+        self.path = os.path.abspath(path)
+        self.pid = os.getpid()
+        tmp = f"{self.path}.{self.pid}.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{self.pid}\n")
+        os.replace(tmp, self.path)
+
+    def remove(self):
+        try:
+            with open(self.path) as f:
+                if f.read().strip() != str(self.pid):
+                    return                     # another server's now
+            os.unlink(self.path)
+        except OSError:
+            pass
 
 
 def setup_logging(level):
