@@ -337,3 +337,22 @@ def test_ops_flags_pid_env_pythonpath_name_umask(tmp_path, make_server, workers)
             assert f.read().split(b"\0")[0].decode() in ("forkwsgi: worker 1 [shop]", "forkwsgi: worker 2 [shop]")
     s.stop()
     assert not pid.exists()
+
+
+@pytest.mark.parametrize("how", ["flag", "SCRIPT_NAME"])
+def test_root_path_mounts_the_app_under_a_prefix(tmp_path, make_server, how):
+    """--root-path (or SCRIPT_NAME in the environment, as gunicorn reads it):
+    behind a proxy that passes the full path, SCRIPT_NAME is the prefix and
+    PATH_INFO what follows it; a path outside the prefix passes as it is."""
+    (tmp_path / "where.py").write_text(
+        "def app(environ, start_response):\n"
+        "    start_response('200 OK', [('Content-Type', 'text/plain')])\n"
+        "    return [('%s|%s' % (environ['SCRIPT_NAME'], environ['PATH_INFO'])).encode()]\n")
+    if how == "flag":
+        s = make_server("where:app", "--root-path", "/shop/", "--chdir", str(tmp_path))
+    else:
+        s = make_server("where:app", "--chdir", str(tmp_path), env={"SCRIPT_NAME": "/shop"})
+    assert s.get("/shop/items/3").body == b"/shop|/items/3"
+    assert s.get("/shop").body == b"/shop|"
+    assert s.get("/shopping").body == b"/shop|/shopping"
+    assert s.get("/other").body == b"/shop|/other"

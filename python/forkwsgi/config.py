@@ -54,6 +54,13 @@ def _env_pair(v):
     return str(v)
 
 
+def _root_path(v):
+    p = str(v).strip().rstrip("/")
+    if p and not p.startswith("/"):
+        raise ValueError("must start with /")
+    return p
+
+
 def _bool(v):
     if isinstance(v, bool):
         return v
@@ -256,6 +263,9 @@ SETTINGS = [
             "request bodies larger than this are buffered in a temp file", section="Limits"),
     Setting("spool_dir", ["--spool-dir"], None, help="directory for spooled request bodies (default: the temp dir)", metavar="DIR", section="Limits"),
     Setting("url_scheme", ["--url-scheme"], "http", help="wsgi.url_scheme (https behind a TLS proxy)"),
+    Setting("root_path", ["--root-path"], "", _root_path, metavar="PREFIX",
+            help="the prefix the app is mounted under behind a proxy: SCRIPT_NAME, taken off the front of "
+                 "PATH_INFO (default: $SCRIPT_NAME, as gunicorn)"),
     Setting("offload_sink", ["--offload-sink"], None, _offload_sink, metavar="SINK", section="Offload",
             help="enable forkwsgi.offload(): a sibling process delivers the records to jsonl:PATH (JSON lines), "
                  "kafka://HOST:PORT[,HOST:PORT] (needs confluent-kafka: pip install 'forkwsgi[kafka]') "
@@ -397,8 +407,8 @@ def unknown_env(environ=None):
 
 def load(argv, environ=None, origins=None, warnings=None):
     """Settings, from the least to the most authoritative (gunicorn's order):
-    defaults (WEB_CONCURRENCY and PORT change those of --workers and
-    --bind, as on Heroku-style platforms), the config file, FORKWSGI_*
+    defaults (WEB_CONCURRENCY, PORT and SCRIPT_NAME change those of
+    --workers, --bind and --root-path, as on Heroku-style platforms), the config file, FORKWSGI_*
     variables, FORKWSGI_CMD_ARGS (command-line flags in one variable, like
     GUNICORN_CMD_ARGS), the command line. Returns (app_spec, cfg).
     origins: a dict to fill with where each setting that is not a default
@@ -420,7 +430,8 @@ def load(argv, environ=None, origins=None, warnings=None):
         extra.pop("app", None)
     cfg = defaults()
     for var, name, value in (("WEB_CONCURRENCY", "workers", lambda v: v),
-                             ("PORT", "bind", lambda v: f"0.0.0.0:{v}")):
+                             ("PORT", "bind", lambda v: f"0.0.0.0:{v}"),
+                             ("SCRIPT_NAME", "root_path", lambda v: v)):
         if environ.get(var, "").strip():
             cfg[name] = BY_NAME[name].parse(value(environ[var].strip()), var)
             origins[name] = var

@@ -44,6 +44,8 @@ class Server:
         self.settings = config.resolve(options)
         if bind:
             self.settings["bind"] = list(bind)
+        if self.settings["root_path"]:
+            app = mounted(app, self.settings["root_path"])
         self.log = logger or log
         self._own_sockets = sockets is None
         # Offload without a master: this process holds the queue and
@@ -158,6 +160,23 @@ class Server:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def mounted(app, prefix):
+    """--root-path: the app mounted under `prefix` behind a proxy that passes
+    the full path: SCRIPT_NAME is the prefix, PATH_INFO what follows it
+    (a path outside the prefix is passed as it is). One Python call per
+    request, only when the setting is used."""
+    n = len(prefix)
+
+    def app_under_prefix(environ, start_response):
+        path = environ["PATH_INFO"]
+        environ["SCRIPT_NAME"] = prefix
+        if path.startswith(prefix) and (len(path) == n or path[n] == "/"):
+            environ["PATH_INFO"] = path[n:]
+        return app(environ, start_response)
+
+    return app_under_prefix
 
 
 def run(app, host="127.0.0.1", port=8000, **options):
