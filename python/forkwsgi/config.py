@@ -236,6 +236,19 @@ SETTINGS = [
             help="accepted for gunicorn's sake: the app is imported once in the master by default "
                  "(--lazy-apps imports it in each worker)"),
     Setting("log_level", ["--log-level"], "INFO", _log_level, "debug, info, warning, error or critical", section="General"),
+    Setting("access_logfile", ["--access-logfile"], None, metavar="FILE", section="Logging",
+            help="write an access log line per response to FILE ('-': standard output); off by default. "
+                 "Written in C by a thread of each worker, never blocking a request: lines that do not fit "
+                 "a full buffer are dropped and counted. SIGUSR1 reopens the file (logrotate)"),
+    Setting("access_logformat", ["--access-logformat"], None, metavar="FORMAT", section="Logging",
+            help="the access log line, with gunicorn's atoms: %%(h)s remote address, %%(l)s '-', %%(u)s user "
+                 "(Basic auth), %%(t)s time, %%(r)s request line, %%(m)s method, %%(U)s path, %%(q)s query, "
+                 "%%(H)s protocol, %%(s)s status, %%(B)s body bytes, %%(b)s body bytes or '-', %%(f)s referer, "
+                 "%%(a)s user agent, %%(T)s %%(M)s %%(D)s %%(L)s duration in s, ms, us, decimal s, %%(p)s "
+                 "<pid>, %%({header}i)s request header, %%({header}o)s response header, %%({VAR}e)s "
+                 "environ variable (default: gunicorn's, or a JSON object with --access-log-json)"),
+    Setting("access_log_json", ["--access-log-json"], False, _bool, section="Logging",
+            help="access log lines as JSON objects: values are JSON-escaped and numbers stay numbers"),
     Setting("limit_request_line", ["--limit-request-line"], 8190, _positive_int,
             "longest request line in bytes (414 past it)", section="Limits"),
     Setting("limit_request_fields", ["--limit-request-fields"], 100, _positive_int,
