@@ -1,7 +1,7 @@
 # forkwsgi: C unit tests, fuzzing and the sanitizer build of the extension.
 # The Python package itself builds with pip / setup.py; see tests/README.md.
 #
-#   make ctest         C unit tests (tests/c), ASan + UBSan
+#   make ctest         C unit tests (tests/c: parser, access log writer), ASan + UBSan
 #   make fuzz-smoke    the fuzz target without libFuzzer: corpus + random inputs, ~60 s
 #   make fuzz          libFuzzer (clang), FUZZ_SECONDS=60
 #   make fuzz-offload-smoke / fuzz-offload   the same for the offload record parser
@@ -59,8 +59,15 @@ $(CBUILD)/test_http: tests/c/test_http.c $(HTTP_SRC) $(HTTP_HDR)
 	@mkdir -p $(CBUILD)
 	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_http.c $(HTTP_SRC) -o $@
 
-ctest: $(CBUILD)/test_http
+ALOG_SRC := cserver/fw_alog.c cserver/fw_http.c cserver/fw_buf.c
+
+$(CBUILD)/test_alog: tests/c/test_alog.c $(ALOG_SRC) cserver/fw_alog.h $(HTTP_HDR)
+	@mkdir -p $(CBUILD)
+	$(CC) $(CWARN) $(SANITIZE) -Icserver tests/c/test_alog.c $(ALOG_SRC) -lpthread -o $@
+
+ctest: $(CBUILD)/test_http $(CBUILD)/test_alog
 	$(SAN_ENV) $(CBUILD)/test_http
+	$(SAN_ENV) $(CBUILD)/test_alog
 
 # ---- fuzzing ---------------------------------------------------------------
 

@@ -91,6 +91,7 @@ void fw_conn_free(fw_conn *c)
 {
     fw_buf_free(&c->in);
     fw_buf_free(&c->out);
+    fw_buf_free(&c->log_headers);
     fw_body_release(c);
     free(c->head_copy);
     free(c->hdrs);
@@ -219,11 +220,42 @@ static void conn_fail(fw_conn *c, int status)
     c->state = FW_C_WRITE;
 }
 
+static int64_t monotonic_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The access log line of the response just sent, while the request's head
+ * is still in place; and, every so often, a word on lines it had to drop. */
+static void log_access(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    fw_alog *al = srv->cfg.access_log;
+    fw_alog_rec r = {
+        .req = c->head ? &c->req : NULL,
+        .status = c->resp.status,
+        .body_bytes = c->resp.sent,
+        .micros = c->began_us ? monotonic_us() - c->began_us : 0,
+        .captured = fw_buf_used(&c->log_headers) ? &c->log_headers : NULL,
+    };
+    fw_conn_peer_text(c, &r.host, &r.port);
+    fw_alog_line(al, &r);
+    char msg[256];
+    if (fw_alog_report(al, srv->now, msg, sizeof(msg)))
+        fw_server_log(srv, FW_LOG_WARNING, "%s", msg);
+    c->began_us = 0;
+    fw_buf_reset(&c->log_headers, 1024);
+}
+
 /* The response is on the wire: recycle the connection for the next request. */
 static void request_end(fw_conn *c)
 {
     fw_server *srv = c->srv;
     int unread = 0;
+    if (srv->cfg.access_log)
+        log_access(c);
     if (c->body.src == FW_B_LIVE && !c->body.done)
         unread = 1;               /* the app did not read the whole body */
     fw_body_release(c);
@@ -305,6 +337,8 @@ static int step_head(fw_conn *c)
     c->head = buf;
     c->head_len = end;
     c->head_scan = 0;
+    if (srv->cfg.access_log)
+        c->began_us = monotonic_us();
     c->keep_alive = c->req.keep_alive && srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
     if (fw_body_setup(c) != 0) {
         conn_fail(c, 500);

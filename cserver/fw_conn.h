@@ -67,6 +67,7 @@ typedef struct fw_resp {
     size_t head_start;       /* out length before the head, to roll back a bad head */
     int sf_fd;               /* sendfile source (not owned), -1 if none */
     uint64_t sf_off, sf_left;
+    uint64_t sent;           /* body bytes framed for the wire (the access log's B) */
 } fw_resp;
 
 struct fw_conn {
@@ -111,6 +112,10 @@ struct fw_conn {
     fw_tnode grace;                   /* srv->t_grace: ends place.pending */
     int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
                                        * next request under the idle timeout, not the header one */
+
+    /* For the access log (srv->cfg.access_log), per request. */
+    int64_t began_us;                 /* the head parsed (monotonic us), 0 if not yet */
+    fw_buf log_headers;               /* owned: response headers the format shows (fw_alog_capture) */
 };
 
 /* A socket accepted here, or handed over by another worker (kept_alive:

@@ -64,6 +64,7 @@ void fw_resp_error_head(fw_conn *c, int status)
     c->resp.started = 1;
     c->resp.status = status;
     c->resp.no_body = 1;
+    c->resp.sent = c->req.is_head ? 0 : blen;
     c->must_close = 1;
 }
 
@@ -88,6 +89,7 @@ int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
 void fw_resp_abort_head(fw_conn *c)
 {
     c->out.len = c->out.off + c->resp.head_start;
+    fw_buf_reset(&c->log_headers, 0);
 }
 
 static int is_hop_by_hop(const char *n, size_t len)
@@ -114,6 +116,9 @@ int fw_resp_header(fw_conn *c, const char *name, size_t nlen, const char *value,
         if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
             return -1;                   /* CR, LF, NUL: never a split response */
     }
+    fw_alog *al = c->srv->cfg.access_log;
+    if (al && fw_alog_wants_response_headers(al))
+        fw_alog_capture(al, &c->log_headers, name, nlen, value, vlen);
     if (nlen == 14 && fw_http_token_eq(name, nlen, "content-length")) {
         uint64_t v = 0;
         if (vlen == 0 || vlen > 19 || r->fixed)
@@ -212,6 +217,7 @@ static size_t frame(fw_conn *c, size_t len)
             c->must_close = 1;           /* the app wrote past its Content-Length */
         }
         r->left -= len;
+        r->sent += len;
         return len;
     }
     if (r->chunked) {
@@ -221,6 +227,7 @@ static size_t frame(fw_conn *c, size_t len)
             return 0;
         r->crlf_owed = 1;
     }
+    r->sent += len;
     return len;
 }
 
@@ -284,6 +291,7 @@ void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count)
             count = r->left;      /* the app's Content-Length says how much to send */
         r->left -= count;
     }
+    r->sent += count;
     r->sf_fd = fd;
     r->sf_off = off;
     r->sf_left = count;

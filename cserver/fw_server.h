@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "fw_alog.h"
 #include "fw_balance.h"
 #include "fw_http.h"
 #include "fw_loop.h"
@@ -57,6 +58,8 @@ typedef struct fw_config {
                                 * at once (a worker: its master or peers keep them; a worker
                                 * whose master died frees the port while it finishes) */
     fw_balance_cfg balance;    /* how this worker shares its listeners (fw_balance.h) */
+    fw_alog *access_log;       /* a line per response (fw_alog.h); not owned (the app layer
+                                * makes and frees it); NULL: no access log */
 } fw_config;
 
 void fw_config_defaults(fw_config *cfg);

@@ -51,6 +51,37 @@ cdef extern from "glue.h":
         int pass_recv_fd
         int backstop_ms
 
+    ctypedef struct fw_alog:
+        pass
+
+    ctypedef struct fw_alog_item:
+        int atom
+        const char *arg
+        size_t arg_len
+
+    ctypedef struct fw_alog_cfg:
+        int fd
+        const char *path
+        const fw_alog_item *items
+        int nitems
+        int json
+        size_t buffer_bytes
+        int flush_ms
+
+    ctypedef struct fw_alog_counts:
+        uint64_t lines, full, failed, write_errors
+
+    enum fw_alog_atom:
+        FW_AL_TEXT, FW_AL_REMOTE_ADDR, FW_AL_REMOTE_PORT, FW_AL_USER, FW_AL_TIME, FW_AL_REQUEST
+        FW_AL_METHOD, FW_AL_PATH, FW_AL_QUERY, FW_AL_PROTOCOL, FW_AL_STATUS, FW_AL_BYTES
+        FW_AL_BYTES_CLF, FW_AL_SECONDS, FW_AL_MILLIS, FW_AL_MICROS, FW_AL_DECIMAL, FW_AL_PID
+        FW_AL_REQ_HEADER, FW_AL_RESP_HEADER, FW_AL_URI
+
+    fw_alog *fw_alog_new(const fw_alog_cfg *cfg)
+    void fw_alog_free(fw_alog *a, fw_alog_counts *final)
+    void fw_alog_reopen(fw_alog *a)
+    void fw_alog_counts_read(const fw_alog *a, fw_alog_counts *out)
+
     ctypedef struct fw_config:
         fw_http_limits limits
         int header_timeout_ms
@@ -66,11 +97,13 @@ cdef extern from "glue.h":
         int threads
         int release_listeners
         fw_balance_cfg balance
+        fw_alog *access_log
 
     ctypedef struct fw_balance:
         pass
 
     ctypedef struct fw_server:
+        fw_config cfg
         int nconns
         uint64_t requests
         fw_balance bal
@@ -140,6 +173,48 @@ BALANCE_REUSEPORT = FW_BAL_REUSEPORT
 # One table, by the names of the settings registry (python/forkwsgi/config.py):
 # where each value goes in fw_config and how it is stored. Nothing else maps
 # a setting to the core.
+
+# The access log's atoms (cserver/fw_alog.h), by the names accesslog.py uses.
+ACCESS_LOG_ATOMS = {
+    "text": FW_AL_TEXT, "remote_addr": FW_AL_REMOTE_ADDR, "remote_port": FW_AL_REMOTE_PORT,
+    "user": FW_AL_USER, "time": FW_AL_TIME, "request": FW_AL_REQUEST, "method": FW_AL_METHOD,
+    "path": FW_AL_PATH, "query": FW_AL_QUERY, "protocol": FW_AL_PROTOCOL, "status": FW_AL_STATUS,
+    "bytes": FW_AL_BYTES, "bytes_clf": FW_AL_BYTES_CLF, "seconds": FW_AL_SECONDS,
+    "millis": FW_AL_MILLIS, "micros": FW_AL_MICROS, "decimal": FW_AL_DECIMAL, "pid": FW_AL_PID,
+    "request_header": FW_AL_REQ_HEADER, "response_header": FW_AL_RESP_HEADER, "uri": FW_AL_URI,
+}
+
+
+cdef fw_alog *_access_log_new(object spec) except NULL:
+    """spec: (fd, path or None, [(atom, bytes arg)], json). The log copies
+    what it keeps; items and texts here live for this call only."""
+    fd, path, items, json = spec
+    cdef Py_ssize_t n = len(items)
+    cdef fw_alog_item *arr = <fw_alog_item *>PyMem_Malloc((n if n else 1) * sizeof(fw_alog_item))
+    if arr == NULL:
+        raise MemoryError()
+    cdef fw_alog_cfg cfg
+    memset(&cfg, 0, sizeof(cfg))
+    keep = [bytes(arg) for _, arg in items]
+    cdef bytes bpath = os.fsencode(path) if path is not None else None
+    cdef fw_alog *a
+    try:
+        for i in range(n):
+            arr[i].atom = <int>items[i][0]
+            arr[i].arg = <const char *>keep[i]
+            arr[i].arg_len = <size_t>len(keep[i])
+        cfg.fd = <int>fd
+        cfg.path = <const char *>bpath if bpath is not None else NULL
+        cfg.items = arr
+        cfg.nitems = <int>n
+        cfg.json = 1 if json else 0
+        a = fw_alog_new(&cfg)
+        if a == NULL:
+            raise OSError(errno, f"access log: {os.strerror(errno)}")
+        return a
+    finally:
+        PyMem_Free(arr)
+
 
 cdef enum Kind:
     K_SIZE = 0          # bytes, size_t
@@ -235,6 +310,7 @@ cdef class Server:
     cdef Py_buffer scoreboard
     cdef int *balance_fds          # PyMem: nslots kick eventfds, then nslots hand-off send fds
     cdef char *spool_dir           # PyMem
+    cdef fw_alog *access_log       # owned, NULL if none; freed after the server
     cdef object app, logger, base_environ, listener_info
 
     def __cinit__(self):
@@ -242,10 +318,12 @@ cdef class Server:
         self.scoreboard.buf = NULL
         self.balance_fds = NULL
         self.spool_dir = NULL
+        self.access_log = NULL
 
     def __init__(self, app, fds, dict base_environ, list listener_info, logger, *, status=None,
                  int balance=FW_BAL_LEAST_BUSY, scoreboard=None, int slot=0, kick_fds=None, pass_fds=None,
-                 int pass_recv_fd=-1, bint release_listeners=False, int accept_batch=-1, **settings):
+                 int pass_recv_fd=-1, bint release_listeners=False, int accept_batch=-1, access_log=None,
+                 **settings):
         if self.g.srv != NULL:
             raise RuntimeError("Server already initialised")
         fw_config_defaults(&self.cfg)
@@ -300,6 +378,9 @@ cdef class Server:
         self.g.logger = <PyObject *>logger
         self.g.base_environ = <PyObject *>base_environ
         self.g.listener_info = <PyObject *>listener_info
+        if access_log is not None:
+            self.access_log = _access_log_new(access_log)
+            cfg.access_log = self.access_log
         self.g.srv = fw_server_new(cfg, ifds, <int>n, &fw_glue_ops, &self.g)
         if self.g.srv == NULL:
             raise OSError(errno, os.strerror(errno))
@@ -375,14 +456,44 @@ cdef class Server:
             return None
         cdef fw_sb_view v
         fw_balance_view(&self.g.srv.bal, &v)
-        return {"connections": self.g.srv.nconns, "serving": bool(self.g.serving),
-                "requests": self.g.srv.requests, "inflight": v.inflight, "accepted": v.accepted,
-                "handed_in": v.handed_in, "handed_out": v.handed_out}
+        out = {"connections": self.g.srv.nconns, "serving": bool(self.g.serving),
+               "requests": self.g.srv.requests, "inflight": v.inflight, "accepted": v.accepted,
+               "handed_in": v.handed_in, "handed_out": v.handed_out}
+        cdef fw_alog_counts al
+        if self.access_log != NULL:
+            fw_alog_counts_read(self.access_log, &al)
+            out.update(access_log_lines=al.lines, access_log_dropped=al.full + al.failed,
+                       access_log_write_errors=al.write_errors)
+        return out
+
+    def close_access_log(self):
+        """Write what the access log holds and end its thread (the loop has
+        ended: a worker about to exit must not lose its last lines).
+        Returns its counts: {responses, dropped, write_errors}, or None."""
+        if self.g.serving:
+            raise RuntimeError("the server is serving")
+        if self.access_log == NULL:
+            return None
+        if self.g.srv != NULL:
+            self.g.srv.cfg.access_log = NULL
+        cdef fw_alog_counts al
+        fw_alog_free(self.access_log, &al)      # joins the writer (or gives up on it after 2 s)
+        self.access_log = NULL
+        return {"responses": al.lines + al.full, "dropped": al.full + al.failed,
+                "write_errors": al.write_errors}
+
+    def reopen_logs(self):
+        """Reopen the access log file by its path (SIGUSR1, logrotate); the
+        log's writer thread does it, so this never waits on the disk."""
+        if self.access_log != NULL:
+            fw_alog_reopen(self.access_log)
 
     def __dealloc__(self):
         if self.g.srv != NULL:
             fw_server_free(self.g.srv)
             self.g.srv = NULL
+        fw_alog_free(self.access_log, NULL)      # writes what is queued
+        self.access_log = NULL
         Py_XDECREF(self.g.pending_exc)
         self.g.pending_exc = NULL
         if self.g.status.buf != NULL:

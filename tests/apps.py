@@ -449,3 +449,16 @@ def hog(environ, start_response):
     _hoard.append(bytearray(20 << 20))
     start_response("200 OK", [("Content-Type", "text/plain")])
     return [str(os.getpid()).encode()]
+
+
+def logged(environ, start_response):
+    """For the access log: ?status=CODE&len=N&sleep=S; answers N bytes with
+    the response headers X-Resp (a value with a quote) and, twice, X-Twice."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    if "sleep" in q:
+        time.sleep(float(q["sleep"]))
+    code = int(q.get("status", 200))
+    body = b"x" * int(q.get("len", 5))
+    start_response(f"{code} Whatever", [("Content-Type", "text/plain"), ("X-Resp", 'v "1"'),
+                                        ("X-Twice", "first"), ("X-Twice", "second")])
+    return [body]

@@ -4,7 +4,7 @@ import os
 import signal
 import sys
 
-from . import appload, arbiter, binding, config, systemd
+from . import accesslog, appload, arbiter, binding, config, systemd
 from .offload.supervisor import Host
 from . import process
 from .process import setup_logging
@@ -57,6 +57,9 @@ def main(argv=None):
     process.set_name(cfg["proc_name"])
     if cfg["check_config"]:
         return check(app_spec, cfg, unknown)
+    problem = log_file_problem(cfg)
+    if problem:
+        return fail(problem)
     if cfg["workers"] > 0:
         return run_master(app_spec, cfg, systemd.Notifier())
     host = None
@@ -75,10 +78,24 @@ def main(argv=None):
             host.stop(graceful=how["graceful"])
 
 
+def log_file_problem(cfg):
+    """Why the access log file cannot be written, or None. Checked once at
+    start, so a typo is one line here, not a worker failing to boot."""
+    path = cfg["access_logfile"]
+    if not path:
+        return None
+    try:
+        os.close(accesslog.open_file(path))
+    except OSError as e:
+        return f"--access-logfile {path}: {e.strerror}"
+    return None
+
+
 def check(app_spec, cfg, problems):
     """--check-config: the settings (names that are no setting count as
     errors here), the bind addresses, and that the app imports. Exit 0 or 1."""
     problems = list(problems)
+    problems += filter(None, [log_file_problem(cfg)])
     for addr in cfg["bind"]:
         try:
             binding.parse(addr)
@@ -134,6 +151,7 @@ def serve_here(app_spec, cfg, host, how, notifier):
     signal.signal(signal.SIGTERM, graceful)
     signal.signal(signal.SIGQUIT, fast)
     signal.signal(signal.SIGINT, fast)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: server.reopen_logs())
     # Ready: the sockets are bound and the loop starts at once (watchdog
     # keep-alives need a master: --workers 1 or more).
     try:

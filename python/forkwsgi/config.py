@@ -13,6 +13,7 @@ import types
 import os
 import runpy
 
+from . import accesslog
 from ._version import __version__
 from .offload.records import topic_ok
 
@@ -240,7 +241,8 @@ SETTINGS = [
             help="write an access log line per response to FILE ('-': standard output); off by default. "
                  "Written in C by a thread of each worker, never blocking a request: lines that do not fit "
                  "a full buffer are dropped and counted. SIGUSR1 reopens the file (logrotate)"),
-    Setting("access_logformat", ["--access-logformat"], None, metavar="FORMAT", section="Logging",
+    Setting("access_logformat", ["--access-logformat"], None, accesslog.check_format, metavar="FORMAT",
+            section="Logging",
             help="the access log line, with gunicorn's atoms: %%(h)s remote address, %%(l)s '-', %%(u)s user "
                  "(Basic auth), %%(t)s time, %%(r)s request line, %%(m)s method, %%(U)s path, %%(q)s query, "
                  "%%(H)s protocol, %%(s)s status, %%(B)s body bytes, %%(b)s body bytes or '-', %%(f)s referer, "

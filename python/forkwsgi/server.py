@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 
-from . import _forkwsgi, binding, config
+from . import _forkwsgi, accesslog, binding, config
 from .offload.supervisor import Host
 
 log = logging.getLogger("forkwsgi")
@@ -93,13 +93,26 @@ class Server:
         # A worker lets go of the listening sockets as soon as it stops (its
         # master holds them; without a master the port is then free).
         core["release_listeners"] = bool(_release_listeners)
+        access_fd = None
         try:
+            if self.settings["access_logfile"]:
+                # The C writer keeps a copy of this descriptor (and reopens
+                # the file by its path on SIGUSR1).
+                try:
+                    access_fd = accesslog.open_file(self.settings["access_logfile"])
+                except OSError as e:
+                    raise config.ConfigError(f"--access-logfile {self.settings['access_logfile']}: "
+                                             f"{e.strerror}") from None
+                core["access_log"] = accesslog.spec(self.settings, access_fd)
             self._core = _forkwsgi.Server(
                 app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],
                 self.log, status=_status, **core)
         except BaseException:
             self.close()
             raise
+        finally:
+            if access_fd is not None:
+                os.close(access_fd)
         self._stopped = threading.Event()
 
     def stats(self):
@@ -127,6 +140,13 @@ class Server:
         try:
             self._core.serve(wake_r if wake_r is not None else -1)
         finally:
+            # The access log's last lines are written now (a worker exits
+            # soon after), and its thread ends; a later serve() has none.
+            counts = self._core.close_access_log()
+            if counts and (counts["dropped"] or counts["write_errors"]):
+                self.log.warning("access log %s: %d of %d line(s) dropped, %d write error(s)",
+                                 self.settings["access_logfile"], counts["dropped"], counts["responses"],
+                                 counts["write_errors"])
             if wake_r is not None:
                 signal.set_wakeup_fd(old_wakeup)
                 os.close(wake_r)
@@ -134,6 +154,10 @@ class Server:
             self._stopped.set()
             if announce:
                 self.log.info("Stopped serving %s", ", ".join(self.urls))
+
+    def reopen_logs(self):
+        """Reopen the access log file (SIGUSR1, after logrotate moved it)."""
+        self._core.reopen_logs()
 
     def stop(self, graceful=True):
         """Stop serving: gracefully (finish in-flight requests within the

@@ -82,6 +82,7 @@ def run(setup, log):
             server.stop(graceful=False)
 
         def reopen(signum, frame):
+            server.reopen_logs()
             for h in logging.getLogger("forkwsgi").handlers:
                 if isinstance(h, logging.FileHandler):
                     h.close()

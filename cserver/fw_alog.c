@@ -1,0 +1,685 @@
+/* fw_alog: the access log. See fw_alog.h for the model.
+ *
+ * Threads: fw_alog_line, fw_alog_report and the line scratch belong to the
+ * loop thread; fw_alog_capture runs on whichever thread owns the request
+ * (it only reads the items); the writer thread owns the back buffer and the
+ * fd; the front buffer, its length and the flags are under `mu`. */
+#define _GNU_SOURCE
+#include "fw_alog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LINE_MAX_BYTES (16 * 1024)   /* a longer line is cut (its values end in "...") */
+#define CAPTURE_MAX 1024             /* bytes kept of one response header value */
+#define REPORT_EVERY_MS 10000
+#define FREE_WAIT_S 2
+
+struct fw_alog {
+    fw_alog_item *items;      /* owned, with texts (owned, one block) */
+    char *texts;
+    int nitems;
+    int json;
+    int nresp;                /* items that show a response header */
+    char *path;               /* owned, NULL: never reopened */
+    size_t pipe_chunk;        /* a pipe or socket: write at most PIPE_BUF, whole lines, at once */
+    int flush_ms;
+    char pid[24];
+
+    /* Loop thread only. */
+    char *line;               /* owned scratch of LINE_MAX_BYTES */
+    time_t t_sec;             /* the second t_text shows */
+    char t_text[48];
+    size_t t_len;
+    uint64_t rep_dropped, rep_errors;
+    int64_t rep_at;
+
+    /* Shared with the writer, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* CLOCK_MONOTONIC */
+    char *front;              /* owned: lines being queued */
+    size_t front_len;
+    char *back;               /* owned: the writer's, while it writes */
+    size_t cap;
+    int stop, reopen;
+
+    /* The writer's. */
+    int fd;                   /* owned */
+    pthread_t writer;
+    int writer_started;
+
+    _Atomic uint64_t lines, full, failed, write_errors;
+    _Atomic int last_errno;
+};
+
+/* ---- the writer thread ------------------------------------------------------ */
+
+static size_t count_lines(const char *p, size_t n)
+{
+    size_t k = 0;
+    const char *end = p + n;
+    while (p < end && (p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+        k++;
+        p++;
+    }
+    return k;
+}
+
+/* Write buf[0..n), whole lines; a failed write drops the rest of the batch
+ * (counted): a full disk must not grow the backlog without bound. */
+static void write_batch(fw_alog *a, const char *buf, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        size_t len = n - done;
+        if (a->pipe_chunk && len > a->pipe_chunk) {
+            /* Atomic writes to a shared pipe: other workers' lines never
+             * land inside ours. A longer single line goes whole anyway. */
+            const char *cut = memrchr(buf + done, '\n', a->pipe_chunk);
+            const char *nl = memchr(buf + done, '\n', len);
+            len = cut ? (size_t)(cut - (buf + done)) + 1 : nl ? (size_t)(nl - (buf + done)) + 1 : len;
+        }
+        ssize_t w = write(a->fd, buf + done, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            atomic_store(&a->last_errno, w < 0 ? errno : EIO);
+            atomic_fetch_add(&a->write_errors, 1);
+            atomic_fetch_add(&a->failed, count_lines(buf + done, n - done));
+            return;
+        }
+        done += (size_t)w;
+    }
+}
+
+static void reopen_file(fw_alog *a)
+{
+    if (!a->path)
+        return;
+    int fd = open(a->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        atomic_store(&a->last_errno, errno);
+        atomic_fetch_add(&a->write_errors, 1);
+        return;       /* the old file stays: lines go on somewhere */
+    }
+    if (close(a->fd) != 0 && errno != EINTR)
+        atomic_store(&a->last_errno, errno);
+    a->fd = fd;
+}
+
+static void deadline_in(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Sleep until there is something to do, then give lines a moment to
+ * gather (a quarter of the buffer, or flush_ms) so a busy worker writes in
+ * large batches, not a write() per request. */
+static void *writer_main(void *arg)
+{
+    fw_alog *a = arg;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (a->front_len == 0 && !a->stop && !a->reopen)
+            pthread_cond_wait(&a->cv, &a->mu);
+        if (!a->stop && !a->reopen && a->front_len < a->cap / 4) {
+            struct timespec until;
+            deadline_in(&until, a->flush_ms);
+            while (!a->stop && !a->reopen && a->front_len < a->cap / 4)
+                if (pthread_cond_timedwait(&a->cv, &a->mu, &until) == ETIMEDOUT)
+                    break;
+        }
+        char *batch = a->front;
+        size_t n = a->front_len;
+        int reopen = a->reopen, stop = a->stop;
+        a->front = a->back;
+        a->back = batch;
+        a->front_len = 0;
+        a->reopen = 0;
+        pthread_mutex_unlock(&a->mu);
+        if (n)
+            write_batch(a, batch, n);
+        if (reopen)
+            reopen_file(a);
+        if (stop)
+            return NULL;      /* the loop has ended: nothing more comes */
+        pthread_mutex_lock(&a->mu);
+    }
+}
+
+/* ---- set-up ---------------------------------------------------------------- */
+
+static void release(fw_alog *a)
+{
+    if (a->fd >= 0)
+        close(a->fd);
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+    free(a->items);
+    free(a->texts);
+    free(a->path);
+    free(a->line);
+    free(a->front);
+    free(a->back);
+    free(a);
+}
+
+fw_alog *fw_alog_new(const fw_alog_cfg *cfg)
+{
+    if (cfg->nitems < 0 || cfg->nitems > 4096 || (cfg->nitems && !cfg->items) || cfg->fd < 0) {
+        errno = EINVAL;
+        return NULL;
+    }
+    fw_alog *a = calloc(1, sizeof(*a));
+    if (!a)
+        return NULL;
+    a->fd = -1;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0 || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 ||
+        pthread_cond_init(&a->cv, &ca) != 0) {
+        free(a);
+        errno = ENOMEM;
+        return NULL;
+    }
+    pthread_condattr_destroy(&ca);
+    if (pthread_mutex_init(&a->mu, NULL) != 0) {
+        pthread_cond_destroy(&a->cv);
+        free(a);
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t text_bytes = 1;
+    for (int i = 0; i < cfg->nitems; i++) {
+        const fw_alog_item *it = &cfg->items[i];
+        if (it->atom < 0 || it->atom >= FW_AL_NATOMS || (it->arg_len && !it->arg) ||
+            (it->arg_len == 0 && (it->atom == FW_AL_REQ_HEADER || it->atom == FW_AL_RESP_HEADER)) ||
+            it->arg_len > 4096) {
+            release(a);
+            errno = EINVAL;
+            return NULL;
+        }
+        text_bytes += it->arg_len;
+        a->nresp += it->atom == FW_AL_RESP_HEADER;
+    }
+    if (a->nresp > 255) {
+        release(a);
+        errno = EINVAL;
+        return NULL;
+    }
+    a->cap = cfg->buffer_bytes ? cfg->buffer_bytes : (1 << 20);
+    if (a->cap < LINE_MAX_BYTES)
+        a->cap = LINE_MAX_BYTES;
+    a->flush_ms = cfg->flush_ms > 0 ? cfg->flush_ms : 100;
+    a->json = cfg->json;
+    a->nitems = cfg->nitems;
+    a->items = calloc((size_t)(cfg->nitems ? cfg->nitems : 1), sizeof(fw_alog_item));
+    a->texts = malloc(text_bytes);
+    a->line = malloc(LINE_MAX_BYTES);
+    a->front = malloc(a->cap);
+    a->back = malloc(a->cap);
+    a->path = cfg->path ? strdup(cfg->path) : NULL;
+    if (!a->items || !a->texts || !a->line || !a->front || !a->back || (cfg->path && !a->path)) {
+        release(a);
+        errno = ENOMEM;
+        return NULL;
+    }
+    char *t = a->texts;
+    for (int i = 0; i < cfg->nitems; i++) {
+        a->items[i] = cfg->items[i];
+        if (cfg->items[i].arg_len)
+            memcpy(t, cfg->items[i].arg, cfg->items[i].arg_len);
+        a->items[i].arg = t;
+        t += cfg->items[i].arg_len;
+    }
+    snprintf(a->pid, sizeof(a->pid), "<%ld>", (long)getpid());
+    a->t_sec = -1;
+    a->fd = fcntl(cfg->fd, F_DUPFD_CLOEXEC, 3);
+    if (a->fd < 0) {
+        int e = errno;
+        release(a);
+        errno = e;
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(a->fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+        a->pipe_chunk = PIPE_BUF;
+    int rc = pthread_create(&a->writer, NULL, writer_main, a);
+    if (rc != 0) {
+        release(a);
+        errno = rc;
+        return NULL;
+    }
+    a->writer_started = 1;
+    return a;
+}
+
+void fw_alog_free(fw_alog *a, fw_alog_counts *final)
+{
+    if (final)
+        memset(final, 0, sizeof(*final));
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->mu);
+    a->stop = 1;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += FREE_WAIT_S;
+    int joined = pthread_timedjoin_np(a->writer, NULL, &until) == 0;
+    if (final)
+        fw_alog_counts_read(a, final);
+    if (!joined) {
+        /* A write stuck on a dead disk or a pipe nobody reads: the thread
+         * still uses the log, so it stays (the process is ending anyway). */
+        pthread_detach(a->writer);
+        return;
+    }
+    release(a);
+}
+
+void fw_alog_reopen(fw_alog *a)
+{
+    pthread_mutex_lock(&a->mu);
+    a->reopen = 1;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+void fw_alog_counts_read(const fw_alog *a, fw_alog_counts *out)
+{
+    out->lines = atomic_load(&a->lines);
+    out->full = atomic_load(&a->full);
+    out->failed = atomic_load(&a->failed);
+    out->write_errors = atomic_load(&a->write_errors);
+}
+
+int fw_alog_report(fw_alog *a, int64_t now_ms, char *msg, size_t cap)
+{
+    uint64_t dropped = atomic_load(&a->full) + atomic_load(&a->failed);
+    uint64_t errors = atomic_load(&a->write_errors);
+    if ((dropped == a->rep_dropped && errors == a->rep_errors) ||
+        (a->rep_at && now_ms - a->rep_at < REPORT_EVERY_MS))
+        return 0;
+    int e = atomic_load(&a->last_errno);
+    snprintf(msg, cap, "access log%s%s: %llu line(s) dropped, %llu write error(s)%s%s%s since the last report",
+             a->path ? " " : "", a->path ? a->path : "", (unsigned long long)(dropped - a->rep_dropped),
+             (unsigned long long)(errors - a->rep_errors), e ? " (last: " : "", e ? strerror(e) : "",
+             e ? ")" : "");
+    a->rep_dropped = dropped;
+    a->rep_errors = errors;
+    a->rep_at = now_ms ? now_ms : 1;
+    return 1;
+}
+
+/* ---- formatting ------------------------------------------------------------- */
+
+typedef struct out {
+    char *p;
+    size_t n, cap;            /* cap leaves room for the final newline */
+    int cut;
+} out;
+
+static void put_raw(out *o, const char *s, size_t n)
+{
+    if (n > o->cap - o->n) {
+        n = o->cap - o->n;
+        o->cut = 1;
+    }
+    memcpy(o->p + o->n, s, n);
+    o->n += n;
+}
+
+static void put_str(out *o, const char *s)
+{
+    put_raw(o, s, strlen(s));
+}
+
+/* A value from the request or the app: escaped so that no client can forge
+ * a line or break a field. Text: bytes outside printable ASCII, '"' and '\'
+ * as \xHH (as nginx). JSON: a string body, bytes >= 0x80 as the Latin-1
+ * characters WSGI makes of them. */
+static void put_val(out *o, int json, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i = 0;
+    while (i < n) {
+        /* The common case: a run of bytes that need no escape, copied at once. */
+        size_t run = i;
+        while (run < n && (unsigned char)s[run] >= 0x20 && (unsigned char)s[run] < 0x7f &&
+               s[run] != '"' && s[run] != '\\')
+            run++;
+        if (run > i) {
+            put_raw(o, s + i, run - i);
+            if (o->cut)
+                return;
+            i = run;
+            continue;
+        }
+        unsigned char ch = (unsigned char)s[i++];
+        char e[8];
+        size_t k = 0;
+        if (json && (ch == '"' || ch == '\\')) {
+            e[k++] = '\\';
+            e[k++] = (char)ch;
+        } else if (json) {
+            memcpy(e, "\\u00", 4);
+            k = 4;
+            e[k++] = hex[ch >> 4];
+            e[k++] = hex[ch & 15];
+        } else {
+            e[k++] = '\\';
+            e[k++] = 'x';
+            e[k++] = hex[ch >> 4];
+            e[k++] = hex[ch & 15];
+        }
+        if (k > o->cap - o->n) {
+            o->cut = 1;
+            return;
+        }
+        memcpy(o->p + o->n, e, k);
+        o->n += k;
+    }
+}
+
+static void put_u64(out *o, uint64_t v)
+{
+    char d[24];
+    size_t k = sizeof(d);
+    do {
+        d[--k] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    put_raw(o, d + k, sizeof(d) - k);
+}
+
+static int name_eq(const char *a, size_t an, const char *b, size_t bn)
+{
+    if (an != bn)
+        return 0;
+    for (size_t i = 0; i < an; i++) {
+        unsigned char x = (unsigned char)a[i], y = (unsigned char)b[i];
+        if (x >= 'A' && x <= 'Z') x = (unsigned char)(x + 32);
+        if (y >= 'A' && y <= 'Z') y = (unsigned char)(y + 32);
+        if (x != y)
+            return 0;
+    }
+    return 1;
+}
+
+static const fw_header *req_header(const fw_request *req, const char *name, size_t nlen)
+{
+    if (!req)
+        return NULL;
+    for (size_t i = 0; i < req->num_headers; i++)
+        if (name_eq(req->headers[i].name, req->headers[i].name_len, name, nlen))
+            return &req->headers[i];
+    return NULL;
+}
+
+static int b64(unsigned char ch)
+{
+    if (ch >= 'A' && ch <= 'Z') return ch - 'A';
+    if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9') return ch - '0' + 52;
+    if (ch == '+') return 62;
+    if (ch == '/') return 63;
+    return -1;
+}
+
+/* u: the user name of "Authorization: Basic base64(user:password)", or
+ * "-". Only the part before ':' is decoded; the password never is. */
+static void put_user(out *o, int json, const fw_request *req)
+{
+    const fw_header *h = req_header(req, "authorization", 13);
+    char user[256];
+    size_t n = 0;
+    if (h && h->value_len > 6 && name_eq(h->value, 6, "basic ", 6)) {
+        const char *s = h->value + 6;
+        size_t len = h->value_len - 6;
+        unsigned acc = 0;
+        int bits = 0, colon = 0;
+        for (size_t i = 0; i < len && !colon && n < sizeof(user); i++) {
+            int v = b64((unsigned char)s[i]);
+            if (v < 0)
+                break;
+            acc = (acc << 6) | (unsigned)v;
+            bits += 6;
+            if (bits >= 8) {
+                bits -= 8;
+                char ch = (char)((acc >> bits) & 0xff);
+                if (ch == ':')
+                    colon = 1;
+                else
+                    user[n++] = ch;
+            }
+        }
+        if (!colon)
+            n = 0;            /* not user:password: show nothing of it */
+    }
+    if (n)
+        put_val(o, json, user, n);
+    else
+        put_raw(o, "-", 1);
+}
+
+static void refresh_time(fw_alog *a)
+{
+    static const char months[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);       /* a second's precision is all it shows */
+    if (ts.tv_sec == a->t_sec)
+        return;
+    struct tm tm;
+    if (!localtime_r(&ts.tv_sec, &tm))
+        memset(&tm, 0, sizeof(tm));
+    long off = tm.tm_gmtoff / 60;
+    char sign = off < 0 ? '-' : '+';
+    if (off < 0)
+        off = -off;
+    int n;
+    if (a->json)
+        n = snprintf(a->t_text, sizeof(a->t_text), "%04d-%02d-%02dT%02d:%02d:%02d%c%02ld:%02ld",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     sign, off / 60, off % 60);
+    else
+        n = snprintf(a->t_text, sizeof(a->t_text), "[%02d/%s/%04d:%02d:%02d:%02d %c%02ld%02ld]",
+                     tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, sign, off / 60, off % 60);
+    a->t_len = n > 0 && (size_t)n < sizeof(a->t_text) ? (size_t)n : 0;
+    a->t_sec = ts.tv_sec;
+}
+
+static void put_dash_or(out *o, int json, const char *s, size_t n)
+{
+    if (s && n)
+        put_val(o, json, s, n);
+    else
+        put_raw(o, "-", 1);
+}
+
+/* The value a response header item captured (first of its name), if any. */
+static void put_captured(out *o, int json, const fw_buf *cap, int slot)
+{
+    if (cap) {
+        const unsigned char *p = (const unsigned char *)fw_buf_head(cap);
+        size_t n = fw_buf_used(cap), i = 0;
+        while (i + 3 <= n) {
+            size_t len = (size_t)p[i + 1] | (size_t)p[i + 2] << 8;
+            if (p[i] == slot && i + 3 + len <= n) {
+                put_dash_or(o, json, (const char *)p + i + 3, len);
+                return;
+            }
+            i += 3 + len;
+        }
+    }
+    put_raw(o, "-", 1);
+}
+
+static void put_item(fw_alog *a, out *o, const fw_alog_item *it, int slot, const fw_alog_rec *r)
+{
+    const fw_request *q = r->req;
+    int json = a->json;
+    uint64_t us = r->micros > 0 ? (uint64_t)r->micros : 0;
+    char d[40];
+    switch (it->atom) {
+    case FW_AL_TEXT:
+        put_raw(o, it->arg, it->arg_len);
+        break;
+    case FW_AL_REMOTE_ADDR:
+        put_dash_or(o, json, r->host, r->host ? strlen(r->host) : 0);
+        break;
+    case FW_AL_REMOTE_PORT:
+        put_dash_or(o, json, r->port, r->port ? strlen(r->port) : 0);
+        break;
+    case FW_AL_USER:
+        put_user(o, json, q);
+        break;
+    case FW_AL_TIME:
+        refresh_time(a);
+        put_raw(o, a->t_text, a->t_len);
+        break;
+    case FW_AL_REQUEST:
+        if (!q) {
+            put_raw(o, "-", 1);
+            break;
+        }
+        put_val(o, json, q->method, q->method_len);
+        put_raw(o, " ", 1);
+        put_val(o, json, q->target, q->target_len);
+        put_str(o, q->minor ? " HTTP/1.1" : " HTTP/1.0");
+        break;
+    case FW_AL_METHOD:
+        put_dash_or(o, json, q ? q->method : NULL, q ? q->method_len : 0);
+        break;
+    case FW_AL_PATH:
+        put_dash_or(o, json, q ? q->path : NULL, q ? q->path_len : 0);
+        break;
+    case FW_AL_QUERY:
+        if (q && q->query_len)
+            put_val(o, json, q->query, q->query_len);
+        break;      /* empty, as gunicorn's QUERY_STRING */
+    case FW_AL_URI:
+        put_dash_or(o, json, q ? q->target : NULL, q ? q->target_len : 0);
+        break;
+    case FW_AL_PROTOCOL:
+        put_str(o, !q ? "-" : q->minor ? "HTTP/1.1" : "HTTP/1.0");
+        break;
+    case FW_AL_STATUS:
+        put_u64(o, r->status > 0 ? (uint64_t)r->status : 0);
+        break;
+    case FW_AL_BYTES:
+        put_u64(o, r->body_bytes);
+        break;
+    case FW_AL_BYTES_CLF:
+        if (r->body_bytes)
+            put_u64(o, r->body_bytes);
+        else
+            put_raw(o, "-", 1);
+        break;
+    case FW_AL_SECONDS:
+        put_u64(o, us / 1000000);
+        break;
+    case FW_AL_MILLIS:
+        put_u64(o, us / 1000);
+        break;
+    case FW_AL_MICROS:
+        put_u64(o, us);
+        break;
+    case FW_AL_DECIMAL: {
+        int n = snprintf(d, sizeof(d), "%llu.%06llu", (unsigned long long)(us / 1000000),
+                         (unsigned long long)(us % 1000000));
+        put_raw(o, d, (size_t)n);
+        break;
+    }
+    case FW_AL_PID:
+        put_str(o, a->pid);
+        break;
+    case FW_AL_REQ_HEADER: {
+        const fw_header *h = req_header(q, it->arg, it->arg_len);
+        put_dash_or(o, json, h ? h->value : NULL, h ? h->value_len : 0);
+        break;
+    }
+    case FW_AL_RESP_HEADER:
+        put_captured(o, json, r->captured, slot);
+        break;
+    default:
+        break;
+    }
+}
+
+int fw_alog_line(fw_alog *a, const fw_alog_rec *r)
+{
+    out o = { a->line, 0, LINE_MAX_BYTES - 4, 0 };
+    int slot = 0;
+    for (int i = 0; i < a->nitems; i++) {
+        const fw_alog_item *it = &a->items[i];
+        put_item(a, &o, it, slot, r);
+        slot += it->atom == FW_AL_RESP_HEADER;
+    }
+    if (o.cut) {
+        memcpy(o.p + o.n, "...", 3);
+        o.n += 3;
+    }
+    o.p[o.n++] = '\n';
+
+    pthread_mutex_lock(&a->mu);
+    size_t had = a->front_len;
+    int fits = o.n <= a->cap - had;
+    if (fits) {
+        memcpy(a->front + had, o.p, o.n);
+        a->front_len = had + o.n;
+        /* Wake the writer when it sleeps on an empty buffer, or when a
+         * quarter is full (it then writes without waiting out flush_ms). */
+        if (had == 0 || (had < a->cap / 4 && a->front_len >= a->cap / 4))
+            pthread_cond_signal(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    if (!fits) {
+        atomic_fetch_add(&a->full, 1);
+        return -ENOBUFS;
+    }
+    /* Only this thread counts lines: a plain store, no locked add. */
+    atomic_store_explicit(&a->lines, atomic_load_explicit(&a->lines, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    return 0;
+}
+
+int fw_alog_wants_response_headers(const fw_alog *a)
+{
+    return a->nresp > 0;
+}
+
+void fw_alog_capture(const fw_alog *a, fw_buf *into, const char *name, size_t nlen,
+                     const char *value, size_t vlen)
+{
+    int slot = 0;
+    for (int i = 0; i < a->nitems; i++) {
+        const fw_alog_item *it = &a->items[i];
+        if (it->atom != FW_AL_RESP_HEADER)
+            continue;
+        if (name_eq(it->arg, it->arg_len, name, nlen)) {
+            size_t n = vlen < CAPTURE_MAX ? vlen : CAPTURE_MAX;
+            unsigned char hdr[3] = { (unsigned char)slot, (unsigned char)(n & 0xff), (unsigned char)(n >> 8) };
+            if (fw_buf_append(into, hdr, 3) == 0 && fw_buf_append(into, value, n) != 0)
+                into->len -= 3;
+        }
+        slot++;
+    }
+}

@@ -1,0 +1,241 @@
+"""The access log (--access-logfile): gunicorn's atoms checked field by
+field, the JSON form, escaping, SIGUSR1 reopening, and a log that cannot be
+written (a pipe nobody reads) neither stalling requests nor losing count.
+
+Each test runs inline and with app threads (conftest's app_mode), since the
+response ends on another path through the core in each.
+"""
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from conftest import ServerProc, mode_env
+from httpraw import Conn, wait_for
+
+EVERY_ATOM = ("%(h)s|%(l)s|%(u)s|%(t)s|%(r)s|%(m)s|%(U)s|%(q)s|%(H)s|%(s)s|%(B)s|%(b)s|%(f)s|%(a)s|"
+              "%(T)s|%(M)s|%(D)s|%(L)s|%(p)s|%({x-req}i)s|%({X-Resp}o)s|%({x-twice}o)s|%({x-none}o)s|"
+              "%({REMOTE_PORT}e)s|%({HTTP_X_REQ}e)s|%({RAW_URI}e)s|%({FW_TEST_CONST}e)s|%%")
+FIELDS = "h l u t r m U q H s B b f a T M D L p req resp twice none port env_req uri const pct".split()
+
+
+def lines_of(path, n, timeout=10.0):
+    """The first n lines of the log, waiting for the writer (it batches for
+    up to 100 ms)."""
+    def enough():
+        return os.path.exists(path) and open(path, "rb").read().count(b"\n") >= n
+    assert wait_for(enough, timeout), open(path, "rb").read() if os.path.exists(path) else "no log file"
+    return open(path, "rb").read().decode("latin-1").splitlines()
+
+
+def start(make_server, tmp_path, *args, app="apps:logged", name="access.log"):
+    path = str(tmp_path / name)
+    return make_server(app, "--access-logfile", path, *args, env={"FW_TEST_CONST": "const-value"}), path
+
+
+def test_every_atom_field_by_field(make_server, tmp_path):
+    s, path = start(make_server, tmp_path, "--access-logformat", EVERY_ATOM)
+    with Conn(s.port) as c:
+        c.send(b"GET /some/path?a=1&b=2 HTTP/1.1\r\nHost: t\r\nReferer: http://ref/x\r\nUser-Agent: agent/1.0\r\n"
+               b"X-Req: req-value\r\nAuthorization: Basic YWxpY2U6c2VjcmV0\r\n\r\n")
+        r = c.read_response()
+        local_port = c.sock.getsockname()[1]
+    assert r.status == 200
+    (line,) = lines_of(path, 1)
+    f = dict(zip(FIELDS, line.split("|")))
+    assert len(line.split("|")) == len(FIELDS), line
+    assert f["h"] == "127.0.0.1"
+    assert f["l"] == "-"
+    assert f["u"] == "alice"                      # the password is never shown
+    assert "secret" not in line
+    assert re.fullmatch(r"\[\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\]", f["t"]), f["t"]
+    assert f["r"] == "GET /some/path?a=1&b=2 HTTP/1.1"
+    assert (f["m"], f["U"], f["q"], f["H"]) == ("GET", "/some/path", "a=1&b=2", "HTTP/1.1")
+    assert (f["s"], f["B"], f["b"]) == ("200", "5", "5")
+    assert (f["f"], f["a"]) == ("http://ref/x", "agent/1.0")
+    assert int(f["T"]) == 0 and int(f["M"]) < 5000 and 0 < int(f["D"]) < 5_000_000
+    assert re.fullmatch(r"\d+\.\d{6}", f["L"]) and abs(float(f["L"]) - int(f["D"]) / 1e6) < 1e-6
+    assert f["p"] == f"<{f['p'][1:-1]}>" and int(f["p"][1:-1]) in s.worker_pids() + [s.pid]
+    assert f["req"] == "req-value" and f["env_req"] == "req-value"
+    assert f["resp"] == 'v \\x221\\x22'            # a quote in a value is escaped
+    assert f["twice"] == "first"                 # the first of a repeated header
+    assert f["none"] == "-"
+    assert f["port"] == str(local_port)
+    assert f["uri"] == "/some/path?a=1&b=2"
+    assert f["const"] == "const-value"           # other {VAR}e: the process environment
+    assert f["pct"] == "%"
+
+
+def test_default_format_is_gunicorns(make_server, tmp_path):
+    s, path = start(make_server, tmp_path)
+    s.get("/p?q=1", headers=b"User-Agent: ua\r\n")
+    s.get("/missing?status=404&len=0", method="GET")
+    s.get("/h?len=7", method="HEAD")
+    lines = lines_of(path, 3)
+    combined = re.compile(r'(\S+) (\S+) (\S+) (\[[^]]+\]) "([^"]*)" (\d{3}) (\S+) "([^"]*)" "([^"]*)"')
+    got = [combined.fullmatch(ln).groups() for ln in lines]
+    assert [g[0] for g in got] == ["127.0.0.1"] * 3
+    assert [(g[4], g[5], g[6]) for g in got] == [("GET /p?q=1 HTTP/1.1", "200", "5"),
+                                                 ("GET /missing?status=404&len=0 HTTP/1.1", "404", "-"),
+                                                 ("HEAD /h?len=7 HTTP/1.1", "200", "-")]
+    assert got[0][8] == "ua" and got[0][7] == "-"
+
+
+def test_json_lines_parse_and_escape(make_server, tmp_path):
+    s, path = start(make_server, tmp_path, "--access-log-json")
+    ua = 'evil"\\ \t caf\xe9'.encode("latin-1")
+    with Conn(s.port) as c:
+        c.send(b"POST /j?status=201&len=3 HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nUser-Agent: " + ua +
+               b"\r\n\r\nhi")
+        assert c.read_response().status == 201
+    (line,) = lines_of(path, 1)
+    rec = json.loads(line)
+    assert rec["status"] == 201 and rec["bytes"] == 3 and isinstance(rec["duration_us"], int)
+    assert (rec["method"], rec["path"], rec["query"], rec["protocol"]) == ("POST", "/j", "status=201&len=3",
+                                                                            "HTTP/1.1")
+    assert rec["user_agent"] == 'evil"\\ \t caf\xe9'
+    assert rec["referer"] == "-" and rec["remote_addr"] == "127.0.0.1"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", rec["time"])
+
+
+def test_text_lines_cannot_be_forged(make_server, tmp_path):
+    """A header value with bytes a log reader would take for a new line or
+    a field end is escaped; the line stays one line."""
+    s, path = start(make_server, tmp_path)
+    s.get("/", headers=b"User-Agent: a\"b\\c\xff\tend\r\n")
+    (line,) = lines_of(path, 1)
+    assert line.endswith('"a\\x22b\\x5cc\\xff\\x09end"')
+
+
+def test_keep_alive_pipelined_and_rejected_requests(make_server, tmp_path):
+    s, path = start(make_server, tmp_path, "--access-logformat", "%(r)s %(s)s %(B)s")
+    with Conn(s.port) as c:
+        c.send(b"".join(b"GET /n%d?len=%d HTTP/1.1\r\nHost: t\r\n\r\n" % (i, i) for i in range(5)))
+        for _ in range(5):
+            c.read_response()
+    with Conn(s.port) as c:
+        c.send(b"GET /bad HTTP/1.1\r\nHost: t\r\nBad Header: x\r\n\r\n")
+        assert c.read_response().status == 400
+    lines = lines_of(path, 6)
+    # In order on one connection; the other connection's line may come
+    # first (an app thread's response is on the wire before the loop logs it).
+    rejected = [ln for ln in lines if ln.startswith("- ")]
+    assert [ln for ln in lines if ln not in rejected] == [f"GET /n{i}?len={i} HTTP/1.1 200 {i}" for i in range(5)]
+    assert len(rejected) == 1 and re.fullmatch(r"- 400 \d+", rejected[0]), lines
+
+
+def test_duration_is_measured(make_server, tmp_path):
+    s, path = start(make_server, tmp_path, "--access-logformat", "%(D)s %(M)s %(T)s")
+    s.get("/?sleep=0.3")
+    (line,) = lines_of(path, 1)
+    us, ms, sec = map(int, line.split())
+    assert us >= 300_000 and ms == us // 1000 and sec == us // 1_000_000
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sigusr1_reopens_the_file(tmp_path, app_mode, workers):
+    """logrotate moves the file away and sends SIGUSR1 to the master: the
+    next lines go to a new file at the same path."""
+    path = str(tmp_path / "access.log")
+    s = ServerProc("apps:logged", "--access-logfile", path, "--workers", str(workers),
+                   "--access-logformat", "%(U)s", env=mode_env(app_mode))
+    try:
+        with Conn(s.port) as c:           # one kept-alive connection across the rotation
+            for i in range(3):
+                c.send(b"GET /before%d HTTP/1.1\r\nHost: t\r\n\r\n" % i)
+                c.read_response()
+            assert lines_of(path, 3) == ["/before0", "/before1", "/before2"]
+            os.rename(path, path + ".1")
+            s.signal(signal.SIGUSR1)
+            assert wait_for(lambda: os.path.exists(path), 10), "the file was not reopened"
+            for i in range(3):
+                c.send(b"GET /after%d HTTP/1.1\r\nHost: t\r\n\r\n" % i)
+                c.read_response()
+        assert lines_of(path, 3) == ["/after0", "/after1", "/after2"]
+        assert open(path + ".1").read().split() == ["/before0", "/before1", "/before2"]
+    finally:
+        s.stop()
+
+
+def test_a_pipe_nobody_reads_drops_lines_and_never_stalls_requests(tmp_path, app_mode):
+    """The access log is a FIFO whose reader does not read: the writer thread
+    blocks, lines that do not fit the buffer are dropped and counted, and
+    every request is still answered. Once the reader drains the pipe the
+    writer catches up; at the stop the worker reports what it dropped, and
+    the lines read plus the lines dropped are every request."""
+    fifo = str(tmp_path / "access.fifo")
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    ua = b"u" * 2000              # ~2 KB lines: the pipe (64 KiB) and the buffer fill quickly
+    total = 3000
+    s = ServerProc("apps:hello", "--access-logfile", fifo, "--workers", "1", "--access-logformat",
+                   "%(U)s %(a)s", env=mode_env(app_mode))
+    try:
+        with Conn(s.port) as c:
+            for i in range(total):
+                c.send(b"GET /%d HTTP/1.1\r\nHost: t\r\nUser-Agent: %s\r\n\r\n" % (i, ua))
+                assert c.read_response().status == 200
+        data = b""
+        quiet_since = time.monotonic()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and time.monotonic() - quiet_since < 1.0:
+            try:
+                chunk = os.read(reader, 1 << 16)
+            except BlockingIOError:
+                time.sleep(0.02)
+                continue
+            if chunk:
+                data += chunk
+                quiet_since = time.monotonic()
+        s.signal(signal.SIGTERM)
+        s.proc.wait(15)
+        log = s.log()
+    finally:
+        s.stop()
+        os.close(reader)
+    got = data.decode("latin-1").splitlines()
+    assert all(ln.endswith(" " + "u" * 2000) for ln in got)
+    m = re.search(r"access log .*: (\d+) of (\d+) line\(s\) dropped", log)
+    assert m, log
+    dropped, counted = int(m.group(1)), int(m.group(2))
+    assert counted == total and dropped > 0
+    assert len(got) + dropped == total
+    # The lines that made it are in order, none twice.
+    nums = [int(ln.split()[0][1:]) for ln in got]
+    assert nums == sorted(set(nums))
+
+
+def test_bad_settings_are_one_line_errors(tmp_path):
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=here)
+    for args, want in (
+        (["--access-logfile", str(tmp_path / "no" / "such" / "dir.log")], "--access-logfile"),
+        (["--access-logformat", "%(h)s %(zz)s"], "unknown atom %(zz)s"),
+    ):
+        p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:hello", "--bind", "127.0.0.1:0", *args],
+                           capture_output=True, text=True, env=env, timeout=30)
+        assert p.returncode == 2, p.stderr
+        assert want in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_off_by_default(make_server, tmp_path):
+    """No --access-logfile: nothing is written, and stats carry no counters."""
+    s = make_server("apps:logged")
+    assert s.get("/").status == 200
+    assert "access log" not in s.log()
+
+
+def test_unix_socket_client(make_server, tmp_path):
+    sock_path = str(tmp_path / "s.sock")
+    path = str(tmp_path / "access.log")
+    s = make_server("apps:logged", "--access-logfile", path, "--access-logformat", "[%(h)s] %(s)s",
+                    bind=[f"unix:{sock_path}"])
+    with Conn(None, path=sock_path) as c:
+        c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.read_response().status == 200
+    assert lines_of(path, 1) == ["[-] 200"]
