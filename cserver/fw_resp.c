@@ -161,8 +161,7 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     fw_resp *r = &c->resp;
     fw_server *srv = c->srv;
     char line[64];
-    int keep = c->keep_alive && !r->app_close && !c->must_close && !srv->ending_keepalive &&
-               !srv->stop_requested;
+    int keep = c->keep_alive && !r->app_close && !c->must_close && !fw_server_ends_keepalive(srv);
 
     if (r->status < 200)
         keep = 0;       /* a 1xx as the final answer leaves the client waiting: end it */

@@ -328,6 +328,14 @@ void fw_server_free(fw_server *srv)
     free(srv);
 }
 
+int fw_server_ends_keepalive(fw_server *srv)
+{
+    if (srv->stopping)
+        return srv->ending_keepalive;
+    int want = srv->stop_requested;
+    return want == 2 || (want == 1 && !fw_balance_hands_on(&srv->bal, srv->retiring));
+}
+
 void fw_server_stop(fw_server *srv, int graceful)
 {
     int want = graceful ? 1 : 2;

@@ -120,7 +120,7 @@ struct fw_server {
     _Atomic int stopping;          /* written by the loop, read by app threads */
     _Atomic int ending_keepalive;  /* stopping and not handing on: responses say close */
     int64_t stop_deadline;
-    int retiring;              /* max-requests reached: others serve on */
+    _Atomic int retiring;      /* max-requests reached: others serve on (read by app threads) */
     int handing_on;            /* stopping while others serve on: idle connections go to them */
     int pass_waiting;          /* an idle connection waits for a peer to take it */
     int64_t pass_wait_until;   /* until then, having no peer at all is worth waiting out */
@@ -162,6 +162,13 @@ void fw_server_stop(fw_server *srv, int graceful);
 
 void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* A question, from any thread: must a response head built now close its
+ * connection, because the server stops for good? No while it runs, and no
+ * when it retires handing its connections on (a reload): asked before the
+ * loop has begun a stop that was just requested, it answers as the stop
+ * will, so a response finished in that moment does not close for nothing. */
+int fw_server_ends_keepalive(fw_server *srv);
 
 /* Internal to cserver/: connection bookkeeping used by fw_conn.c. */
 void fw_server_conn_closed(fw_server *srv);

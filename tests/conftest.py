@@ -28,7 +28,7 @@ from httpraw import Conn, request  # noqa: E402
 
 
 class ServerProc:
-    def __init__(self, app="apps:echo", *args, env=None, bind=None, wait=True, nofile=None):
+    def __init__(self, app="apps:echo", *args, env=None, bind=None, wait=True, nofile=None, new_session=False):
         self.logfile = tempfile.NamedTemporaryFile(prefix="forkwsgi-test-", suffix=".log", delete=False)
         binds = bind or ["127.0.0.1:0"]
         cmd = [sys.executable, "-m", "forkwsgi", app]
@@ -45,8 +45,9 @@ class ServerProc:
         if nofile:       # the server's own descriptor limit (ulimit -n)
             def preexec():
                 resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        # new_session: a process group of its own, for signals sent to the group.
         self.proc = subprocess.Popen(cmd, stdout=self.logfile, stderr=subprocess.STDOUT, env=e, cwd=HERE,
-                                     preexec_fn=preexec)
+                                     preexec_fn=preexec, start_new_session=new_session)
         self.pid = self.proc.pid
         self.port = None
         self.unix_path = None

@@ -132,7 +132,10 @@ def test_reloads_are_invisible_to_kept_alive_clients(servers, threads):
     assert failures == []
     assert answered[0] == 2400
     assert wait_for(lambda: len(s.worker_pids()) == 2 and not first & set(s.worker_pids()))
-    assert s.log().count("Booted worker") >= 8
+    # Each SIGHUP reloads in place (test_reload.py); one that arrives while
+    # the check of the previous runs joins it: 2 to 4 sets of workers.
+    assert s.log().count("Reloaded in place") >= 1
+    assert s.log().count("Booted worker") >= 4
     assert error_lines(s) == []
 
 

@@ -7,8 +7,13 @@ signals are queued by the handler and dispatched by name from the main loop
 - SIGTERM: graceful stop (workers finish in-flight requests within
   --graceful-timeout, then anything left is killed).
 - SIGINT, SIGQUIT: fast stop.
-- SIGHUP: rolling reload: a new set of workers starts, and each old worker
-  retires only once a new one reports ready, so no request is refused.
+- SIGHUP: reload: a new set of workers starts, and each old worker retires
+  only once a new one reports ready, so no request is refused. With the
+  app preloaded (the default) the master first re-executes itself in place
+  (reexec.py: same PID, new code); with --lazy-apps each new worker imports
+  the app afresh.
+- SIGUSR2 (gunicorn's binary upgrade): the in-place reload, in every mode.
+- SIGWINCH: ignored (gunicorn acts on it only when daemonized).
 - SIGTTIN / SIGTTOU: one worker more / less.
 - SIGUSR1: passed to the workers (reopen log files).
 - SIGCHLD: reap; a dead worker is replaced at once, with back-off when
@@ -21,9 +26,11 @@ import os
 import random
 import select
 import signal
+import socket
+import sys
 import time
 
-from . import appload, binding, config, process, systemd, worker
+from . import appload, binding, config, process, reexec, systemd, worker
 from .offload.queue import OffloadQueue
 from .offload.supervisor import ForkStarter, Supervisor
 from .slots import WorkerSlots
@@ -50,14 +57,22 @@ class WorkerInfo:
         self.retiring = False        # sent SIGTERM by us
 
 
-class Arbiter:
+class Arbiter(reexec.InPlaceReload):
+    worker_info = WorkerInfo      # what InPlaceReload makes for the workers it takes over
     SIGNALS = {
         signal.SIGHUP: "hup", signal.SIGQUIT: "quit", signal.SIGINT: "int", signal.SIGTERM: "term",
         signal.SIGTTIN: "ttin", signal.SIGTTOU: "ttou", signal.SIGUSR1: "usr1", signal.SIGCHLD: "chld",
+        signal.SIGUSR2: "usr2", signal.SIGWINCH: "winch",
     }
 
-    def __init__(self, app_spec, cfg, logger=log, notifier=None):
+    def __init__(self, app_spec, cfg, logger=log, notifier=None, argv=None, cwd=None):
         self.app_spec = app_spec
+        # How it was started, for a reload that re-executes it (reexec.py),
+        # and what a master before it left, if it is such a re-execution.
+        self.argv = list(sys.argv[1:] if argv is None else argv)
+        self.cwd = cwd or os.getcwd()
+        self.inherited = reexec.inherited()
+        self.preflight = None
         # systemd (Type=notify): READY=1 once the workers serve, again after
         # each reload; `announce` says one is due.
         self.notifier = notifier or systemd.Notifier({})
@@ -80,31 +95,58 @@ class Arbiter:
         # Worker slots (slots.py): room for a rolling reload (old and new
         # side by side) and some SIGTTIN.
         nslots = min(4096, max(16, 2 * self.num_workers + 8))
+        if self.inherited:
+            self._keep_layout(self.inherited)
         self.slots = WorkerSlots(nslots, self.threads, self.balance == "least-busy" and self.threads > 1,
-                                 logger)
+                                 logger, inherited=self.inherited and self.inherited["slots"])
         self.offload = None          # the sibling's Supervisor (offload/), with its queue
+        self.no_app = None           # why a reloaded master has no app to fork (workers serve on)
 
     # ---- start-up ----------------------------------------------------------
 
     def start(self):
-        """Bind and preload. Raises binding.BindError / appload.AppImportError."""
+        """Bind (or take over what the master before an in-place reload
+        held) and preload. Raises binding.BindError / appload.AppImportError."""
         process.set_title("forkwsgi: master")
         if self.cfg["master_nice"]:
             os.setpriority(os.PRIO_PROCESS, 0, self.cfg["master_nice"])
-        for addr in self.cfg["bind"]:
+        st = self.inherited
+        if st:
+            self.sockets = [socket.socket(fileno=fd) for fd in st["sockets"]]
+        for addr in ([] if st else self.cfg["bind"]):
             # reuseport: the master only holds the port (bound, not
             # listening, so no connection queues on it); each worker gets a
             # listening socket of its own in the group.
             self.sockets.append(binding.create(addr, self.cfg["backlog"],
                                                reuseport=self.balance == "reuseport"))
-        if self.cfg["offload_sink"]:
+        inherited_queue = st and st["offload"]
+        if self.cfg["offload_sink"] or inherited_queue:
             # The queue lives as long as the master, so what is queued
-            # outlives any worker or sibling.
-            queue = OffloadQueue(self.cfg, self.slots.nslots)
+            # outlives any worker or sibling (and an in-place reload: its
+            # counters are in a memfd).
+            ocfg = self.cfg if self.cfg["offload_sink"] else dict(self.cfg, **inherited_queue["cfg"])
+            queue = OffloadQueue(ocfg, self.slots.nslots, shared_fd=True, inherited=inherited_queue)
             self.offload = Supervisor(queue, ForkStarter(queue, self._close_in_sibling), self.log)
             self.log.info("%s", queue.describe())
+            if inherited_queue and inherited_queue["sibling"]:
+                self.offload.adopt(inherited_queue["sibling"])      # it hands over to a new one
+        if st:
+            self._adopt_workers(st)
+            self.notifier.tick()      # a watchdog keep-alive before the import, which may take a while
         if not self.lazy:
-            self.app = appload.load(self.app_spec)
+            try:
+                self.app = appload.load(self.app_spec)
+            except Exception as e:
+                if not st:
+                    raise
+                # The check before the exec passed, the import now fails (the
+                # code changed again meanwhile): the workers serve on.
+                self.no_app = f"{type(e).__name__}: {e}"
+                self.log.error("reload: the app does not import: %s; the %d running worker(s) serve on "
+                               "with the code they have; fix it and send SIGHUP again", self.no_app,
+                               len(self.workers))
+                for w in self.workers.values():
+                    w.old = False
             # Objects made so far (the app, its imports) stay out of the
             # collector's reach, so the workers share their pages instead of
             # copying them when a collection touches them.
@@ -114,11 +156,18 @@ class Arbiter:
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         for sig in self.SIGNALS:
             signal.signal(sig, self._on_signal)
+        # Held across an in-place reload's exec: what arrived meanwhile is
+        # delivered now, to the handlers above.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
         for s in self.sockets:
             self.log.info("Listening at: %s", binding.describe(s)[2])
         self.log.info("Master %d: %d worker(s) x %d thread(s), balance %s, %s", self.pid,
                       self.num_workers, self.threads, self.balance,
                       "app loaded per worker (--lazy-apps)" if self.lazy else "app preloaded")
+        if st:
+            self.log.info("Reloaded in place (same PID %d): %d running worker(s) taken over; %s", self.pid,
+                          len(self.workers), "they serve on (no new code)" if self.no_app else
+                          "each retires once a new one is ready")
 
     def _close_in_sibling(self):
         """In the forked sibling: close what belongs to the master."""
@@ -148,6 +197,7 @@ class Arbiter:
                 # reaping, or the dead workers would be replaced.
                 self.handle_signals()
                 self.reap()
+                self.check_preflight()
                 self.check_memory()
                 self.check_timeouts()
                 self.manage_workers()
@@ -184,7 +234,7 @@ class Arbiter:
     def sleep(self):
         """Wait for a signal, a worker's readiness, or a second."""
         fds = [self.wake_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
-        timeout = 0.02 if self.slots.stranded else 1.0
+        timeout = 0.02 if self.slots.stranded else 0.1 if self.preflight else 1.0
         watchdog = self.notifier.tick()
         if watchdog is not None:
             timeout = min(timeout, max(watchdog, 0.0))
@@ -241,7 +291,7 @@ class Arbiter:
         if len(current) > self.num_workers:
             for w in sorted(current, key=lambda w: -w.index)[:len(current) - self.num_workers]:
                 self.retire(w)
-        elif len(current) < self.num_workers and self.backoff.due():
+        elif len(current) < self.num_workers and self.backoff.due() and not self.no_app:
             used = {w.index for w in current}
             for index in range(1, self.num_workers + 1):
                 if index not in used and len(used) < self.num_workers:
@@ -331,6 +381,9 @@ class Arbiter:
                 return
             if pid == 0:
                 return
+            if self.preflight and pid == self.preflight.pid:
+                self.preflight.reaped(status)
+                continue
             if self.offload and pid == self.offload.pid:
                 self.offload.exited(status)
                 continue
@@ -416,6 +469,9 @@ class Arbiter:
         SIGQUIT; then SIGKILL whatever is left."""
         self.stopping = True
         self.notifier.stopping()
+        if self.preflight:
+            self.preflight.cancel()
+            self.preflight = None
         sig = signal.SIGTERM if graceful else signal.SIGQUIT
         for w in list(self.workers.values()):
             self.kill(w.pid, sig)
@@ -467,7 +523,11 @@ class Arbiter:
         raise StopServer
 
     def handle_hup(self):
-        self.log.info("Received SIGHUP: rolling reload of %d worker(s)", self.num_workers)
+        if not self.lazy:
+            self.reload_in_place("SIGHUP")
+            return
+        self.log.info("Received SIGHUP: rolling reload of %d worker(s), each importing the app afresh "
+                      "(--lazy-apps)", self.num_workers)
         self.notifier.reloading()
         self.announce = True
         for w in self.workers.values():
@@ -487,6 +547,12 @@ class Arbiter:
             self.num_workers -= 1
         self.log.info("Received SIGTTOU: %d worker(s)", self.num_workers)
         self.manage_workers()
+
+    def handle_usr2(self):
+        self.reload_in_place("SIGUSR2")
+
+    def handle_winch(self):
+        self.log.debug("Received SIGWINCH: ignored (not daemonized)")
 
     def handle_usr1(self):
         for w in self.workers.values():

@@ -20,6 +20,7 @@ def fail(msg):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    started_in = os.getcwd()         # where an in-place reload re-executes (before --chdir)
     origins, unknown = {}, []
     try:
         app_spec, cfg = config.load(argv, origins=origins, warnings=unknown)
@@ -40,18 +41,10 @@ def main(argv=None):
                     len(passed), origins["bind"])
     elif passed:
         cfg["bind"] = [f"fd://{fd}" for fd in passed]
-    if cfg["chdir"]:
-        try:
-            os.chdir(cfg["chdir"])
-        except OSError as e:
-            return fail(f"cannot change to {cfg['chdir']}: {e.strerror}")
-        sys.path.insert(0, os.getcwd())
-    for pair in cfg["raw_env"]:
-        key, _, value = pair.partition("=")
-        os.environ[key] = value
-    for d in reversed((cfg["pythonpath"] or "").split(",")):
-        if d.strip():
-            sys.path.insert(0, os.path.abspath(d.strip()))
+    try:
+        process.prepare_import(cfg)
+    except OSError as e:
+        return fail(f"cannot change to {cfg['chdir']}: {e.strerror}")
     if cfg["umask"] is not None:
         os.umask(cfg["umask"])
     process.set_name(cfg["proc_name"])
@@ -61,7 +54,7 @@ def main(argv=None):
     if problem:
         return fail(problem)
     if cfg["workers"] > 0:
-        return run_master(app_spec, cfg, systemd.Notifier())
+        return run_master(app_spec, cfg, systemd.Notifier(), argv, started_in)
     host = None
     if cfg["offload_sink"]:           # before the app, which may offload at import
         try:
@@ -169,11 +162,11 @@ def serve_here(app_spec, cfg, host, how, notifier):
     return 0
 
 
-def run_master(app_spec, cfg, notifier):
+def run_master(app_spec, cfg, notifier, argv=None, cwd=None):
     """The pre-fork master: bind, preload, fork workers, supervise."""
     if not app_spec:
         return fail("no app given: forkwsgi MODULE:APP (see --help)")
-    master = arbiter.Arbiter(app_spec, cfg, log, notifier=notifier)
+    master = arbiter.Arbiter(app_spec, cfg, log, notifier=notifier, argv=argv, cwd=cwd)
     try:
         master.start()
     except (binding.BindError, appload.AppImportError, config.ConfigError) as e:

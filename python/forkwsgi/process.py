@@ -151,3 +151,18 @@ class Backoff:
 
     def due(self):
         return time.monotonic() >= self.next_start
+
+
+def prepare_import(cfg):
+    """The settings that shape where the app is imported from and what it
+    sees: --chdir (raises OSError), --env, --pythonpath. For the server and
+    for the check a reload makes before it re-executes (reexec.py)."""
+    if cfg["chdir"]:
+        os.chdir(cfg["chdir"])
+        sys.path.insert(0, os.getcwd())
+    for pair in cfg["raw_env"]:
+        key, _, value = pair.partition("=")
+        os.environ[key] = value
+    for d in reversed((cfg["pythonpath"] or "").split(",")):
+        if d.strip():
+            sys.path.insert(0, os.path.abspath(d.strip()))

@@ -11,7 +11,9 @@
 Everything is made before the first fork, so every worker inherits every
 other worker's kick eventfd and hand-off socket. A slot outlives its
 worker: connections handed to a worker that died before reading them are
-taken back here and passed on (stranded hand-offs).
+taken back here and passed on (stranded hand-offs). The shared memory lives
+in memfds, so a master that re-executes itself in place (reexec.py) maps
+the same pages its running workers use (state() / WorkerSlots(inherited=)).
 """
 import array
 import logging
@@ -31,14 +33,34 @@ STRANDED_SECONDS = 10.0
 FW_PASS_REQUEST = 2              # hand-off flag: counted in the target's "incoming"
 
 
+def _shared_memory(name, size, fd=None):
+    """(memfd, a MAP_SHARED mapping of it): a new one, or fd's (inherited)."""
+    if fd is None:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        os.ftruncate(fd, size)
+    return fd, mmap.mmap(fd, size)
+
+
 class WorkerSlots:
-    def __init__(self, nslots, threads, counting, logger=log):
-        self.nslots = nslots
-        self.threads = threads
+    def __init__(self, nslots, threads, counting, logger=log, inherited=None):
+        """inherited: what state() gave the master before it re-executed
+        itself; then nslots, threads and counting are taken from it."""
+        got = inherited or {}
+        self.nslots = nslots = got.get("nslots", nslots)
+        self.threads = threads = got.get("threads", threads)
         self.log = logger
         self.status_stride = STATUS_SIZE * threads
-        self.status = mmap.mmap(-1, self.status_stride * nslots)
-        self.scoreboard = mmap.mmap(-1, _forkwsgi.SB_SLOT_SIZE * nslots)
+        self.status_fd, self.status = _shared_memory("forkwsgi-status", self.status_stride * nslots,
+                                                     got.get("status_fd"))
+        self.scoreboard_fd, self.scoreboard = _shared_memory(
+            "forkwsgi-scoreboard", _forkwsgi.SB_SLOT_SIZE * nslots, got.get("scoreboard_fd"))
+        if inherited:
+            self.kick_fds = list(got["kick_fds"])
+            self.pass_recv = [socket.socket(fileno=fd) for fd in got["pass_recv"]]
+            self.pass_send = [socket.socket(fileno=fd) for fd in got["pass_send"]]
+            now = time.monotonic()
+            self.stranded = [(bytes.fromhex(d), fd, now - age) for d, fd, age in got["stranded"]]
+            return
         self.kick_fds = []
         if counting:
             self.kick_fds = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(nslots)]
@@ -51,6 +73,19 @@ class WorkerSlots:
             self.pass_recv.append(r)
             self.pass_send.append(w)
         self.stranded = []           # (datagram, fd, since): hand-offs no live worker took yet
+
+    def state(self):
+        """What a re-executed master needs to take these slots over (JSON),
+        and the descriptors that must survive exec for it."""
+        now = time.monotonic()
+        state = {"nslots": self.nslots, "threads": self.threads, "status_fd": self.status_fd,
+                 "scoreboard_fd": self.scoreboard_fd, "kick_fds": list(self.kick_fds),
+                 "pass_recv": [s.fileno() for s in self.pass_recv],
+                 "pass_send": [s.fileno() for s in self.pass_send],
+                 "stranded": [(d.hex(), fd, now - since) for d, fd, since in self.stranded]}
+        fds = [self.status_fd, self.scoreboard_fd, *state["kick_fds"], *state["pass_recv"],
+               *state["pass_send"], *(fd for _, fd, _ in self.stranded)]
+        return state, fds
 
     # ---- a worker's life in its slot ------------------------------------------
 
@@ -73,11 +108,15 @@ class WorkerSlots:
         for j, s in enumerate(self.pass_recv):
             if j != slot:
                 s.close()
+        for fd in (self.status_fd, self.scoreboard_fd):
+            os.close(fd)                 # the mappings stay
 
     def close_all(self):
         """In a child that is no worker (the offload sibling)."""
         for s in self.pass_recv + self.pass_send:
             s.close()
+        for fd in (self.status_fd, self.scoreboard_fd):
+            os.close(fd)
 
     def retire(self, slot):
         """The master asks the worker to retire while others serve on: it

@@ -46,7 +46,7 @@ class Notifier:
 
     def __init__(self, environ=None):
         environ = os.environ if environ is None else environ
-        self.addr = environ.pop("NOTIFY_SOCKET", None) or None
+        self.addr = self.given = environ.pop("NOTIFY_SOCKET", None) or None
         if self.addr and self.addr.startswith("@"):
             self.addr = "\0" + self.addr[1:]            # abstract namespace
         self.sock = None
@@ -67,6 +67,14 @@ class Notifier:
             except OSError as e:
                 log.warning("systemd: cannot make a socket for NOTIFY_SOCKET: %s", e.strerror)
                 self.addr = None
+
+    def environ(self):
+        """The variables it was given, for a master that re-executes itself
+        in place (reexec.py): the new image notifies, and keeps the watchdog."""
+        env = {"NOTIFY_SOCKET": self.given} if self.sock else {}
+        if self.sock and self.watchdog:
+            env.update(WATCHDOG_USEC=str(round(self.watchdog * 2e6)), WATCHDOG_PID=str(os.getpid()))
+        return env
 
     def send(self, **fields):
         """One notification: send(READY=1, STATUS="...")."""

@@ -118,22 +118,35 @@ class OffloadQueue:
     memfd when shared_fd, for a sibling that is spawned, not forked).
     Raises config.ConfigError for settings the sibling could not work with."""
 
-    def __init__(self, cfg, nslots, shared_fd=False):
+    def __init__(self, cfg, nslots, shared_fd=False, inherited=None):
+        """inherited: what state() gave a master before it re-executed
+        itself (reexec.py): the same queue and counters, taken over."""
         self.cfg = sibling_config(cfg)
         check_config(self.cfg)
         self.nslots = nslots
         self.send = self.recv = self.counters = None
         self.counters_fd = -1
         try:
-            self.send, self.recv = make_queue(self.cfg)
             size = counters_size(nslots)
-            if shared_fd:
-                self.counters_fd = os.memfd_create("forkwsgi-offload-counters", os.MFD_CLOEXEC)
-                os.ftruncate(self.counters_fd, size)
+            if inherited:
+                self.send = socket.socket(fileno=inherited["send"])
+                self.recv = socket.socket(fileno=inherited["recv"])
+                self.counters_fd = inherited["counters_fd"]
+            else:
+                self.send, self.recv = make_queue(self.cfg)
+                if shared_fd:
+                    self.counters_fd = os.memfd_create("forkwsgi-offload-counters", os.MFD_CLOEXEC)
+                    os.ftruncate(self.counters_fd, size)
             self.counters = mmap.mmap(self.counters_fd, size)
         except BaseException:
             self.close()
             raise
+
+    def state(self):
+        """(JSON state, descriptors to keep across exec) for a re-executed
+        master; needs the counters in a memfd (shared_fd)."""
+        state = {"send": self.send.fileno(), "recv": self.recv.fileno(), "counters_fd": self.counters_fd}
+        return state, list(state.values())
 
     def describe(self):
         return "Offload to {} (journal {}, overflow {})".format(

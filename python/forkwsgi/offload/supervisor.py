@@ -136,6 +136,13 @@ class Supervisor:
         self.log.warning("offload: the sibling exited (pid %d, %s): it died; replacing it", pid, how)
         return self.backoff.died(self.started)
 
+    def adopt(self, pid):
+        """The sibling a master started before it re-executed itself in
+        place (reexec.py): it hands over to a new one, as on a reload."""
+        self.pid = pid
+        self.started = time.monotonic()
+        self.reload()
+
     def reload(self):
         """A fresh sibling too (new code, new sink connection): this one
         delivers what it took and exits; its replacement takes over."""

@@ -1,0 +1,42 @@
+"""python -m forkwsgi.preflight ARGS: would a master started with ARGS load?
+
+Run by a master before it re-executes itself for a reload (reexec.py): the
+settings load (a config file that no longer parses fails here), the master
+mode still applies, and the app imports in a fresh interpreter. Exit 0 if
+so; otherwise 1 with the reason on stderr, and the master keeps its workers.
+Unlike --check-config, names in the config file that are no setting stay
+warnings: they did not stop the server from starting either.
+"""
+import sys
+
+from . import appload, config, process
+
+
+def main(argv):
+    try:
+        app_spec, cfg = config.load(argv)
+    except config.ConfigError as e:
+        print(f"settings: {e}", file=sys.stderr)
+        return 1
+    if cfg["workers"] < 1:
+        print("--workers 0 (no master) takes a restart, not a reload", file=sys.stderr)
+        return 1
+    if not app_spec:
+        print("no app given", file=sys.stderr)
+        return 1
+    try:
+        process.prepare_import(cfg)
+        appload.load(app_spec)
+    except appload.AppImportError as e:
+        print(e, file=sys.stderr)
+        return 1
+    except BaseException as e:  # noqa: BLE001 - the app's own error, reported
+        import traceback
+        last = traceback.format_exception(type(e), e, e.__traceback__)[-3:]
+        print(f"error while importing the app {app_spec!r}: {''.join(last).strip()}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
