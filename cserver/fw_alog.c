@@ -74,6 +74,23 @@ static size_t count_lines(const char *p, size_t n)
     return k;
 }
 
+/* How much of p[0..n) to write at once to a pipe: whole lines, at most
+ * max bytes (writes up to PIPE_BUF are atomic, so other workers' lines
+ * never land inside ours), or the first line whole if it is longer. */
+static size_t whole_lines(const char *p, size_t n, size_t max)
+{
+    if (n <= max)
+        return n;
+    size_t cut = max;
+    while (cut > 0 && p[cut - 1] != '\n')
+        cut--;
+    if (cut > 0)
+        return cut;
+    while (cut < n && p[cut] != '\n')
+        cut++;
+    return cut < n ? cut + 1 : n;
+}
+
 /* Write buf[0..n), whole lines; a failed write drops the rest of the batch
  * (counted): a full disk must not grow the backlog without bound. */
 static void write_batch(fw_alog *a, const char *buf, size_t n)
@@ -81,13 +98,8 @@ static void write_batch(fw_alog *a, const char *buf, size_t n)
     size_t done = 0;
     while (done < n) {
         size_t len = n - done;
-        if (a->pipe_chunk && len > a->pipe_chunk) {
-            /* Atomic writes to a shared pipe: other workers' lines never
-             * land inside ours. A longer single line goes whole anyway. */
-            const char *cut = memrchr(buf + done, '\n', a->pipe_chunk);
-            const char *nl = memchr(buf + done, '\n', len);
-            len = cut ? (size_t)(cut - (buf + done)) + 1 : nl ? (size_t)(nl - (buf + done)) + 1 : len;
-        }
+        if (a->pipe_chunk)
+            len = whole_lines(buf + done, len, a->pipe_chunk);
         ssize_t w = write(a->fd, buf + done, len);
         if (w < 0 && errno == EINTR)
             continue;
