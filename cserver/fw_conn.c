@@ -56,6 +56,8 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
         srv->conns->prev = c;
     srv->conns = c;
     srv->nconns++;
+    if (srv->cfg.stats)
+        fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns);
     c->kept_alive = kept_alive;
     if (kept_alive) {
         /* Idle between requests, as it was in the worker that handed it. */
@@ -229,7 +231,7 @@ static int64_t monotonic_us(void)
 
 /* The access log line of the response just sent, while the request's head
  * is still in place; and, every so often, a word on lines it had to drop. */
-static void log_access(fw_conn *c)
+static void log_access(fw_conn *c, int64_t micros)
 {
     fw_server *srv = c->srv;
     fw_alog *al = srv->cfg.access_log;
@@ -237,7 +239,7 @@ static void log_access(fw_conn *c)
         .req = c->head ? &c->req : NULL,
         .status = c->resp.status,
         .body_bytes = c->resp.sent,
-        .micros = c->began_us ? monotonic_us() - c->began_us : 0,
+        .micros = micros,
         .captured = fw_buf_used(&c->log_headers) ? &c->log_headers : NULL,
     };
     fw_conn_peer_text(c, &r.host, &r.port);
@@ -245,8 +247,19 @@ static void log_access(fw_conn *c)
     char msg[256];
     if (fw_alog_report(al, srv->now, msg, sizeof(msg)))
         fw_server_log(srv, FW_LOG_WARNING, "%s", msg);
-    c->began_us = 0;
     fw_buf_reset(&c->log_headers, 1024);
+}
+
+/* The response is on the wire: count it, and log it. */
+static void record_response(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    int64_t micros = c->began_us ? monotonic_us() - c->began_us : 0;
+    c->began_us = 0;
+    if (srv->cfg.stats)
+        fw_stats_request_done(srv->cfg.stats, c->resp.status, c->resp.sent, (uint64_t)micros);
+    if (srv->cfg.access_log)
+        log_access(c, micros);
 }
 
 /* The response is on the wire: recycle the connection for the next request. */
@@ -254,8 +267,8 @@ static void request_end(fw_conn *c)
 {
     fw_server *srv = c->srv;
     int unread = 0;
-    if (srv->cfg.access_log)
-        log_access(c);
+    if (srv->cfg.access_log || srv->cfg.stats)
+        record_response(c);
     if (c->body.src == FW_B_LIVE && !c->body.done)
         unread = 1;               /* the app did not read the whole body */
     fw_body_release(c);
@@ -337,7 +350,7 @@ static int step_head(fw_conn *c)
     c->head = buf;
     c->head_len = end;
     c->head_scan = 0;
-    if (srv->cfg.access_log)
+    if (srv->cfg.access_log || srv->cfg.stats)
         c->began_us = monotonic_us();
     c->keep_alive = c->req.keep_alive && srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
     if (fw_body_setup(c) != 0) {

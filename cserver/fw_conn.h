@@ -113,7 +113,7 @@ struct fw_conn {
     int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
                                        * next request under the idle timeout, not the header one */
 
-    /* For the access log (srv->cfg.access_log), per request. */
+    /* For the access log and the counters (srv->cfg.access_log, .stats), per request. */
     int64_t began_us;                 /* the head parsed (monotonic us), 0 if not yet */
     fw_buf log_headers;               /* owned: response headers the format shows (fw_alog_capture) */
 };

@@ -90,6 +90,8 @@ static void set_accepting(fw_server *srv, int on)
 void fw_server_conn_closed(fw_server *srv)
 {
     srv->nconns--;
+    if (srv->cfg.stats)
+        fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns);
     if (!srv->accepting && !srv->stopping && srv->nconns < srv->cfg.max_connections &&
         srv->now >= srv->accept_resume_at)
         set_accepting(srv, 1);

@@ -18,6 +18,7 @@
 #include "fw_http.h"
 #include "fw_loop.h"
 #include "fw_pool.h"
+#include "fw_stats.h"
 #include "fw_timer.h"
 
 typedef struct fw_conn fw_conn;
@@ -60,6 +61,8 @@ typedef struct fw_config {
     fw_balance_cfg balance;    /* how this worker shares its listeners (fw_balance.h) */
     fw_alog *access_log;       /* a line per response (fw_alog.h); not owned (the app layer
                                 * makes and frees it); NULL: no access log */
+    fw_stats *stats;           /* this worker's counters (fw_stats.h), in memory the master
+                                * owns; NULL: none */
 } fw_config;
 
 void fw_config_defaults(fw_config *cfg);

@@ -82,6 +82,22 @@ cdef extern from "glue.h":
     void fw_alog_reopen(fw_alog *a)
     void fw_alog_counts_read(const fw_alog *a, fw_alog_counts *out)
 
+    ctypedef struct fw_stats:
+        pass
+
+    enum:
+        FW_STATS_NBUCKETS
+        FW_STATS_SIZE
+
+    ctypedef struct fw_stats_view:
+        uint64_t requests, bytes_out, total_us, conns_open, app_calls, app_us, exceptions
+        uint64_t status[6]
+        uint64_t total_hist[18]
+        uint64_t app_hist[18]
+
+    void fw_stats_read(const fw_stats *s, fw_stats_view *out)
+    uint64_t fw_stats_bound_us(int i)
+
     ctypedef struct fw_config:
         fw_http_limits limits
         int header_timeout_ms
@@ -98,6 +114,7 @@ cdef extern from "glue.h":
         int release_listeners
         fw_balance_cfg balance
         fw_alog *access_log
+        fw_stats *stats
 
     ctypedef struct fw_balance:
         pass
@@ -156,12 +173,15 @@ cdef extern from "glue.h":
     ctypedef struct fw_offload_totals:
         uint64_t queued, spilled, dropped, blocked_ns, bytes
     void fw_offload_counters_read(const fw_offload_counters *c, fw_offload_totals *out)
-    int fw_status_read(const void *entry, uint64_t *began, char *line, size_t cap)
+    int fw_status_read(const void *entry, uint64_t *began, uint64_t *calls, char *line, size_t cap)
     int fw_environ_init() except -1
     int fw_request_init() except -1
 
 
 SB_SLOT_SIZE = FW_SB_SLOT_SIZE
+STATS_SIZE = FW_STATS_SIZE
+# The histograms' bucket bounds in seconds, the last one open (cserver/fw_stats.h).
+STATS_BOUNDS = tuple(fw_stats_bound_us(i) / 1e6 for i in range(FW_STATS_NBUCKETS - 1)) + (float("inf"),)
 STATUS_SIZE = FW_STATUS_SIZE
 BALANCE_SHARED = FW_BAL_SHARED
 BALANCE_LEAST_BUSY = FW_BAL_LEAST_BUSY
@@ -311,6 +331,7 @@ cdef class Server:
     cdef int *balance_fds          # PyMem: nslots kick eventfds, then nslots hand-off send fds
     cdef char *spool_dir           # PyMem
     cdef fw_alog *access_log       # owned, NULL if none; freed after the server
+    cdef Py_buffer stats_buf       # the master's shared counters of this worker, buf NULL if none
     cdef object app, logger, base_environ, listener_info
 
     def __cinit__(self):
@@ -319,11 +340,12 @@ cdef class Server:
         self.balance_fds = NULL
         self.spool_dir = NULL
         self.access_log = NULL
+        self.stats_buf.buf = NULL
 
     def __init__(self, app, fds, dict base_environ, list listener_info, logger, *, status=None,
                  int balance=FW_BAL_LEAST_BUSY, scoreboard=None, int slot=0, kick_fds=None, pass_fds=None,
                  int pass_recv_fd=-1, bint release_listeners=False, int accept_batch=-1, access_log=None,
-                 **settings):
+                 stats=None, **settings):
         if self.g.srv != NULL:
             raise RuntimeError("Server already initialised")
         fw_config_defaults(&self.cfg)
@@ -378,6 +400,14 @@ cdef class Server:
         self.g.logger = <PyObject *>logger
         self.g.base_environ = <PyObject *>base_environ
         self.g.listener_info = <PyObject *>listener_info
+        if stats is not None:
+            # A writable shared buffer of FW_STATS_SIZE bytes, 8-aligned.
+            PyObject_GetBuffer(stats, &self.stats_buf, PyBUF_WRITABLE)
+            if self.stats_buf.len < FW_STATS_SIZE or (<uintptr_t>self.stats_buf.buf & 7):
+                PyBuffer_Release(&self.stats_buf)
+                self.stats_buf.buf = NULL
+                raise ValueError("stats must be a writable, 8-aligned buffer of STATS_SIZE bytes")
+            cfg.stats = <fw_stats *>self.stats_buf.buf
         if access_log is not None:
             self.access_log = _access_log_new(access_log)
             cfg.access_log = self.access_log
@@ -500,6 +530,8 @@ cdef class Server:
             PyBuffer_Release(&self.g.status)
         if self.scoreboard.buf != NULL:
             PyBuffer_Release(&self.scoreboard)
+        if self.stats_buf.buf != NULL:
+            PyBuffer_Release(&self.stats_buf)
         PyMem_Free(self.balance_fds)
         PyMem_Free(self.spool_dir)
 
@@ -582,12 +614,13 @@ cdef class _Buffer:
             PyBuffer_Release(&self.view)
 
 
-def status_read(status, int slot, int threads):
+def status_read(status, int slot, int threads, bint every=False):
     """What the app threads of the worker in `slot` are in, from the shared
     status entries (STATUS_SIZE bytes per app thread, `threads` per slot):
-    [(thread, began_ns, request line)] for each thread inside the app."""
+    [(thread, began_ns, request line)] for each thread inside the app; with
+    every, [(thread, began_ns or 0, request line or None, calls)] for all."""
     cdef _Buffer b = _Buffer(status)
-    cdef uint64_t began
+    cdef uint64_t began, calls
     cdef char line[FW_STATUS_SIZE]
     cdef Py_ssize_t off
     out = []
@@ -595,9 +628,27 @@ def status_read(status, int slot, int threads):
         off = (<Py_ssize_t>slot * threads + t) * FW_STATUS_SIZE
         if off < 0 or off + FW_STATUS_SIZE > b.view.len:
             raise ValueError("status: no such slot or thread")
-        if fw_status_read(<char *>b.view.buf + off, &began, line, sizeof(line)):
+        inside = fw_status_read(<char *>b.view.buf + off, &began, &calls, line, sizeof(line))
+        if every:
+            out.append((t, began if inside else 0, line.decode("latin-1") if inside else None, calls))
+        elif inside:
             out.append((t, began, line.decode("latin-1")))
     return out
+
+
+def stats_read(stats, Py_ssize_t offset):
+    """One worker's counters (cserver/fw_stats.h) at `offset` in the shared
+    stats: a dict of counts, with the duration histograms as lists of
+    per-bucket counts (bounds: STATS_BOUNDS)."""
+    cdef _Buffer b = _Buffer(stats)
+    cdef fw_stats_view v
+    if offset < 0 or offset + FW_STATS_SIZE > b.view.len or offset % 8:
+        raise ValueError("stats: bad offset")
+    fw_stats_read(<const fw_stats *>(<char *>b.view.buf + offset), &v)
+    return {"requests": v.requests, "bytes_out": v.bytes_out, "status": [v.status[i] for i in range(6)],
+            "total_us": v.total_us, "total_hist": [v.total_hist[i] for i in range(FW_STATS_NBUCKETS)],
+            "conns_open": v.conns_open, "app_calls": v.app_calls, "app_us": v.app_us,
+            "app_hist": [v.app_hist[i] for i in range(FW_STATS_NBUCKETS)], "exceptions": v.exceptions}
 
 
 PRODUCER_NAMES = ("queued", "spilled", "dropped", "blocked_ns", "bytes")

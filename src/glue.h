@@ -91,15 +91,18 @@ int fw_req_send_head(fw_req *r, int64_t known_len);
 
 /* request.c: the status slots, one per app thread (fw_thread.index). Layout
  * of one (FW_STATUS_SIZE bytes): a uint64 of CLOCK_MONOTONIC nanoseconds when
- * the thread's current call into the app began (0 = not in the app), then
- * the request line "METHOD TARGET", NUL-terminated. */
+ * the thread's current call into the app began (0 = not in the app), a
+ * uint64 count of the thread's calls into the app, then the request line
+ * "METHOD TARGET", NUL-terminated. */
 #define FW_STATUS_SIZE 256
-void fw_status_enter(fw_glue *s, fw_conn *c);
-void fw_status_leave(fw_glue *s, fw_conn *c);
-/* For the master: one entry's start time (0: not in the app) and, when in
- * the app, its request line (into line, cap bytes, NUL-terminated).
- * A question: 1 if the thread is in the app. */
-int fw_status_read(const void *entry, uint64_t *began, char *line, size_t cap);
+/* A call into the app begins / ends: the master's status slot (--timeout)
+ * and the app time of the counters. enter returns the time (ns) for leave. */
+uint64_t fw_status_enter(fw_glue *s, fw_conn *c);
+void fw_status_leave(fw_glue *s, fw_conn *c, uint64_t began_ns);
+/* For the master: one entry's start time (0: not in the app), its count of
+ * calls and, when in the app, its request line (into line, cap bytes,
+ * NUL-terminated). A question: 1 if the thread is in the app. */
+int fw_status_read(const void *entry, uint64_t *began, uint64_t *calls, char *line, size_t cap);
 
 /* offload.c: forkwsgi.offload() and its set-up, added to the module. */
 extern PyMethodDef fw_offload_methods[];

@@ -34,45 +34,60 @@ static char *status_slot(fw_glue *s, fw_conn *c)
     return (char *)s->status.buf + off;
 }
 
-void fw_status_enter(fw_glue *s, fw_conn *c)
+static uint64_t monotonic_ns(void)
 {
-    char *slot = status_slot(s, c);
-    if (!slot)
-        return;
-    size_t room = FW_STATUS_SIZE - 8 - 1, n = 0;
-    const fw_request *r = &c->req;
-    /* The line first, then the time: the master reads the time first. */
-    size_t m = r->method_len < room ? r->method_len : room;
-    memcpy(slot + 8, r->method, m);
-    n = m;
-    if (n < room)
-        slot[8 + n++] = ' ';
-    size_t t = r->target_len < room - n ? r->target_len : room - n;
-    memcpy(slot + 8 + n, r->target, t);
-    slot[8 + n + t] = 0;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    atomic_store((_Atomic uint64_t *)(void *)slot, ns ? ns : 1);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-void fw_status_leave(fw_glue *s, fw_conn *c)
+uint64_t fw_status_enter(fw_glue *s, fw_conn *c)
+{
+    char *slot = status_slot(s, c);
+    if (!slot && !c->srv->cfg.stats)
+        return 0;
+    uint64_t ns = monotonic_ns();
+    if (!slot)
+        return ns;
+    size_t room = FW_STATUS_SIZE - 16 - 1, n = 0;
+    const fw_request *r = &c->req;
+    /* This thread is the entry's only writer: a plain store of the count. */
+    _Atomic uint64_t *calls = (_Atomic uint64_t *)(void *)(slot + 8);
+    atomic_store_explicit(calls, atomic_load_explicit(calls, memory_order_relaxed) + 1, memory_order_relaxed);
+    /* The line first, then the time: the master reads the time first. */
+    char *line = slot + 16;
+    size_t m = r->method_len < room ? r->method_len : room;
+    memcpy(line, r->method, m);
+    n = m;
+    if (n < room)
+        line[n++] = ' ';
+    size_t t = r->target_len < room - n ? r->target_len : room - n;
+    memcpy(line + n, r->target, t);
+    line[n + t] = 0;
+    atomic_store((_Atomic uint64_t *)(void *)slot, ns ? ns : 1);
+    return ns;
+}
+
+void fw_status_leave(fw_glue *s, fw_conn *c, uint64_t began_ns)
 {
     char *slot = status_slot(s, c);
     if (slot)
         atomic_store((_Atomic uint64_t *)(void *)slot, 0);
+    if (c->srv->cfg.stats && began_ns)
+        fw_stats_app_call(c->srv->cfg.stats, (monotonic_ns() - began_ns) / 1000);
 }
 
-int fw_status_read(const void *entry, uint64_t *began, char *line, size_t cap)
+int fw_status_read(const void *entry, uint64_t *began, uint64_t *calls, char *line, size_t cap)
 {
     /* The time first, then the line (written in the other order). */
+    *calls = atomic_load((_Atomic uint64_t *)(void *)((const char *)entry + 8));
     *began = atomic_load((_Atomic uint64_t *)(void *)entry);
     if (!*began || cap == 0)
         return 0;
-    size_t n = strnlen((const char *)entry + 8, FW_STATUS_SIZE - 8);
+    size_t n = strnlen((const char *)entry + 16, FW_STATUS_SIZE - 16);
     if (n >= cap)
         n = cap - 1;
-    memcpy(line, (const char *)entry + 8, n);
+    memcpy(line, (const char *)entry + 16, n);
     line[n] = 0;
     return 1;
 }
@@ -177,6 +192,8 @@ static int app_failed(fw_req *r, const char *what)
     } else {
         log_exception(s, what, c);
     }
+    if (c->srv->cfg.stats)
+        fw_stats_exception(c->srv->cfg.stats);
     int sent = r->headers_sent;
     req_release(r);
     if (sent)
@@ -326,7 +343,7 @@ static int try_sendfile(fw_req *r)
 static int on_request(void *app, fw_conn *c)
 {
     fw_glue *s = app;
-    fw_status_enter(s, c);
+    uint64_t began = fw_status_enter(s, c);
     PyEval_RestoreThread(thread_state(s, c));
     int rc;
     fw_req *r = PyMem_Calloc(1, sizeof(*r));
@@ -372,18 +389,18 @@ static int on_request(void *app, fw_conn *c)
     rc = iterate(r);
 out:
     PyEval_SaveThread();
-    fw_status_leave(s, c);
+    fw_status_leave(s, c, began);
     return rc;
 }
 
 static int on_writable(void *app, fw_conn *c)
 {
     fw_glue *s = app;
-    fw_status_enter(s, c);
+    uint64_t began = fw_status_enter(s, c);
     PyEval_RestoreThread(thread_state(s, c));
     int rc = iterate(c->app_state);
     PyEval_SaveThread();
-    fw_status_leave(s, c);
+    fw_status_leave(s, c, began);
     return rc;
 }
 

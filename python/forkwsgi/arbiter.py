@@ -29,8 +29,9 @@ import signal
 import socket
 import sys
 import time
+from collections import Counter
 
-from . import appload, binding, config, process, reexec, systemd, worker
+from . import appload, binding, config, process, reexec, stats, systemd, worker
 from .offload.queue import OffloadQueue
 from .offload.supervisor import ForkStarter, Supervisor
 from .slots import WorkerSlots
@@ -53,6 +54,7 @@ class WorkerInfo:
         self.ready = False
         self.slot = None             # index into the shared status slots
         self.started = time.monotonic()
+        self.spawned = time.time()      # for the stats server's last_spawn
         self.old = False             # replaced by a reload: retire once a new one is ready
         self.retiring = False        # sent SIGTERM by us
 
@@ -101,6 +103,11 @@ class Arbiter(reexec.InPlaceReload):
                                  logger, inherited=self.inherited and self.inherited["slots"])
         self.offload = None          # the sibling's Supervisor (offload/), with its queue
         self.no_app = None           # why a reloaded master has no app to fork (workers serve on)
+        # For the stats server (stats.py): workers started per index (its
+        # respawns are one less), --timeout kills per index, reloads.
+        self.spawns, self.timeouts = Counter(), Counter()
+        self.reloads = 0
+        self.stats_server = None
 
     # ---- start-up ----------------------------------------------------------
 
@@ -119,6 +126,13 @@ class Arbiter(reexec.InPlaceReload):
             # listening socket of its own in the group.
             self.sockets.append(binding.create(addr, self.cfg["backlog"],
                                                reuseport=self.balance == "reuseport"))
+        if self.cfg["stats"]:
+            stats_sock = socket.socket(fileno=st["stats_fd"]) if st and st.get("stats_fd") is not None else None
+            self.stats_server = stats.StatsServer(self.cfg["stats"], stats_sock)
+            if not st:
+                self.log.info("Stats server at %s", binding.describe(self.stats_server.sock)[2])
+        elif st and st.get("stats_fd") is not None:
+            os.close(st["stats_fd"])          # --stats was dropped from the settings
         inherited_queue = st and st["offload"]
         if self.cfg["offload_sink"] or inherited_queue:
             # The queue lives as long as the master, so what is queued
@@ -173,6 +187,8 @@ class Arbiter(reexec.InPlaceReload):
         """In the forked sibling: close what belongs to the master."""
         for fd in (self.wake_r, self.wake_w):
             os.close(fd)
+        if self.stats_server:
+            self.stats_server.close()
         for w in self.workers.values():
             if w.ready_fd is not None:
                 os.close(w.ready_fd)
@@ -212,6 +228,8 @@ class Arbiter(reexec.InPlaceReload):
         finally:
             for s in self.sockets:
                 s.close()
+            if self.stats_server:
+                self.stats_server.close()
 
     STOP_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
 
@@ -234,6 +252,8 @@ class Arbiter(reexec.InPlaceReload):
     def sleep(self):
         """Wait for a signal, a worker's readiness, or a second."""
         fds = [self.wake_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
+        if self.stats_server:
+            fds.append(self.stats_server.fileno())
         timeout = 0.02 if self.slots.stranded else 0.1 if self.preflight else 1.0
         watchdog = self.notifier.tick()
         if watchdog is not None:
@@ -249,6 +269,8 @@ class Arbiter(reexec.InPlaceReload):
                         pass
                 except BlockingIOError:
                     pass
+            elif self.stats_server and fd == self.stats_server.fileno():
+                self.stats_server.answer(lambda: stats.uwsgi_document(self, self.stats_server.previous))
             else:
                 self._worker_ready(fd)
 
@@ -309,7 +331,7 @@ class Arbiter(reexec.InPlaceReload):
         if slot is None:
             self.log.warning("all %d worker slots are in use: worker %d waits for one", self.slots.nslots, index)
             return False
-        status, balance = self.slots.prepare(slot)
+        status, counters, balance = self.slots.prepare(slot)
         ofl = self.offload.queue.producer_options(slot) if self.offload else None
         sockets = self.sockets
         if self.balance == "reuseport":
@@ -328,25 +350,30 @@ class Arbiter(reexec.InPlaceReload):
                     for s in sockets:
                         s.close()
                 status.release()
+                counters.release()
                 return False
             pid = os.fork()
             if pid == 0:           # still holding them: never leaves this block
                 os.close(r)
-                self._run_worker(index, slot, sockets, options, w, status, balance, ofl)
+                self._run_worker(index, slot, sockets, options, w, status, counters, balance, ofl)
         status.release()
+        counters.release()
         if sockets is not self.sockets:
             for s in sockets:
                 s.close()              # the worker's own now: its queue dies with it
         os.close(w)
         self.workers[pid] = WorkerInfo(pid, index, r)
+        self.spawns[index] += 1
         self.workers[pid].slot = slot
         self.log.info("Booted worker %d (pid %d)", index, pid)
         return True
 
-    def _run_worker(self, index, slot, sockets, options, ready_fd, status, balance, ofl):
+    def _run_worker(self, index, slot, sockets, options, ready_fd, status, counters, balance, ofl):
         """In the forked worker: close what belongs to the master, then run."""
         for fd in (self.wake_r, self.wake_w):
             os.close(fd)
+        if self.stats_server:
+            self.stats_server.close()
         for other in self.workers.values():
             if other.ready_fd is not None:
                 os.close(other.ready_fd)
@@ -357,7 +384,7 @@ class Arbiter(reexec.InPlaceReload):
         # wsgi.multiprocess: true when the app may run in several processes at once.
         worker.run(worker.Setup(index, self.pid, sockets, self.app, self.app_spec, options, ready_fd,
                                 nice=self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
-                                status=status, balance=balance, offload=ofl), self.log)
+                                status=status, stats=counters, balance=balance, offload=ofl), self.log)
 
     def retire(self, w):
         """Retire w while the others serve on: it hands its idle connections
@@ -393,6 +420,7 @@ class Arbiter(reexec.InPlaceReload):
             if w.ready_fd is not None:
                 os.close(w.ready_fd)
             if w.slot is not None:
+                self.slots.fold(w.slot)
                 self.slots.release(w.slot)
                 self.slots.pass_on_stranded(self.stopping)
             code = os.waitstatus_to_exitcode(status)
@@ -443,6 +471,7 @@ class Arbiter(reexec.InPlaceReload):
             self.kill(w.pid, signal.SIGUSR2)       # faulthandler writes the stack to stderr
             time.sleep(0.3)
             w.retiring = True
+            self.timeouts[w.index] += 1
             self.kill(w.pid, signal.SIGKILL)
 
     def check_memory(self):

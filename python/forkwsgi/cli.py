@@ -123,6 +123,8 @@ def serve_here(app_spec, cfg, host, how, notifier):
     if options["max_requests"] or cfg["max_rss"]:
         log.warning("--max-requests and --max-rss need a master (--workers 1 or more): ignored")
         options["max_requests"] = 0
+    if cfg["stats"]:
+        log.warning("--stats needs a master (--workers 1 or more): ignored")
     try:
         server = Server(app, logger=log, _offload_host=host, **options)
     except binding.BindError as e:

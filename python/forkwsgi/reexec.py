@@ -109,6 +109,9 @@ class InPlaceReload:
         self.threads, self.balance = self.cfg["threads"], self.cfg["balance"]
 
     def _adopt_workers(self, st):
+        self.reloads = st["reloads"]
+        self.spawns.update({int(k): v for k, v in st["spawns"].items()})
+        self.timeouts.update({int(k): v for k, v in st["timeouts"].items()})
         for d in st["workers"]:
             w = self.worker_info(d["pid"], d["index"], d["ready_fd"])
             w.slot, w.ready, w.retiring, w.old = d["slot"], d["ready"], d["retiring"], True
@@ -121,10 +124,13 @@ class InPlaceReload:
         """What a re-executed master takes over (JSON), and its descriptors."""
         slots, fds = self.slots.state()
         state = {"pid": self.pid, "balance": self.balance, "sockets": [s.fileno() for s in self.sockets],
-                 "slots": slots, "offload": None,
+                 "slots": slots, "offload": None, "reloads": self.reloads + 1,
+                 "spawns": dict(self.spawns), "timeouts": dict(self.timeouts),
+                 "stats_fd": self.stats_server.fileno() if self.stats_server else None,
                  "workers": [{"pid": w.pid, "index": w.index, "slot": w.slot, "ready": w.ready,
                               "ready_fd": w.ready_fd, "retiring": w.retiring} for w in self.workers.values()]}
         fds += state["sockets"] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
+        fds += [state["stats_fd"]] if state["stats_fd"] is not None else []
         if self.offload:
             queue, qfds = self.offload.queue.state()
             queue["sibling"] = self.offload.pid

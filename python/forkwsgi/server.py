@@ -31,7 +31,7 @@ class Server:
     """
 
     def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None,
-                 _multiprocess=False, _status=None, _balance=None, _offload=False, _offload_host=None,
+                 _multiprocess=False, _status=None, _stats=None, _balance=None, _offload=False, _offload_host=None,
                  _release_listeners=False, **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
@@ -106,7 +106,7 @@ class Server:
                 core["access_log"] = accesslog.spec(self.settings, access_fd)
             self._core = _forkwsgi.Server(
                 app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],
-                self.log, status=_status, **core)
+                self.log, status=_status, stats=_stats, **core)
         except BaseException:
             self.close()
             raise

@@ -5,6 +5,9 @@
   log line of a worker that died);
 - a scoreboard entry (cserver/fw_balance.h): the worker's load, read by
   the others to place connections;
+- a stats block (cserver/fw_stats.h): its counters and latency histograms,
+  which the master folds into its totals when the worker ends (so the
+  server's counters never go back, whatever the restarts);
 - a kick eventfd (least-busy with threads) and a hand-off socket pair:
   connections passed to the slot's owner.
 
@@ -27,10 +30,29 @@ from . import _forkwsgi
 log = logging.getLogger("forkwsgi")
 
 STATUS_SIZE = _forkwsgi.STATUS_SIZE
+STATS_SIZE = _forkwsgi.STATS_SIZE
 # A connection stranded in a dead worker's hand-off queue waits at most this
 # long in the master for a live worker to take it.
 STRANDED_SECONDS = 10.0
 FW_PASS_REQUEST = 2              # hand-off flag: counted in the target's "incoming"
+
+
+def empty_totals():
+    return {"requests": 0, "bytes_out": 0, "status": [0] * 6, "total_us": 0,
+            "total_hist": [0] * len(_forkwsgi.STATS_BOUNDS), "conns_open": 0, "app_calls": 0, "app_us": 0,
+            "app_hist": [0] * len(_forkwsgi.STATS_BOUNDS), "exceptions": 0}
+
+
+def add_counters(into, c):
+    """into += c, field by field (lists element-wise); conns_open is a gauge."""
+    for k, v in c.items():
+        if k == "conns_open":
+            continue
+        if isinstance(v, list):
+            into[k] = [a + b for a, b in zip(into[k], v)]
+        else:
+            into[k] += v
+    return into
 
 
 def _shared_memory(name, size, fd=None):
@@ -54,6 +76,9 @@ class WorkerSlots:
                                                      got.get("status_fd"))
         self.scoreboard_fd, self.scoreboard = _shared_memory(
             "forkwsgi-scoreboard", _forkwsgi.SB_SLOT_SIZE * nslots, got.get("scoreboard_fd"))
+        self.stats_fd, self.stats = _shared_memory("forkwsgi-stats", STATS_SIZE * nslots, got.get("stats_fd"))
+        # The counters of workers that ended, summed (counts and histograms).
+        self.retired = got.get("retired") or empty_totals()
         if inherited:
             self.kick_fds = list(got["kick_fds"])
             self.pass_recv = [socket.socket(fileno=fd) for fd in got["pass_recv"]]
@@ -79,11 +104,12 @@ class WorkerSlots:
         and the descriptors that must survive exec for it."""
         now = time.monotonic()
         state = {"nslots": self.nslots, "threads": self.threads, "status_fd": self.status_fd,
-                 "scoreboard_fd": self.scoreboard_fd, "kick_fds": list(self.kick_fds),
+                 "scoreboard_fd": self.scoreboard_fd, "stats_fd": self.stats_fd, "retired": self.retired,
+                 "kick_fds": list(self.kick_fds),
                  "pass_recv": [s.fileno() for s in self.pass_recv],
                  "pass_send": [s.fileno() for s in self.pass_send],
                  "stranded": [(d.hex(), fd, now - since) for d, fd, since in self.stranded]}
-        fds = [self.status_fd, self.scoreboard_fd, *state["kick_fds"], *state["pass_recv"],
+        fds = [self.status_fd, self.scoreboard_fd, self.stats_fd, *state["kick_fds"], *state["pass_recv"],
                *state["pass_send"], *(fd for _, fd, _ in self.stranded)]
         return state, fds
 
@@ -93,29 +119,41 @@ class WorkerSlots:
         return next((i for i in range(self.nslots) if i not in used), None)
 
     def prepare(self, slot):
-        """A new worker in `slot`: its status entries (a memoryview the
-        caller releases) and the balance options of its server."""
+        """A new worker in `slot`: its status entries and its stats block
+        (memoryviews the caller releases), and the balance options of its
+        server."""
         lo, hi = slot * self.status_stride, (slot + 1) * self.status_stride
         self.status[lo:hi] = bytes(self.status_stride)
+        s_lo = slot * STATS_SIZE
+        self.stats[s_lo:s_lo + STATS_SIZE] = bytes(STATS_SIZE)
         _forkwsgi.sb_spawn(self.scoreboard, slot, self.kick_fds or None)
         balance = {"scoreboard": self.scoreboard, "slot": slot, "kick_fds": self.kick_fds or None,
                    "pass_fds": [s.fileno() for s in self.pass_send],
                    "pass_recv_fd": self.pass_recv[slot].fileno()}
-        return memoryview(self.status)[lo:hi], balance
+        return memoryview(self.status)[lo:hi], memoryview(self.stats)[s_lo:s_lo + STATS_SIZE], balance
+
+    def counters(self, slot):
+        """The counters of the worker in `slot` (cserver/fw_stats.h)."""
+        return _forkwsgi.stats_read(self.stats, slot * STATS_SIZE)
+
+    def fold(self, slot):
+        """The worker in `slot` ended: its counts go into the totals (before
+        the slot is reused and zeroed)."""
+        add_counters(self.retired, self.counters(slot))
 
     def keep_only(self, slot):
         """In the worker of `slot`: only the owner reads a slot's hand-offs."""
         for j, s in enumerate(self.pass_recv):
             if j != slot:
                 s.close()
-        for fd in (self.status_fd, self.scoreboard_fd):
+        for fd in (self.status_fd, self.scoreboard_fd, self.stats_fd):
             os.close(fd)                 # the mappings stay
 
     def close_all(self):
         """In a child that is no worker (the offload sibling)."""
         for s in self.pass_recv + self.pass_send:
             s.close()
-        for fd in (self.status_fd, self.scoreboard_fd):
+        for fd in (self.status_fd, self.scoreboard_fd, self.stats_fd):
             os.close(fd)
 
     def retire(self, slot):
@@ -126,6 +164,11 @@ class WorkerSlots:
     def serving(self, slot):
         """What the worker's app threads are in: [(thread, began_ns, request line)]."""
         return _forkwsgi.status_read(self.status, slot, self.threads)
+
+    def threads_of(self, slot):
+        """Every app thread of the worker in `slot`: [(thread, began_ns or 0,
+        request line or None, calls into the app)]."""
+        return _forkwsgi.status_read(self.status, slot, self.threads, True)
 
     # ---- when a worker ended --------------------------------------------------
 

@@ -26,7 +26,7 @@ class Setup:
     """What the master gives a worker at fork."""
 
     def __init__(self, index, master_pid, sockets, app, app_spec, options, ready_fd, nice=0,
-                 multiprocess=True, status=None, balance=None, offload=None):
+                 multiprocess=True, status=None, stats=None, balance=None, offload=None):
         self.index = index              # 1..N, for titles and logs
         self.master_pid = master_pid
         self.sockets = sockets          # the listening sockets it serves
@@ -37,6 +37,7 @@ class Setup:
         self.nice = nice
         self.multiprocess = multiprocess    # wsgi.multiprocess
         self.status = status            # its status entries (slots.py)
+        self.stats = stats              # its counters (slots.py, cserver/fw_stats.h)
         self.balance = balance          # its scoreboard slot and hand-off fds (slots.py)
         self.offload = offload          # producer.setup() arguments, or None
 
@@ -69,7 +70,8 @@ def run(setup, log):
                 log.exception("worker %d: error while importing the app %r", setup.index, setup.app_spec)
                 os._exit(APP_LOAD_ERROR)
         server = Server(app, sockets=setup.sockets, logger=log, _multiprocess=setup.multiprocess,
-                        _status=setup.status, _balance=setup.balance, _offload=bool(setup.offload),
+                        _status=setup.status, _stats=setup.stats, _balance=setup.balance,
+                        _offload=bool(setup.offload),
                         _release_listeners=True, **setup.options)
         # --timeout: the master asks for every thread's Python stack with
         # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode).

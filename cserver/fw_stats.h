@@ -1,0 +1,62 @@
+/* fw_stats: one worker's counters and latency histograms, in memory the
+ * master shares with it (one FW_STATS_SIZE block per worker slot).
+ *
+ * Written on the request path with no lock and no syscall: the fields of
+ * the loop thread have one writer (a relaxed load and store), those of the
+ * app threads are relaxed atomic adds. The master reads them at any time
+ * (fw_stats_read); a reader may see one request's fields half updated,
+ * never a torn value. The block is owned by whoever maps it (the master);
+ * the worker only writes into it. */
+#ifndef FW_STATS_H
+#define FW_STATS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* Histogram buckets by upper bound in microseconds, the last one open:
+ * 0.1 ms to 30 s, fine enough below a millisecond for a p99 there. */
+#define FW_STATS_NBUCKETS 18
+#define FW_STATS_SIZE 512
+
+typedef struct fw_stats {
+    /* Loop thread. */
+    _Atomic uint64_t requests;                 /* responses completed */
+    _Atomic uint64_t bytes_out;                /* response body bytes */
+    _Atomic uint64_t status[6];                /* [1..5]: 1xx..5xx, [0]: anything else */
+    _Atomic uint64_t total_us;                 /* sum of request durations (head parsed to
+                                                * response on the wire) */
+    _Atomic uint64_t total_hist[FW_STATS_NBUCKETS];
+    _Atomic uint64_t conns_open;               /* gauge */
+    /* App threads. */
+    _Atomic uint64_t app_calls;                /* calls into the app (a request may make two) */
+    _Atomic uint64_t app_us;                   /* time inside them */
+    _Atomic uint64_t app_hist[FW_STATS_NBUCKETS];
+    _Atomic uint64_t exceptions;               /* the app raised, or returned no valid response */
+} fw_stats;
+
+_Static_assert(sizeof(fw_stats) <= FW_STATS_SIZE, "fw_stats outgrew its block");
+_Static_assert(FW_STATS_NBUCKETS == 18, "src/_forkwsgi.pyx declares the histograms with 18 buckets");
+
+/* A plain copy for readers. */
+typedef struct fw_stats_view {
+    uint64_t requests, bytes_out, status[6], total_us, total_hist[FW_STATS_NBUCKETS], conns_open;
+    uint64_t app_calls, app_us, app_hist[FW_STATS_NBUCKETS], exceptions;
+} fw_stats_view;
+
+/* The bucket of a duration (0 .. FW_STATS_NBUCKETS-1). */
+int fw_stats_bucket(uint64_t us);
+/* Upper bound of bucket i in microseconds; UINT64_MAX for the last. */
+uint64_t fw_stats_bound_us(int i);
+
+/* Loop thread: a response is on the wire. */
+void fw_stats_request_done(fw_stats *s, int status, uint64_t body_bytes, uint64_t us);
+/* Loop thread: connections open now. */
+void fw_stats_conns(fw_stats *s, uint64_t open);
+/* App threads: one call into the app took us. */
+void fw_stats_app_call(fw_stats *s, uint64_t us);
+/* App threads: the app raised, or returned no valid response. */
+void fw_stats_exception(fw_stats *s);
+
+void fw_stats_read(const fw_stats *s, fw_stats_view *out);
+
+#endif

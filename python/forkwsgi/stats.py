@@ -1,0 +1,158 @@
+"""What the master knows of the whole server, told as uWSGI's stats server
+tells it (--stats ADDR), so uwsgitop and the scripts written for it work.
+
+The master shares memory with every worker (slots.py): the scoreboard
+(requests in flight), the status entries (what each app thread is in, and
+how many calls it made) and the counters (cserver/fw_stats.h). It reads
+them here, without asking any worker, so the answer comes even when every
+worker is busy. Like uWSGI's, the server writes one JSON document to each
+client that connects, then closes the connection.
+"""
+import json
+import logging
+import os
+import socket
+import struct
+import time
+
+from . import _forkwsgi, binding
+from .slots import add_counters
+from ._version import __version__
+
+log = logging.getLogger("forkwsgi")
+
+# struct tcp_info: 8 bytes of u8 fields, then u32 rto, ato, snd_mss, rcv_mss,
+# unacked, sacked: a listener keeps its accept queue's length and size there.
+_TCP_INFO_QUEUE = struct.Struct("=24xII")
+
+
+def listen_queue(sock):
+    """(connections waiting in the accept queue, its size) of a TCP
+    listening socket, from TCP_INFO (tcpi_unacked / tcpi_sacked hold them
+    for a listener); (0, 0) when the kernel does not tell (unix sockets)."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return 0, 0
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        queued, size = _TCP_INFO_QUEUE.unpack_from(raw)
+    except (OSError, struct.error):
+        return 0, 0
+    return queued, size
+
+
+def process_memory(pid):
+    """(rss, vsz) in bytes, from /proc; (0, 0) for a process that is gone."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            vsz_pages, rss_pages = (int(x) for x in f.read().split()[:2])
+    except (OSError, ValueError):
+        return 0, 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    return rss_pages * page, vsz_pages * page
+
+
+def uwsgi_document(master, previous):
+    """The stats document for the arbiter `master`. previous: {pid:
+    requests} at the last document, updated here (delta_requests)."""
+    workers, in_flight = [], 0
+    board = _forkwsgi.sb_read(master.slots.scoreboard)
+    now, now_ns = time.time(), time.monotonic_ns()
+    totals = dict_copy(master.slots.retired)
+    for w in sorted(master.workers.values(), key=lambda w: (w.index, w.pid)):
+        if w.slot is None:
+            continue
+        c = master.slots.counters(w.slot)
+        threads = master.slots.threads_of(w.slot)
+        busy = sum(1 for _, began, _, _ in threads if began)
+        # The scoreboard counts requests taken but not yet on a thread too;
+        # it counts nothing with one thread per worker (no balancing needed).
+        worker_in_flight = max(board[w.slot]["inflight"], busy)
+        rss, vsz = process_memory(w.pid)
+        requests = c["requests"]
+        in_flight += worker_in_flight
+        add_counters(totals, c)
+        workers.append({
+            "id": w.index, "pid": w.pid, "accepting": int(w.ready and not w.retiring),
+            "requests": requests, "delta_requests": requests - previous.get(w.pid, 0),
+            "exceptions": c["exceptions"], "harakiri_count": master.timeouts[w.index], "signals": 0,
+            "signal_queue": 0, "status": "busy" if busy else "idle", "rss": rss, "vsz": vsz,
+            "running_time": c["total_us"], "last_spawn": int(w.spawned),
+            "respawn_count": master.spawns[w.index] - 1, "tx": c["bytes_out"],
+            "avg_rt": c["total_us"] // requests if requests else 0, "apps": [],
+            "cores": [{"id": t, "requests": calls, "static_requests": 0, "routed_requests": 0,
+                       "offloaded_requests": 0, "write_errors": 0, "read_errors": 0,
+                       "in_request": int(bool(began)), "vars": [],
+                       "req_info": {"request_start": int(now - (now_ns - began) / 1e9),
+                                    "request": line} if began else {}}
+                      for t, began, line, calls in threads],
+            "forkwsgi": {"slot": w.slot, "retiring": w.retiring or w.old, "in_flight": worker_in_flight,
+                         "connections": c["conns_open"], "status_classes": status_classes(c["status"]),
+                         "app_calls": c["app_calls"], "app_us": c["app_us"]},
+        })
+    previous.clear()
+    previous.update({w["pid"]: w["requests"] for w in workers})
+    sockets, queued_total = [], 0
+    for s in master.sockets:
+        queued, size = listen_queue(s)
+        queued_total += queued
+        sockets.append({"name": binding.describe(s)[2], "proto": "http", "queue": queued,
+                        "max_queue": size or master.cfg["backlog"], "shared": 0, "can_offload": 0})
+    return {
+        "version": f"{__version__} (forkwsgi)", "listen_queue": queued_total, "listen_queue_errors": 0,
+        "signal_queue": 0, "load": in_flight, "pid": master.pid, "uid": os.getuid(), "gid": os.getgid(),
+        "cwd": os.getcwd(), "locks": [], "sockets": sockets, "workers": workers,
+        "forkwsgi": {"workers": master.num_workers, "threads": master.threads, "balance": master.balance,
+                     "reloads": master.reloads, "backlog": master.cfg["backlog"],
+                     # Since the start, over every worker that ever ran: never go back.
+                     "totals": {"requests": totals["requests"], "bytes_out": totals["bytes_out"],
+                                "exceptions": totals["exceptions"],
+                                "status_classes": status_classes(totals["status"]),
+                                "respawns": sum(master.spawns.values()) - len(master.spawns),
+                                "timeouts": sum(master.timeouts.values())}},
+    }
+
+
+def dict_copy(totals):
+    return {k: list(v) if isinstance(v, list) else v for k, v in totals.items()}
+
+
+def status_classes(counts):
+    """[other, 1xx, ..., 5xx] -> {"1xx": n, ..., "other": n}."""
+    out = {f"{i}xx": counts[i] for i in range(1, 6)}
+    out["other"] = counts[0]
+    return out
+
+
+class StatsServer:
+    """The --stats socket in the master: each client gets one document."""
+
+    def __init__(self, addr, sock=None):
+        self.addr = addr
+        self.sock = sock if sock is not None else binding.create(addr, 64)
+        self.sock.setblocking(False)
+        self.previous = {}
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def answer(self, document):
+        """Serve the clients waiting: document() makes the JSON to send."""
+        for _ in range(16):
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.warning("stats server: %s", e)
+                return
+            try:
+                conn.settimeout(2.0)          # a client that does not read does not hold the master
+                conn.sendall(json.dumps(document()).encode())
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    def close(self):
+        self.sock.close()
+

@@ -1,0 +1,200 @@
+"""The stats server (--stats, issue 12): uWSGI's document, answered by the
+master from shared memory; counts checked exactly against the requests the
+test makes, and the real uwsgitop (PyPI) run in a terminal (tmux) on it.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import ServerProc
+from httpraw import Conn, wait_for
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+APP_MODES = ("inline",)
+
+
+def fetch(addr):
+    """One document from the stats server at (host, port) or a unix path."""
+    fam = socket.AF_UNIX if isinstance(addr, str) else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(addr)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return json.loads(data)
+            data += chunk
+
+
+def start(*args, app="apps:logged"):
+    port = free_port()
+    s = ServerProc(app, "--stats", f"127.0.0.1:{port}", *args)
+    s.stats_addr = ("127.0.0.1", port)
+    return s
+
+
+def test_counts_are_exact_across_workers_and_threads():
+    s = start("--workers", "2", "--threads", "2")
+    try:
+        sent = {"2xx": 0, "4xx": 0, "5xx": 0}
+        body = 0
+        conns = [Conn(s.port) for _ in range(6)]
+        for i in range(120):
+            status = (200, 404, 503)[i % 3]
+            n = i % 7
+            c = conns[i % len(conns)]
+            c.send(f"GET /?status={status}&len={n} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+            r = c.read_response()
+            assert r.status == status
+            sent[f"{status // 100}xx"] += 1
+            body += n
+        for c in conns:
+            c.close()
+        doc = fetch(s.stats_addr)
+        workers = doc["workers"]
+        assert sorted(w["pid"] for w in workers) == sorted(s.worker_pids())
+        assert sum(w["requests"] for w in workers) == 120
+        assert sum(w["tx"] for w in workers) == body
+        for cls, n in sent.items():
+            assert sum(w["forkwsgi"]["status_classes"][cls] for w in workers) == n
+        assert sum(core["requests"] for w in workers for core in w["cores"]) == 120
+        assert all(len(w["cores"]) == 2 for w in workers)
+        assert all(w["status"] == "idle" and w["respawn_count"] == 0 for w in workers)
+        assert all(w["avg_rt"] > 0 and w["running_time"] >= w["avg_rt"] for w in workers if w["requests"])
+        assert doc["pid"] == s.pid and doc["forkwsgi"]["totals"]["requests"] == 120
+        # delta_requests: since the previous document.
+        again = fetch(s.stats_addr)
+        assert sum(w["delta_requests"] for w in again["workers"]) == 0
+    finally:
+        s.stop()
+
+
+def test_exceptions_are_counted():
+    s = start("--workers", "1", app="apps:errors")
+    try:
+        for path in ("/raise", "/raise-after-start", "/raise-mid-body", "/no-start"):
+            with Conn(s.port) as c:
+                c.send(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+                try:
+                    c.read_response()
+                except Exception:  # noqa: BLE001 - a broken response is what these paths make
+                    pass
+        assert wait_for(lambda: fetch(s.stats_addr)["workers"][0]["exceptions"] == 4, 5), fetch(s.stats_addr)
+    finally:
+        s.stop()
+
+
+def test_busy_workers_and_the_listen_queue():
+    """Every worker busy: the master still answers, shows each busy with
+    the request it is in; connections waiting for a thread are in the
+    kernel's queue and counted there."""
+    s = start("--workers", "2", "--threads", "1", app="apps:sleep")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 2)
+        socks = []
+
+        def busy(doc):
+            return [w for w in doc["workers"] if w["status"] == "busy"]
+        conns = []
+        for _ in range(2):
+            c = Conn(s.port, timeout=20)
+            c.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: t\r\n\r\n")
+            conns.append(c)
+        assert wait_for(lambda: len(busy(fetch(s.stats_addr))) == 2, 5)
+        for _ in range(3):              # no worker takes these while both are busy
+            socks.append(socket.create_connection(("127.0.0.1", s.port)))
+        doc = fetch(s.stats_addr)
+        assert doc["load"] == 2
+        assert doc["listen_queue"] == 3 and doc["sockets"][0]["queue"] == 3
+        for w in busy(doc):
+            core = w["cores"][0]
+            assert core["in_request"] == 1 and core["req_info"]["request"] == "GET /?t=1.5"
+            assert abs(core["req_info"]["request_start"] - time.time()) < 5
+        for c in conns:
+            assert c.read_response().status == 200
+            c.close()
+        for x in socks:
+            x.close()
+    finally:
+        s.stop()
+
+
+def test_restarts_and_totals_survive_them():
+    """A worker killed, one recycled by --max-requests: respawn counts per
+    worker, and the totals (requests since the start) never go back."""
+    s = start("--workers", "2", "--max-requests", "50", app="apps:hello")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 2)
+        for _ in range(130):
+            with Conn(s.port) as c:
+                c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                assert c.read_response().status == 200
+        victim = s.worker_pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: len(s.worker_pids()) == 2 and victim not in s.worker_pids(), 10)
+        doc = fetch(s.stats_addr)
+        totals = doc["forkwsgi"]["totals"]
+        assert totals["requests"] >= 130 - 2      # a killed worker's last increments may be lost
+        assert totals["requests"] <= 130
+        assert totals["respawns"] >= 3            # two recycles (50 each of 130) and the kill
+        assert sum(w["respawn_count"] for w in doc["workers"]) == totals["respawns"]
+    finally:
+        s.stop()
+
+
+def test_unix_socket_and_reload_in_place_keep_the_stats_server(tmp_path):
+    path = str(tmp_path / "stats.sock")
+    s = ServerProc("apps:hello", "--workers", "1", "--stats", f"unix:{path}")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 1)
+        with Conn(s.port) as c:
+            c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            c.read_response()
+        assert fetch(path)["forkwsgi"]["totals"]["requests"] == 1
+        old = s.worker_pids()
+        s.signal(signal.SIGHUP)
+        assert wait_for(lambda: s.worker_pids() and not set(old) & set(s.worker_pids()), 20), s.log()
+        doc = fetch(path)
+        assert doc["forkwsgi"]["reloads"] == 1 and doc["forkwsgi"]["totals"]["requests"] == 1
+        assert doc["pid"] == s.pid
+    finally:
+        s.stop()
+
+
+@pytest.mark.skipif(not shutil.which("tmux") or not shutil.which("uwsgitop"), reason="needs tmux and uwsgitop")
+def test_uwsgitop_shows_every_worker():
+    s = start("--workers", "2", "--threads", "2", app="apps:hello")
+    session = f"fwtop{os.getpid()}"
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 2)
+        with Conn(s.port) as c:
+            for _ in range(25):
+                c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                c.read_response()
+        host, port = s.stats_addr
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "40",
+                        f"uwsgitop --frequency 1 {host}:{port}"], check=True, timeout=10)
+
+        def screen():
+            return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                  text=True, timeout=10).stdout
+        assert wait_for(lambda: all(str(p) in screen() for p in s.worker_pids()), 15), screen()
+        text = screen()
+        assert "req: 25" in text, text
+        rows = [ln.split() for ln in text.splitlines() if any(ln.split()[2:3] == [str(p)] for p in s.worker_pids())]
+        assert sorted(int(r[3]) for r in rows) == sorted(w["requests"] for w in fetch(s.stats_addr)["workers"])
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=10)
+        s.stop()
