@@ -148,6 +148,13 @@ def request(port, data, method="GET", timeout=10.0):
         return c.read_response(method)
 
 
+def get_each_on_a_new_connection(port, n, path="/"):
+    """n GET requests, each on its own connection; every answer must be a 200."""
+    for _ in range(n):
+        r = request(port, f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        assert r.status == 200, r
+
+
 def wait_for(pred, timeout=10.0, interval=0.02):
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -233,8 +233,8 @@ def test_off_by_default(make_server, tmp_path):
 def test_unix_socket_client(make_server, tmp_path):
     sock_path = str(tmp_path / "s.sock")
     path = str(tmp_path / "access.log")
-    s = make_server("apps:logged", "--access-logfile", path, "--access-logformat", "[%(h)s] %(s)s",
-                    bind=[f"unix:{sock_path}"])
+    make_server("apps:logged", "--access-logfile", path, "--access-logformat", "[%(h)s] %(s)s",
+                bind=[f"unix:{sock_path}"])
     with Conn(None, path=sock_path) as c:
         c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
         assert c.read_response().status == 200

@@ -31,7 +31,7 @@ import sys
 import time
 from collections import Counter
 
-from . import appload, binding, config, process, reexec, stats, systemd, worker
+from . import appload, binding, config, metrics, process, reexec, stats, systemd, worker
 from .offload.queue import OffloadQueue
 from .offload.supervisor import ForkStarter, Supervisor
 from .slots import WorkerSlots
@@ -57,6 +57,7 @@ class WorkerInfo:
         self.spawned = time.time()      # for the stats server's last_spawn
         self.old = False             # replaced by a reload: retire once a new one is ready
         self.retiring = False        # sent SIGTERM by us
+        self.retire_reason = None    # why (Arbiter.retire), for the restart counts
 
 
 class Arbiter(reexec.InPlaceReload):
@@ -106,8 +107,10 @@ class Arbiter(reexec.InPlaceReload):
         # For the stats server (stats.py): workers started per index (its
         # respawns are one less), --timeout kills per index, reloads.
         self.spawns, self.timeouts = Counter(), Counter()
+        self.restarts = Counter()    # workers replaced, by reason (metrics.py)
         self.reloads = 0
-        self.stats_server = None
+        # --stats and --metrics: sockets the master answers in its loop.
+        self.observers = []
 
     # ---- start-up ----------------------------------------------------------
 
@@ -126,13 +129,16 @@ class Arbiter(reexec.InPlaceReload):
             # listening socket of its own in the group.
             self.sockets.append(binding.create(addr, self.cfg["backlog"],
                                                reuseport=self.balance == "reuseport"))
-        if self.cfg["stats"]:
-            stats_sock = socket.socket(fileno=st["stats_fd"]) if st and st.get("stats_fd") is not None else None
-            self.stats_server = stats.StatsServer(self.cfg["stats"], stats_sock)
-            if not st:
-                self.log.info("Stats server at %s", binding.describe(self.stats_server.sock)[2])
-        elif st and st.get("stats_fd") is not None:
-            os.close(st["stats_fd"])          # --stats was dropped from the settings
+        kept = dict(st["observers"]) if st else {}
+        for name, kind in (("stats", stats.StatsServer), ("metrics", metrics.MetricsServer)):
+            fd = kept.pop(name, None)
+            if self.cfg[name]:
+                server = kind(self.cfg[name], socket.socket(fileno=fd) if fd is not None else None)
+                self.observers.append(server)
+                if fd is None:
+                    self.log.info("%s at %s", name.capitalize(), binding.describe(server.sock)[2])
+            elif fd is not None:
+                os.close(fd)                  # dropped from the settings by a reload
         inherited_queue = st and st["offload"]
         if self.cfg["offload_sink"] or inherited_queue:
             # The queue lives as long as the master, so what is queued
@@ -187,8 +193,8 @@ class Arbiter(reexec.InPlaceReload):
         """In the forked sibling: close what belongs to the master."""
         for fd in (self.wake_r, self.wake_w):
             os.close(fd)
-        if self.stats_server:
-            self.stats_server.close()
+        for obs in self.observers:
+            obs.close()
         for w in self.workers.values():
             if w.ready_fd is not None:
                 os.close(w.ready_fd)
@@ -228,8 +234,8 @@ class Arbiter(reexec.InPlaceReload):
         finally:
             for s in self.sockets:
                 s.close()
-            if self.stats_server:
-                self.stats_server.close()
+            for obs in self.observers:
+                obs.close()
 
     STOP_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
 
@@ -252,8 +258,7 @@ class Arbiter(reexec.InPlaceReload):
     def sleep(self):
         """Wait for a signal, a worker's readiness, or a second."""
         fds = [self.wake_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
-        if self.stats_server:
-            fds.append(self.stats_server.fileno())
+        fds += [obs.fileno() for obs in self.observers]
         timeout = 0.02 if self.slots.stranded else 0.1 if self.preflight else 1.0
         watchdog = self.notifier.tick()
         if watchdog is not None:
@@ -269,8 +274,8 @@ class Arbiter(reexec.InPlaceReload):
                         pass
                 except BlockingIOError:
                     pass
-            elif self.stats_server and fd == self.stats_server.fileno():
-                self.stats_server.answer(lambda: stats.uwsgi_document(self, self.stats_server.previous))
+            elif any(fd == obs.fileno() for obs in self.observers):
+                next(obs for obs in self.observers if obs.fileno() == fd).answer(self)
             else:
                 self._worker_ready(fd)
 
@@ -290,7 +295,7 @@ class Arbiter(reexec.InPlaceReload):
         self.log.debug("worker %d (pid %d) ready", w.index, w.pid)
         old = [o for o in self.workers.values() if o.old and not o.retiring]
         if old:           # rolling reload: one old worker out for each new one in
-            self.retire(min(old, key=lambda o: o.index))
+            self.retire(min(old, key=lambda o: o.index), "reload")
         self.announce_ready()
 
     def announce_ready(self):
@@ -312,7 +317,7 @@ class Arbiter(reexec.InPlaceReload):
         current = [w for w in self.workers.values() if not w.old and not w.retiring]
         if len(current) > self.num_workers:
             for w in sorted(current, key=lambda w: -w.index)[:len(current) - self.num_workers]:
-                self.retire(w)
+                self.retire(w, "scale_down")
         elif len(current) < self.num_workers and self.backoff.due() and not self.no_app:
             used = {w.index for w in current}
             for index in range(1, self.num_workers + 1):
@@ -372,8 +377,8 @@ class Arbiter(reexec.InPlaceReload):
         """In the forked worker: close what belongs to the master, then run."""
         for fd in (self.wake_r, self.wake_w):
             os.close(fd)
-        if self.stats_server:
-            self.stats_server.close()
+        for obs in self.observers:
+            obs.close()
         for other in self.workers.values():
             if other.ready_fd is not None:
                 os.close(other.ready_fd)
@@ -386,10 +391,12 @@ class Arbiter(reexec.InPlaceReload):
                                 nice=self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
                                 status=status, stats=counters, balance=balance, offload=ofl), self.log)
 
-    def retire(self, w):
+    def retire(self, w, reason):
         """Retire w while the others serve on: it hands its idle connections
-        to them (the scoreboard flag says so) instead of closing them."""
+        to them (the scoreboard flag says so) instead of closing them.
+        reason: reload, max_rss, or scale_down (SIGTTOU: not replaced)."""
         w.retiring = True
+        w.retire_reason = reason
         if w.slot is not None:
             self.slots.retire(w.slot)
         self.kill(w.pid, signal.SIGTERM)
@@ -429,13 +436,20 @@ class Arbiter(reexec.InPlaceReload):
                 raise HaltServer(f"worker {w.index} could not load the app {self.app_spec!r}: stopping", 4)
             if code == worker.WORKER_BOOT_ERROR and not w.ready:
                 raise HaltServer(f"worker {w.index} failed to boot: stopping", 3)
-            if w.retiring or self.stopping:
+            if self.stopping:
                 self.log.info("Worker %d (pid %d) exited (%s)", w.index, pid, how)
+                continue
+            if w.retiring:
+                self.log.info("Worker %d (pid %d) exited (%s)", w.index, pid, how)
+                if w.retire_reason != "scale_down":
+                    self.restarts[w.retire_reason] += 1
                 continue
             if code == 0 and w.ready:
                 # It retired by itself (--max-requests): not a crash.
                 self.log.info("Worker %d (pid %d) retired; replacing it", w.index, pid)
+                self.restarts["max_requests"] += 1
                 continue
+            self.restarts["crash"] += 1
             serving = self.requests_in_app(w)
             self.log.warning("Worker %d (pid %d) died (%s)%s; replacing it", w.index, pid, how,
                              f" while serving {serving}" if serving else "")
@@ -471,6 +485,7 @@ class Arbiter(reexec.InPlaceReload):
             self.kill(w.pid, signal.SIGUSR2)       # faulthandler writes the stack to stderr
             time.sleep(0.3)
             w.retiring = True
+            w.retire_reason = "timeout"
             self.timeouts[w.index] += 1
             self.kill(w.pid, signal.SIGKILL)
 
@@ -491,7 +506,7 @@ class Arbiter(reexec.InPlaceReload):
             if rss_mib > limit:
                 self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d: recycling it",
                                  w.index, w.pid, rss_mib, limit)
-                self.retire(w)
+                self.retire(w, "max_rss")
 
     def stop(self, graceful=True):
         """Stop every worker: SIGTERM and wait up to the graceful timeout, or
@@ -509,7 +524,7 @@ class Arbiter(reexec.InPlaceReload):
         while self.workers and time.monotonic() < deadline:
             self._reap_quietly()
             if self.workers:
-                time.sleep(0.05)
+                self.answer_observers(0.05)     # /healthz says 503 meanwhile
         for w in list(self.workers.values()):
             self.log.warning("Worker %d (pid %d) did not stop in time: killing it", w.index, w.pid)
             self.kill(w.pid, signal.SIGKILL)
@@ -524,6 +539,18 @@ class Arbiter(reexec.InPlaceReload):
             # deliver stays in its journal for the next start.
             self.offload.stop(graceful)
             self.offload.queue.close_out(self.log)
+
+    def answer_observers(self, timeout):
+        """Wait up to timeout for a --stats or --metrics client, and answer it."""
+        if not self.observers:
+            time.sleep(timeout)
+            return
+        try:
+            readable, _, _ = select.select(self.observers, [], [], timeout)
+        except InterruptedError:
+            return
+        for obs in readable:
+            obs.answer(self)
 
     def _reap_quietly(self):
         try:

@@ -123,8 +123,9 @@ def serve_here(app_spec, cfg, host, how, notifier):
     if options["max_requests"] or cfg["max_rss"]:
         log.warning("--max-requests and --max-rss need a master (--workers 1 or more): ignored")
         options["max_requests"] = 0
-    if cfg["stats"]:
-        log.warning("--stats needs a master (--workers 1 or more): ignored")
+    for name in ("stats", "metrics"):
+        if cfg[name]:
+            log.warning("--%s needs a master (--workers 1 or more): ignored", name)
     try:
         server = Server(app, logger=log, _offload_host=host, **options)
     except binding.BindError as e:

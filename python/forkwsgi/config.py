@@ -255,6 +255,9 @@ SETTINGS = [
             help="serve the server's statistics at ADDR (HOST:PORT or unix:/path) as uWSGI's stats server "
                  "does: one JSON document per connection (uwsgitop ADDR shows it live); answered by the "
                  "master from memory it shares with the workers, so it answers when every worker is busy"),
+    Setting("metrics", ["--metrics"], None, metavar="ADDR", section="Observability",
+            help="serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or unix:/path) and a health check "
+                 "at /healthz (200 while a worker accepts, 503 while draining), from the master"),
     Setting("limit_request_line", ["--limit-request-line"], 8190, _positive_int,
             "longest request line in bytes (414 past it)", section="Limits"),
     Setting("limit_request_fields", ["--limit-request-fields"], 100, _positive_int,
@@ -332,7 +335,7 @@ BY_NAME = {s.name: s for s in SETTINGS}
 
 # Settings of the process model (master, CLI), not of one server loop.
 PROCESS_ONLY = ("config", "check_config", "print_config", "chdir", "pythonpath", "raw_env", "pidfile", "umask",
-                "stats",
+                "stats", "metrics",
                 "proc_name", "preload_app", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
                 "max_requests_jitter", "max_rss", "timeout") + tuple(s.name for s in SETTINGS
                                                                       if s.name.startswith("offload_"))

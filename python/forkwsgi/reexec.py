@@ -112,6 +112,7 @@ class InPlaceReload:
         self.reloads = st["reloads"]
         self.spawns.update({int(k): v for k, v in st["spawns"].items()})
         self.timeouts.update({int(k): v for k, v in st["timeouts"].items()})
+        self.restarts.update(st["restarts"])
         for d in st["workers"]:
             w = self.worker_info(d["pid"], d["index"], d["ready_fd"])
             w.slot, w.ready, w.retiring, w.old = d["slot"], d["ready"], d["retiring"], True
@@ -125,12 +126,12 @@ class InPlaceReload:
         slots, fds = self.slots.state()
         state = {"pid": self.pid, "balance": self.balance, "sockets": [s.fileno() for s in self.sockets],
                  "slots": slots, "offload": None, "reloads": self.reloads + 1,
-                 "spawns": dict(self.spawns), "timeouts": dict(self.timeouts),
-                 "stats_fd": self.stats_server.fileno() if self.stats_server else None,
+                 "spawns": dict(self.spawns), "timeouts": dict(self.timeouts), "restarts": dict(self.restarts),
+                 "observers": {obs.name: obs.fileno() for obs in self.observers},
                  "workers": [{"pid": w.pid, "index": w.index, "slot": w.slot, "ready": w.ready,
                               "ready_fd": w.ready_fd, "retiring": w.retiring} for w in self.workers.values()]}
         fds += state["sockets"] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
-        fds += [state["stats_fd"]] if state["stats_fd"] is not None else []
+        fds += list(state["observers"].values())
         if self.offload:
             queue, qfds = self.offload.queue.state()
             queue["sibling"] = self.offload.pid

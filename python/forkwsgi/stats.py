@@ -123,36 +123,55 @@ def status_classes(counts):
     return out
 
 
-class StatsServer:
-    """The --stats socket in the master: each client gets one document."""
+class Observer:
+    """A socket of the master's for those who watch the server (--stats,
+    --metrics): the master's loop calls answer() when it is readable, and
+    each client waiting gets one reply (respond), with a short timeout so
+    that no client holds the master."""
+
+    name = ""
 
     def __init__(self, addr, sock=None):
         self.addr = addr
         self.sock = sock if sock is not None else binding.create(addr, 64)
         self.sock.setblocking(False)
-        self.previous = {}
 
     def fileno(self):
         return self.sock.fileno()
 
-    def answer(self, document):
-        """Serve the clients waiting: document() makes the JSON to send."""
+    def answer(self, master):
         for _ in range(16):
             try:
                 conn, _ = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:
-                log.warning("stats server: %s", e)
+                log.warning("%s server: %s", self.name, e)
                 return
             try:
-                conn.settimeout(2.0)          # a client that does not read does not hold the master
-                conn.sendall(json.dumps(document()).encode())
+                conn.settimeout(1.0)
+                self.respond(conn, master)
             except OSError:
                 pass
             finally:
                 conn.close()
 
+    def respond(self, conn, master):
+        raise NotImplementedError
+
     def close(self):
         self.sock.close()
+
+
+class StatsServer(Observer):
+    """The --stats socket: each client gets one JSON document."""
+
+    name = "stats"
+
+    def __init__(self, addr, sock=None):
+        super().__init__(addr, sock)
+        self.previous = {}
+
+    def respond(self, conn, master):
+        conn.sendall(json.dumps(uwsgi_document(master, self.previous)).encode())
 

@@ -1,0 +1,175 @@
+"""Prometheus metrics and a health check, served by the master
+(--metrics ADDR): GET /metrics (text exposition format 0.0.4) and
+GET /healthz (200 while a worker accepts, 503 while the server drains or
+has none).
+
+The master answers from the memory it shares with the workers (slots.py,
+cserver/fw_stats.h) and its own bookkeeping, so a scrape succeeds when every
+worker is busy and costs the workers nothing. Counters are the server's
+since it started: the counts of workers that ended are kept (slots.fold),
+so they never go back over restarts and in-place reloads.
+"""
+import time
+
+from . import _forkwsgi, binding, stats
+from ._version import __version__
+from .offload.counters import read_counters
+from .slots import add_counters
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _labels(**kw):
+    if not kw:
+        return ""
+    esc = {k: str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for k, v in kw.items()}
+    return "{" + ",".join(f'{k}="{v}"' for k, v in esc.items()) + "}"
+
+
+class _Out:
+    def __init__(self):
+        self.lines = []
+
+    def family(self, name, kind, help_text):
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+
+    def sample(self, name, value, **labels):
+        self.lines.append(f"{name}{_labels(**labels)} {value}")
+
+    def histogram(self, name, help_text, buckets, total_seconds):
+        """buckets: per-bucket counts (not cumulative), bounds from the core."""
+        self.family(name, "histogram", help_text)
+        running = 0
+        for bound, n in zip(_forkwsgi.STATS_BOUNDS, buckets):
+            running += n
+            self.sample(f"{name}_bucket", running, le="+Inf" if bound == float("inf") else repr(bound))
+        self.sample(f"{name}_sum", round(total_seconds, 6))
+        self.sample(f"{name}_count", running)
+
+    def text(self):
+        return "\n".join(self.lines) + "\n"
+
+
+def exposition(master):
+    """The Prometheus text for the arbiter `master`."""
+    o = _Out()
+    totals = stats.dict_copy(master.slots.retired)
+    live = []
+    for w in sorted(master.workers.values(), key=lambda w: (w.index, w.pid)):
+        if w.slot is None:
+            continue
+        c = master.slots.counters(w.slot)
+        add_counters(totals, c)
+        threads = master.slots.threads_of(w.slot)
+        live.append((w, c, threads))
+
+    o.family("forkwsgi_info", "gauge", "The server's version.")
+    o.sample("forkwsgi_info", 1, version=__version__)
+    o.family("forkwsgi_requests_total", "counter", "Responses completed, since the server started.")
+    o.sample("forkwsgi_requests_total", totals["requests"])
+    o.family("forkwsgi_responses_total", "counter", "Responses completed, by status class.")
+    for i, cls in enumerate(("other", "1xx", "2xx", "3xx", "4xx", "5xx")):
+        o.sample("forkwsgi_responses_total", totals["status"][i], code=cls)
+    o.family("forkwsgi_response_body_bytes_total", "counter", "Response body bytes sent.")
+    o.sample("forkwsgi_response_body_bytes_total", totals["bytes_out"])
+    o.family("forkwsgi_app_exceptions_total", "counter", "Calls into the app that raised or returned no valid response.")
+    o.sample("forkwsgi_app_exceptions_total", totals["exceptions"])
+    o.histogram("forkwsgi_request_duration_seconds",
+                "From the end of the request head to the response on the wire.",
+                totals["total_hist"], totals["total_us"] / 1e6)
+    o.histogram("forkwsgi_app_duration_seconds", "Time inside the app, per call (the app and its response iterable).",
+                totals["app_hist"], totals["app_us"] / 1e6)
+
+    o.family("forkwsgi_requests_in_flight", "gauge", "Requests being served (in an app thread or waiting for one).")
+    o.family("forkwsgi_worker_requests_in_flight", "gauge", "Requests being served, per worker.")
+    o.family("forkwsgi_worker_connections", "gauge", "Connections open, per worker.")
+    o.family("forkwsgi_worker_resident_memory_bytes", "gauge", "Resident memory of each worker.")
+    o.family("forkwsgi_worker_oldest_request_seconds", "gauge", "Age of the oldest request in the app, per worker.")
+    board = _forkwsgi.sb_read(master.slots.scoreboard)
+    now_ns = time.monotonic_ns()
+    in_flight_total = 0
+    for w, c, threads in live:
+        busy = [began for _, began, _, _ in threads if began]
+        n = max(board[w.slot]["inflight"], len(busy))
+        in_flight_total += n
+        label = {"worker": str(w.index), "pid": str(w.pid)}
+        o.sample("forkwsgi_worker_requests_in_flight", n, **label)
+        o.sample("forkwsgi_worker_connections", c["conns_open"], **label)
+        o.sample("forkwsgi_worker_resident_memory_bytes", stats.process_memory(w.pid)[0], **label)
+        o.sample("forkwsgi_worker_oldest_request_seconds",
+                 round((now_ns - min(busy)) / 1e9, 6) if busy else 0, **label)
+    o.sample("forkwsgi_requests_in_flight", in_flight_total)
+
+    o.family("forkwsgi_workers", "gauge", "Workers alive (accepting: ready and not retiring).")
+    o.sample("forkwsgi_workers", len(live), state="alive")
+    o.sample("forkwsgi_workers", sum(1 for w, _, _ in live if w.ready and not w.retiring and not w.old),
+             state="accepting")
+    o.family("forkwsgi_workers_configured", "gauge", "Workers the master keeps (--workers, SIGTTIN/TTOU).")
+    o.sample("forkwsgi_workers_configured", master.num_workers)
+    o.family("forkwsgi_threads_per_worker", "gauge", "App threads per worker (--threads).")
+    o.sample("forkwsgi_threads_per_worker", master.threads)
+    o.family("forkwsgi_worker_restarts_total", "counter", "Workers replaced, by reason.")
+    for reason in ("crash", "max_requests", "max_rss", "timeout", "reload"):
+        o.sample("forkwsgi_worker_restarts_total", master.restarts[reason], reason=reason)
+    o.family("forkwsgi_reloads_total", "counter", "Reloads in place (SIGHUP, SIGUSR2) since the first start.")
+    o.sample("forkwsgi_reloads_total", master.reloads)
+
+    o.family("forkwsgi_listen_queue", "gauge", "Connections waiting in the kernel's accept queue.")
+    o.family("forkwsgi_listen_queue_max", "gauge", "Size of the accept queue (--backlog, capped by somaxconn).")
+    for s in master.sockets:
+        queued, size = stats.listen_queue(s)
+        name = binding.describe(s)[2]
+        o.sample("forkwsgi_listen_queue", queued, listener=name)
+        o.sample("forkwsgi_listen_queue_max", size or master.cfg["backlog"], listener=name)
+
+    if master.offload:
+        q = master.offload.queue
+        off = read_counters(q.counters, q.nslots)
+        for name in ("queued", "spilled", "dropped", "bytes"):
+            o.family(f"forkwsgi_offload_{name}_total", "counter", f"Offload records {name} by the workers.")
+            o.sample(f"forkwsgi_offload_{name}_total", off["workers"][name])
+        for name in ("delivered", "retried", "rejected", "sink_errors", "disk_errors"):
+            o.family(f"forkwsgi_offload_{name}_total", "counter", f"Offload records {name} by the sibling.")
+            o.sample(f"forkwsgi_offload_{name}_total", off["sibling"][name])
+        o.family("forkwsgi_offload_queue_depth", "gauge", "Offload records queued, not yet taken by the sibling.")
+        o.sample("forkwsgi_offload_queue_depth", off["sibling"]["queue_depth"])
+        o.family("forkwsgi_offload_oldest_age_seconds", "gauge", "Age of the oldest record not yet delivered.")
+        o.sample("forkwsgi_offload_oldest_age_seconds", off["sibling"]["oldest_age"])
+    return o.text()
+
+
+def healthy(master):
+    """A question for /healthz: does a worker accept, and is the server not
+    stopping?"""
+    return not master.stopping and any(w.ready and not w.retiring for w in master.workers.values())
+
+
+class MetricsServer(stats.Observer):
+    """The --metrics socket: one HTTP answer per connection (then close)."""
+
+    name = "metrics"
+
+    def respond(self, conn, master):
+        head = b""
+        while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < 8192:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        parts = head.split(b"\r\n", 1)[0].split()
+        method, path = (parts[0], parts[1].split(b"?")[0]) if len(parts) >= 2 else (b"", b"")
+        if method not in (b"GET", b"HEAD"):
+            status, body, ctype = "405 Method Not Allowed", "GET or HEAD\n", "text/plain"
+        elif path == b"/metrics":
+            status, body, ctype = "200 OK", exposition(master), CONTENT_TYPE
+        elif path == b"/healthz":
+            ok = healthy(master)
+            status = "200 OK" if ok else "503 Service Unavailable"
+            body, ctype = ("ok\n" if ok else "draining\n"), "text/plain"
+        else:
+            status, body, ctype = "404 Not Found", "/metrics or /healthz\n", "text/plain"
+        data = body.encode()
+        conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(data)}\r\n"
+                     f"Connection: close\r\n\r\n".encode() + (b"" if method == b"HEAD" else data))
+

@@ -1,0 +1,137 @@
+"""Prometheus metrics and /healthz (--metrics, issue 12), answered by the
+master; parsed with prometheus_client's own parser, counts checked exactly
+against the requests the test makes."""
+import os
+import signal
+import socket
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import ServerProc
+from httpraw import Conn, get_each_on_a_new_connection, request, wait_for
+
+APP_MODES = ("inline",)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(*args, app="apps:logged"):
+    port = free_port()
+    s = ServerProc(app, "--metrics", f"127.0.0.1:{port}", *args)
+    s.metrics_port = port
+    return s
+
+
+def scrape(s, path="/metrics"):
+    r = request(s.metrics_port, f"GET {path} HTTP/1.1\r\nHost: m\r\n\r\n".encode(), timeout=5)
+    return r
+
+
+def samples(s):
+    """{(name, frozenset(labels)): value} of one scrape."""
+    r = scrape(s)
+    assert r.status == 200 and r.header("content-type").startswith("text/plain; version=0.0.4")
+    out = {}
+    for fam in text_string_to_metric_families(r.body.decode()):
+        for smp in fam.samples:
+            out[(smp.name, frozenset(smp.labels.items()))] = smp.value
+    return out
+
+
+def value(m, name, **labels):
+    return m[(name, frozenset(labels.items()))]
+
+
+def test_counts_and_histograms_are_exact():
+    s = start("--workers", "2", "--threads", "2")
+    try:
+        conns = [Conn(s.port) for _ in range(5)]
+        codes = {"2xx": 0, "4xx": 0, "5xx": 0}
+        body = 0
+        for i in range(90):
+            status, n = (200, 404, 500)[i % 3], i % 11
+            c = conns[i % 5]
+            c.send(f"GET /?status={status}&len={n} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+            assert c.read_response().status == status
+            codes[f"{status // 100}xx"] += 1
+            body += n
+        for c in conns:
+            c.close()
+        # Counted once on the wire, by the loop after the app thread sent it:
+        # the last may land a moment after the client read it.
+        assert wait_for(lambda: value(samples(s), "forkwsgi_requests_total") == 90, 5)
+        m = samples(s)
+        assert value(m, "forkwsgi_requests_total") == 90
+        for cls, n in codes.items():
+            assert value(m, "forkwsgi_responses_total", code=cls) == n
+        assert value(m, "forkwsgi_response_body_bytes_total") == body
+        assert value(m, "forkwsgi_request_duration_seconds_count") == 90
+        assert value(m, "forkwsgi_request_duration_seconds_bucket", le="+Inf") == 90
+        buckets = sorted((float(dict(k[1])["le"]), v) for k, v in m.items()
+                         if k[0] == "forkwsgi_request_duration_seconds_bucket")
+        assert [v for _, v in buckets] == sorted(v for _, v in buckets)         # cumulative
+        assert value(m, "forkwsgi_app_duration_seconds_count") == 90
+        assert 0 < value(m, "forkwsgi_request_duration_seconds_sum") < 90
+        assert value(m, "forkwsgi_requests_in_flight") == 0
+        assert value(m, "forkwsgi_workers", state="alive") == 2
+        assert value(m, "forkwsgi_workers_configured") == 2
+        pids = {dict(k[1])["pid"] for k in m if k[0] == "forkwsgi_worker_connections"}
+        assert pids == {str(p) for p in s.worker_pids()}
+        assert value(m, "forkwsgi_listen_queue", listener=f"http://127.0.0.1:{s.port}") == 0
+        assert scrape(s, "/healthz").status == 200
+        assert scrape(s, "/nope").status == 404
+    finally:
+        s.stop()
+
+
+def test_restart_reasons_and_counters_that_never_go_back():
+    s = start("--workers", "2", "--max-requests", "20", app="apps:hello")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 2)
+        get_each_on_a_new_connection(s.port, 60)
+        assert wait_for(lambda: value(samples(s), "forkwsgi_worker_restarts_total", reason="max_requests") >= 2, 10)
+        assert wait_for(lambda: value(samples(s), "forkwsgi_requests_total") == 60, 5)
+        before = 60
+        victim = s.worker_pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: value(samples(s), "forkwsgi_worker_restarts_total", reason="crash") == 1, 10)
+        assert value(samples(s), "forkwsgi_requests_total") >= before
+        assert wait_for(lambda: len(s.worker_pids()) == 2, 10)     # the crashed one replaced
+        s.signal(signal.SIGHUP)
+        assert wait_for(lambda: value(samples(s), "forkwsgi_worker_restarts_total", reason="reload") == 2, 20), (
+            scrape(s).body.decode()[-900:], s.log()[-3000:])
+        m = samples(s)
+        assert value(m, "forkwsgi_reloads_total") == 1 and value(m, "forkwsgi_requests_total") >= before
+    finally:
+        s.stop()
+
+
+def test_timeout_kills_are_counted():
+    s = start("--workers", "1", "--timeout", "1", app="apps:sleep")
+    try:
+        with Conn(s.port, timeout=10) as c:
+            c.send(b"GET /?t=4 HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert wait_for(lambda: value(samples(s), "forkwsgi_worker_restarts_total", reason="timeout") == 1, 10)
+    finally:
+        s.stop()
+
+
+def test_answers_while_every_worker_is_busy_and_healthz_503_while_draining():
+    s = start("--workers", "1", "--threads", "1", "--graceful-timeout", "10", app="apps:sleep")
+    try:
+        c = Conn(s.port, timeout=20)
+        c.send(b"GET /?t=2 HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert wait_for(lambda: value(samples(s), "forkwsgi_requests_in_flight") == 1, 5)
+        m = samples(s)
+        assert value(m, "forkwsgi_worker_oldest_request_seconds", worker="1", pid=str(s.worker_pids()[0])) > 0
+        s.signal(signal.SIGTERM)          # the request in flight finishes; meanwhile the server drains
+        assert wait_for(lambda: scrape(s, "/healthz").status == 503, 5)
+        assert c.read_response().status == 200
+        c.close()
+        s.proc.wait(15)
+    finally:
+        s.stop()
