@@ -1,9 +1,10 @@
 # forkwsgi: C unit tests, fuzzing and the sanitizer build of the extension.
 # The Python package itself builds with pip / setup.py; see tests/README.md.
 #
-#   make ctest         C unit tests (tests/c: parser, access log writer), ASan + UBSan
-#   make fuzz-smoke    the fuzz target without libFuzzer: corpus + random inputs, ~60 s
+#   make ctest         C unit tests (tests/c: parser, PROXY protocol, access log writer), ASan + UBSan
+#   make fuzz-smoke    the fuzz targets (HTTP, PROXY protocol) without libFuzzer: corpus + random inputs, ~75 s
 #   make fuzz          libFuzzer (clang), FUZZ_SECONDS=60
+#   make fuzz-proxy    the same for the PROXY protocol parser
 #   make fuzz-offload-smoke / fuzz-offload   the same for the offload record parser
 #   make asan-ext      extension built with ASan/UBSan into build/asan, pytest run on it
 #   make asan-smoke    the same build, a short run of a real server (tests/asan_smoke.py)
@@ -48,14 +49,14 @@ ASAN_EXT_ENV = LD_PRELOAD=$(LIBASAN) \
     UBSAN_OPTIONS=print_stacktrace=1:log_path=$(abspath $(ASAN_DIR))/logs/ubsan \
     PYTHONPATH=$(abspath $(ASAN_DIR))
 
-.PHONY: help ctest fuzz-smoke fuzz fuzz-offload-smoke fuzz-offload asan-ext asan-ext-build asan-smoke clean
+.PHONY: help ctest fuzz-smoke fuzz fuzz-proxy fuzz-offload-smoke fuzz-offload asan-ext asan-ext-build asan-smoke clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
 
 # ---- C unit tests ----------------------------------------------------------
 
-$(CBUILD)/test_http: tests/c/test_http.c $(HTTP_SRC) $(HTTP_HDR)
+$(CBUILD)/test_http: tests/c/test_http.c tests/c/check.h $(HTTP_SRC) $(HTTP_HDR)
 	@mkdir -p $(CBUILD)
 	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_http.c $(HTTP_SRC) -o $@
 
@@ -65,8 +66,16 @@ $(CBUILD)/test_alog: tests/c/test_alog.c $(ALOG_SRC) cserver/fw_alog.h $(HTTP_HD
 	@mkdir -p $(CBUILD)
 	$(CC) $(CWARN) $(SANITIZE) -Icserver tests/c/test_alog.c $(ALOG_SRC) -lpthread -o $@
 
-ctest: $(CBUILD)/test_http $(CBUILD)/test_alog
+PROXY_SRC := cserver/fw_proxy.c cserver/fw_netmask.c
+PROXY_HDR := cserver/fw_proxy.h cserver/fw_netmask.h
+
+$(CBUILD)/test_proxy: tests/c/test_proxy.c tests/c/check.h $(PROXY_SRC) $(PROXY_HDR)
+	@mkdir -p $(CBUILD)
+	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_proxy.c $(PROXY_SRC) -o $@
+
+ctest: $(CBUILD)/test_http $(CBUILD)/test_proxy $(CBUILD)/test_alog
 	$(SAN_ENV) $(CBUILD)/test_http
+	$(SAN_ENV) $(CBUILD)/test_proxy
 	$(SAN_ENV) $(CBUILD)/test_alog
 
 # ---- fuzzing ---------------------------------------------------------------
@@ -76,9 +85,18 @@ $(FBUILD)/fuzz_standalone: tests/fuzz/fuzz_http.c tests/fuzz/standalone_main.c $
 	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/fuzz/fuzz_http.c tests/fuzz/standalone_main.c \
 	    $(HTTP_SRC) -o $@
 
-fuzz-smoke: $(FBUILD)/fuzz_standalone
+$(FBUILD)/fuzz_proxy_standalone: tests/fuzz/fuzz_proxy.c tests/fuzz/standalone_main.c $(PROXY_SRC) $(PROXY_HDR)
+	@mkdir -p $(FBUILD)
+	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver tests/fuzz/fuzz_proxy.c tests/fuzz/standalone_main.c \
+	    $(PROXY_SRC) -o $@
+
+# The HTTP parser, then the PROXY protocol parser (a fifth of the inputs and time each).
+fuzz-smoke: $(FBUILD)/fuzz_standalone $(FBUILD)/fuzz_proxy_standalone
 	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) * 3 + 60 )) $(FBUILD)/fuzz_standalone \
 	    -n $(FUZZ_SMOKE_N) -s $(FUZZ_SMOKE_SEED) -t $(FUZZ_SMOKE_SECONDS) -a $(FBUILD)/ tests/fuzz/corpus
+	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) + 60 )) $(FBUILD)/fuzz_proxy_standalone \
+	    -n $$(( $(FUZZ_SMOKE_N) / 5 )) -s $(FUZZ_SMOKE_SEED) -t $$(( $(FUZZ_SMOKE_SECONDS) / 5 + 1 )) \
+	    -a $(FBUILD)/ tests/fuzz/corpus_proxy
 
 $(FBUILD)/fuzz_http: tests/fuzz/fuzz_http.c $(HTTP_SRC) $(HTTP_HDR)
 	@mkdir -p $(FBUILD)
@@ -93,6 +111,17 @@ fuzz: $(FBUILD)/fuzz_http
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_http \
 	    -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -dict=tests/fuzz/http.dict \
 	    -artifact_prefix=$(FBUILD)/ -print_final_stats=1 $(FUZZ_ARGS) $(FBUILD)/corpus tests/fuzz/corpus
+
+$(FBUILD)/fuzz_proxy: tests/fuzz/fuzz_proxy.c $(PROXY_SRC) $(PROXY_HDR)
+	@mkdir -p $(FBUILD)
+	$(CLANG) $(CWARN) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+	    -g -O1 -Icserver tests/fuzz/fuzz_proxy.c $(PROXY_SRC) -o $@
+
+fuzz-proxy: $(FBUILD)/fuzz_proxy
+	@mkdir -p $(FBUILD)/corpus_proxy
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_proxy \
+	    -max_total_time=$(FUZZ_SECONDS) -max_len=512 -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
+	    $(FUZZ_ARGS) $(FBUILD)/corpus_proxy tests/fuzz/corpus_proxy
 
 OFL_SRC := cserver/fw_offload.c
 OFL_HDR := cserver/fw_offload.h cserver/fw_io.h

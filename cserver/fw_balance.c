@@ -4,6 +4,7 @@
 #include "fw_balance.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -142,9 +143,9 @@ static void take_incoming(fw_sb_slot *s)
 
 /* Receive one hand-off datagram (fw_balance.h). Returns 0, 1 when it was
  * malformed (the fd, if any, is the caller's to close), -1 with errno. */
-static int recv_pass(int sock, int *fd, unsigned char msg[2], ssize_t *len)
+static int recv_pass(int sock, int *fd, unsigned char msg[FW_PASS_MSG_MAX], ssize_t *len)
 {
-    struct iovec iov = { .iov_base = msg, .iov_len = 2 };
+    struct iovec iov = { .iov_base = msg, .iov_len = FW_PASS_MSG_MAX };
     union {
         char buf[CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
@@ -163,19 +164,65 @@ static int recv_pass(int sock, int *fd, unsigned char msg[2], ssize_t *len)
     if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
         cm->cmsg_len == CMSG_LEN(sizeof(int)))
         memcpy(fd, CMSG_DATA(cm), sizeof(int));
-    return (n == 1 || n == 2) && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ? 0 : 1;
+    if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+        return 1;
+    if (n == 1 || (n == 2 && !(msg[1] & FW_PASS_CLIENT)))
+        return 0;
+    return n == FW_PASS_MSG_MAX && (msg[1] & FW_PASS_CLIENT) && (msg[2] == 0 || msg[2] == 4 || msg[2] == 6)
+               ? 0 : 1;
+}
+
+/* The client record of a hand-off datagram (rec: msg + 2) into ss. */
+static fw_pass_client client_of(const unsigned char *rec, struct sockaddr_storage *ss)
+{
+    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+    int v6 = rec[0] == 6;
+    memset(ss, 0, sizeof(*ss));
+    if (rec[0] != 4 && !v6) {
+        ss->ss_family = AF_UNSPEC;
+        return (fw_pass_client){ (struct sockaddr *)ss, sizeof(sa_family_t) };
+    }
+    ss->ss_family = v6 ? AF_INET6 : AF_INET;
+    memcpy(v6 ? (void *)&a6->sin6_port : (void *)&a4->sin_port, rec + 1, 2);
+    memcpy(v6 ? (void *)&a6->sin6_addr : (void *)&a4->sin_addr, rec + 3, v6 ? 16 : 4);
+    return (fw_pass_client){ (struct sockaddr *)ss, v6 ? sizeof(*a6) : sizeof(*a4) };
+}
+
+/* The client record for a hand-off datagram into m[2..] (family 0 when it
+ * names no IP client). Returns the datagram's length: FW_PASS_MSG_MAX, or
+ * 2 when there is no record. */
+static size_t client_record(unsigned char *m, fw_pass_client client)
+{
+    if (!client.sa)
+        return 2;
+    memset(m + 2, 0, FW_PASS_MSG_MAX - 2);
+    m[1] |= FW_PASS_CLIENT;
+    const struct sockaddr_in *a4 = (const struct sockaddr_in *)client.sa;
+    const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)client.sa;
+    int v6 = client.sa->sa_family == AF_INET6 && client.len >= (socklen_t)sizeof(*a6);
+    if (!v6 && !(client.sa->sa_family == AF_INET && client.len >= (socklen_t)sizeof(*a4)))
+        return FW_PASS_MSG_MAX;
+    m[2] = v6 ? 6 : 4;
+    memcpy(m + 3, v6 ? (const void *)&a6->sin6_port : (const void *)&a4->sin_port, 2);
+    memcpy(m + 5, v6 ? (const void *)&a6->sin6_addr : (const void *)&a4->sin_addr, v6 ? 16 : 4);
+    return FW_PASS_MSG_MAX;
 }
 
 /* Serve a connection handed to us (the fd is ours to close). */
-static void take_pass(fw_balance *b, int fd, const unsigned char msg[2], int well_formed)
+static void take_pass(fw_balance *b, int fd, const unsigned char msg[FW_PASS_MSG_MAX], int well_formed)
 {
     if (!well_formed || msg[0] >= b->nlisteners) {
         if (close(fd) != 0 && errno != EINTR)
             b->ops->log(b->ctx, 0, "close of a malformed hand-off", errno);
         return;
     }
+    struct sockaddr_storage ss;
+    fw_pass_client client = { NULL, 0 };
+    if (msg[1] & FW_PASS_CLIENT)
+        client = client_of(msg + 2, &ss);
     atomic_fetch_add(&b->sb[b->cfg.me].handed_in, 1);
-    b->ops->take(b->ctx, msg[0], fd, msg[1] & FW_PASS_KEPT_ALIVE);
+    b->ops->take(b->ctx, msg[0], fd, msg[1] & FW_PASS_KEPT_ALIVE, client);
 }
 
 static void on_pass(fw_loop *loop, fw_watch *w, uint32_t events)
@@ -185,7 +232,7 @@ static void on_pass(fw_loop *loop, fw_watch *w, uint32_t events)
     fw_balance *b = BAL_OF_PASS(w);
     for (int i = 0; i < PASS_BATCH; i++) {
         int fd = -1;
-        unsigned char msg[2] = { 0, 0 };
+        unsigned char msg[FW_PASS_MSG_MAX] = { 0 };
         ssize_t len = 0;
         int rc = recv_pass(w->fd, &fd, msg, &len);
         if (rc < 0) {
@@ -203,14 +250,15 @@ static void on_pass(fw_loop *loop, fw_watch *w, uint32_t events)
 }
 
 /* Send the socket fd, unread, to slot j's worker (request: one waits in
- * it, counted in the target's `incoming` until the target takes it in).
- * Returns 0 when sent (the caller closes its side), or -1 with errno
- * (EAGAIN: its queue is full; nothing sent). */
-static int pass_to(fw_balance *b, int fd, int listener, int served, int j, int request)
+ * it, counted in the target's `incoming` until the target takes it in),
+ * with what is known of its client. Returns 0 when sent (the caller closes
+ * its side), or -1 with errno (EAGAIN: its queue is full; nothing sent). */
+static int pass_to(fw_balance *b, int fd, int listener, int served, fw_pass_client client, int j, int request)
 {
-    unsigned char msg[2] = { (unsigned char)listener,
+    unsigned char msg[FW_PASS_MSG_MAX] = { (unsigned char)listener,
                              (unsigned char)((served ? FW_PASS_KEPT_ALIVE : 0) | (request ? FW_PASS_REQUEST : 0)) };
-    struct iovec iov = { .iov_base = msg, .iov_len = sizeof(msg) };
+    size_t mlen = client_record(msg, client);
+    struct iovec iov = { .iov_base = msg, .iov_len = mlen };
     union {
         char buf[CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
@@ -229,7 +277,7 @@ static int pass_to(fw_balance *b, int fd, int listener, int served, int j, int r
     do {
         n = sendmsg(b->cfg.pass_fds[j], &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
-    if (n != (ssize_t)sizeof(msg)) {
+    if (n != (ssize_t)mlen) {
         int e = errno;
         if (request)
             take_incoming(&b->sb[j]);
@@ -393,7 +441,8 @@ void fw_balance_end(fw_balance *b, fw_balance_place *p)
     pthread_mutex_unlock(&b->mu);
 }
 
-int fw_balance_handoff(fw_balance *b, fw_balance_place *p, int fd, int listener, int served)
+int fw_balance_handoff(fw_balance *b, fw_balance_place *p, int fd, int listener, int served,
+                       fw_pass_client client)
 {
     if (!counting(b) || !b->cfg.pass_fds || b->cfg.nslots < 2)
         return 0;
@@ -421,10 +470,10 @@ int fw_balance_handoff(fw_balance *b, fw_balance_place *p, int fd, int listener,
     }
     if (best < 0 || best_n >= mine)
         return 0;            /* nobody is less busy: it is served here */
-    return pass_to(b, fd, listener, served, best, 1) == 0;   /* its queue is full or it is gone: here */
+    return pass_to(b, fd, listener, served, client, best, 1) == 0;   /* its queue is full or it is gone: here */
 }
 
-int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served)
+int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served, fw_pass_client client)
 {
     /* Round robin over the peers that can take it, so a retiring worker's
      * idle connections spread instead of piling onto one worker (they count
@@ -435,7 +484,7 @@ int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served)
         if (!can_take(b, j))
             continue;
         any = 1;
-        if (pass_to(b, fd, listener, served, j, 0) == 0) {
+        if (pass_to(b, fd, listener, served, client, j, 0) == 0) {
             b->pass_next = j;
             return 0;
         }

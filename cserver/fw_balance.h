@@ -39,6 +39,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "fw_loop.h"
 #include "fw_rc.h"
@@ -90,6 +91,16 @@ typedef struct fw_balance_cfg {
     int backstop_ms;                /* re-check while disarmed with a free thread; 0 = 500 */
 } fw_balance_cfg;
 
+/* What a hand-off carries besides the socket: the client the connection's
+ * PROXY protocol header named (AF_INET or AF_INET6, with its port), or a
+ * sockaddr of family AF_UNSPEC when the header was read and named none
+ * (LOCAL, UNKNOWN); sa NULL when no header was read (none is expected, or it
+ * is still in the socket for the receiver to read). */
+typedef struct fw_pass_client {
+    const struct sockaddr *sa;
+    socklen_t len;
+} fw_pass_client;
+
 /* What fw_balance asks of the server above it. ctx: the server's. */
 typedef struct fw_balance_ops {
     /* Watch every listener (on: with EPOLLEXCLUSIVE when exclusive) or stop
@@ -97,8 +108,9 @@ typedef struct fw_balance_ops {
     int (*set_listeners)(void *ctx, int on, int exclusive);
     /* Serve a connection a peer handed us: fd is the callee's from now on;
      * listener: the index of the listener it came through; kept_alive: it
-     * was served before (idle timeout, not header timeout). */
-    void (*take)(void *ctx, int listener, int fd, int kept_alive);
+     * was served before (idle timeout, not header timeout); client: what
+     * the sender knew of the client beyond the socket (above). */
+    void (*take)(void *ctx, int listener, int fd, int kept_alive, fw_pass_client client);
     /* Something failed: what (the context), err (errno); error or warning. */
     void (*log)(void *ctx, int error, const char *what, int err);
 } fw_balance_ops;
@@ -174,26 +186,33 @@ void fw_balance_end(fw_balance *b, fw_balance_place *p);
  * alive) or not the least busy (a fresh connection's first request).
  * A question: 1 if handed off (the caller closes its side of it), 0 to
  * serve it here. Not while stopping. */
-int fw_balance_handoff(fw_balance *b, fw_balance_place *p, int fd, int listener, int served);
+int fw_balance_handoff(fw_balance *b, fw_balance_place *p, int fd, int listener, int served,
+                       fw_pass_client client);
 
 /* Loop thread, while retiring: give an idle connection (nothing of its next
  * request read) to a live worker that serves on, unread. Returns 0 when
  * handed over (the caller closes its side), FW_AGAIN when no peer could
  * take it just now (their queues are full: try again soon), -ESRCH when no
  * peer will take it (close it the usual way). */
-int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served);
+int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served, fw_pass_client client);
 
 /* A stopping worker: may it hand its idle connections to others that serve
  * on? Yes when it has peers and it retires by itself (retiring:
  * --max-requests) or the master asked it to (reload, --max-rss, TTOU). */
 int fw_balance_hands_on(const fw_balance *b, int retiring);
 
-/* One hand-off datagram: the listener's index (the same in every worker)
- * and flags, with the connection's fd in SCM_RIGHTS. */
+/* One hand-off datagram, with the connection's fd in SCM_RIGHTS: the
+ * listener's index (the same in every worker) and flags; with
+ * FW_PASS_CLIENT, the client record follows: its family (0: none named,
+ * 4: IPv4, 6: IPv6), its port (2 bytes, network order) and its address
+ * (16 bytes, IPv4 in the first 4). The master forwards a stranded
+ * datagram whole, with FW_PASS_REQUEST cleared (slots.py). */
 enum {
     FW_PASS_KEPT_ALIVE = 1,         /* served before: idle timeout, not header timeout */
-    FW_PASS_REQUEST = 2             /* a request waits in it: counted in the target's `incoming` */
+    FW_PASS_REQUEST = 2,            /* a request waits in it: counted in the target's `incoming` */
+    FW_PASS_CLIENT = 4              /* its PROXY header was read: the client record follows */
 };
+#define FW_PASS_MSG_MAX 21          /* listener, flags, family, port, address */
 
 /* Loop thread, each pass (now: monotonic ms): the backstop re-check.
  * Returns the ms until it is next due, or -1 when none is needed. */

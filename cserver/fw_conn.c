@@ -6,6 +6,7 @@
 #include "fw_conn.h"
 #include "fw_internal.h"
 #include "fw_pool.h"
+#include "fw_proxy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,9 +26,10 @@
 
 static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events);
 static void conn_drive(fw_conn *c);
+static int proxy_start(fw_conn *c, fw_pass_client client);
 
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
-                     const struct sockaddr *sa, socklen_t salen, int kept_alive)
+                     const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client)
 {
     fw_conn *c = calloc(1, sizeof(*c));
     if (!c)
@@ -48,6 +50,7 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
         salen = sizeof(c->peer);
     memcpy(&c->peer, sa, salen);
     c->peer_len = salen;
+    c->fwd_allowed = fw_netlist_match(srv->cfg.forwarded_allow, sa, salen);
     c->body.fd = -1;
     c->resp.sf_fd = -1;
     c->state = FW_C_READ_HEAD;
@@ -67,6 +70,10 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
          * that connects and sends nothing is a slowloris too. */
         c->head_started = srv->now;
         fw_timer_start(&srv->t_head, &c->timer, srv->now);
+    }
+    if (proxy_start(c, client) != 0) {
+        fw_conn_close(c);
+        return c;
     }
     /* The request is nearly always in the socket already: read it now, so
      * no epoll round trip is spent on it, and it is counted as it is
@@ -175,8 +182,24 @@ void fw_conn_queue_error(fw_conn *c, int status)
     fw_resp_error_head(c, status);
 }
 
+/* The start of what the client sent, escaped, into shown (80 characters
+ * at most, then "..."), for log lines: it usually shows the fault. */
+static void input_start(const fw_conn *c, char shown[85])
+{
+    size_t n = 0, i = 0;
+    const unsigned char *p = (const unsigned char *)fw_buf_head(&c->in);
+    size_t used = fw_buf_used(&c->in);
+    for (; i < used && n + 4 < 81; i++) {
+        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
+            shown[n++] = (char)p[i];
+        else
+            n += (size_t)snprintf(shown + n, 81 - n, "\\x%02x", p[i]);
+    }
+    memcpy(shown + n, i < used ? "..." : "", i < used ? 4 : 1);
+}
+
 /* One line per rejected request: the client, the status and why, and the
- * start of what it sent (escaped), which usually shows the fault. */
+ * start of what it sent. */
 static void log_rejected(fw_conn *c, int status)
 {
     static const struct { int status; const char *why; } reasons[] = {
@@ -192,19 +215,91 @@ static void log_rejected(fw_conn *c, int status)
             why = reasons[i].why;
     const char *host, *port;
     fw_conn_peer_text(c, &host, &port);
-    char shown[81];
-    size_t n = 0, i = 0;
-    const unsigned char *p = (const unsigned char *)fw_buf_head(&c->in);
-    size_t used = fw_buf_used(&c->in);
-    for (; i < used && n + 4 < sizeof(shown); i++) {
-        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
-            shown[n++] = (char)p[i];
-        else
-            n += (size_t)snprintf(shown + n, sizeof(shown) - n, "\\x%02x", p[i]);
+    char shown[85];
+    input_start(c, shown);
+    fw_server_log(c->srv, FW_LOG_INFO, "%s%s%s: %d %s: \"%s\"", host, *port ? ":" : "", port, status,
+                  why, shown);
+}
+
+/* ---- the PROXY protocol header (--proxy-protocol) ---------------------- */
+
+static void set_peer(fw_conn *c, const struct sockaddr *sa, socklen_t len)
+{
+    if (len > sizeof(c->peer))
+        len = sizeof(c->peer);
+    memcpy(&c->peer, sa, len);
+    c->peer_len = len;
+    c->peer_text = 0;
+}
+
+/* No request on this connection: say why, with the socket's peer and the
+ * start of what it sent, and close it. */
+static void proxy_refuse(fw_conn *c, const char *why)
+{
+    const char *host, *port;
+    fw_conn_peer_text(c, &host, &port);
+    char shown[85];
+    input_start(c, shown);
+    fw_server_log(c->srv, FW_LOG_INFO, "%s%s%s: PROXY protocol: %s: connection closed: \"%s\"", host,
+                  *port ? ":" : "", port, why, shown);
+    fw_conn_close(c);
+}
+
+/* A new connection: a header is to come, from a peer in --proxy-allow-from
+ * (unix-socket peers are). One handed over by another worker: the header
+ * was read there, or (client.sa NULL) it is still to come. Returns 0, or
+ * -1 when c must be closed (said why). */
+static int proxy_start(fw_conn *c, fw_pass_client client)
+{
+    const fw_config *cfg = &c->srv->cfg;
+    if (client.sa) {
+        c->proxy = client.sa->sa_family == AF_UNSPEC ? FW_PX_READ : FW_PX_NAMED;
+        if (c->proxy == FW_PX_NAMED)
+            set_peer(c, client.sa, client.len);
+        return 0;
     }
-    shown[n] = 0;
-    fw_server_log(c->srv, FW_LOG_INFO, "%s%s%s: %d %s: \"%s%s\"", host, *port ? ":" : "", port, status,
-                  why, shown, i < used ? "..." : "");
+    if (!cfg->proxy_protocol)
+        return 0;
+    if (!fw_netlist_match(cfg->proxy_allow, (const struct sockaddr *)&c->peer, c->peer_len)) {
+        const char *host, *port;
+        fw_conn_peer_text(c, &host, &port);
+        fw_server_log(c->srv, FW_LOG_INFO, "%s%s%s: PROXY protocol: peer not in --proxy-allow-from: "
+                      "connection closed", host, *port ? ":" : "", port);
+        return -1;
+    }
+    c->proxy = FW_PX_WAIT;
+    return 0;
+}
+
+/* READ_HEAD before the first request: the header. Returns 1 once it is
+ * read (the request may follow), 0 to wait for more bytes (under the
+ * header timeout, running since accept), -1 when c was closed. */
+static int step_proxy(fw_conn *c)
+{
+    fw_proxy_hdr h;
+    long n = fw_proxy_parse(fw_buf_head(&c->in), fw_buf_used(&c->in), c->srv->cfg.proxy_protocol, &h);
+    if (n == FW_PROXY_INCOMPLETE)
+        return 0;
+    if (n < 0) {
+        proxy_refuse(c, h.why);
+        return -1;
+    }
+    fw_buf_consume(&c->in, (size_t)n);
+    c->proxy = h.local ? FW_PX_READ : FW_PX_NAMED;
+    if (!h.local)
+        set_peer(c, (const struct sockaddr *)&h.client, h.client_len);
+    return 1;
+}
+
+/* For a hand-off: what the worker taking c must know of its client. */
+static fw_pass_client passed_client(const fw_conn *c)
+{
+    static const struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+    if (c->proxy == FW_PX_NAMED)
+        return (fw_pass_client){ (const struct sockaddr *)&c->peer, c->peer_len };
+    if (c->proxy == FW_PX_READ)
+        return (fw_pass_client){ &unspec, sizeof(unspec) };
+    return (fw_pass_client){ NULL, 0 };
 }
 
 /* Answer a protocol error and close. */
@@ -311,6 +406,11 @@ static void request_end(fw_conn *c)
 static int step_head(fw_conn *c)
 {
     fw_server *srv = c->srv;
+    if (c->proxy == FW_PX_WAIT) {
+        int rc = step_proxy(c);
+        if (rc <= 0)
+            return rc < 0;      /* closed: drive on to see it */
+    }
     size_t used = fw_buf_used(&c->in);
     if (c->head_scan == 0 && used > 0) {
         size_t k = fw_http_skip_crlf(fw_buf_head(&c->in), used);
@@ -503,7 +603,8 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
          * silent until now) may be better served by another worker: see
          * fw_balance_handoff. It goes there unread. */
         if (c->state == FW_C_READ_HEAD && srv->pool && fw_buf_used(&c->in) == 0 && !srv->stopping &&
-            fw_balance_handoff(&srv->bal, &c->place, c->w.fd, listener_index(c), served_before(c))) {
+            fw_balance_handoff(&srv->bal, &c->place, c->w.fd, listener_index(c), served_before(c),
+                               passed_client(c))) {
             fw_conn_close_passed(c);    /* the socket lives on in the datagram, then in the peer */
             return;
         }
@@ -547,8 +648,11 @@ void fw_conn_on_timeout(fw_conn *c)
     switch (c->state) {
     case FW_C_READ_HEAD:
         /* Bytes of a request arrived but not a whole head: 408. A connection
-         * that sent nothing (or is idle between requests) just closes. */
-        if (fw_buf_used(&c->in) > 0 && c->head_started) {
+         * that sent nothing (or is idle between requests) just closes. Part
+         * of a PROXY header is no request: it closes, said why. */
+        if (c->proxy == FW_PX_WAIT && fw_buf_used(&c->in) > 0) {
+            proxy_refuse(c, "header not complete within --header-timeout");
+        } else if (fw_buf_used(&c->in) > 0 && c->head_started) {
             fw_server_log(srv, FW_LOG_DEBUG, "fd %d: header timeout", c->w.fd);
             conn_fail(c, 408);
             conn_drive(c);
@@ -602,7 +706,8 @@ void fw_conn_start_stop(fw_conn *c)
         /* Idle (kept alive, or new and silent). A retiring worker gives it,
          * unread, to a worker that serves on: the client never notices. */
         if (srv->handing_on) {
-            int rc = fw_balance_pass_on(&srv->bal, c->w.fd, listener_index(c), served_before(c));
+            int rc = fw_balance_pass_on(&srv->bal, c->w.fd, listener_index(c), served_before(c),
+                                        passed_client(c));
             if (rc == 0) {
                 fw_conn_close_passed(c);
                 return;

@@ -33,6 +33,14 @@ enum fw_conn_state {
 
 enum fw_body_src { FW_B_NONE, FW_B_MEM, FW_B_FILE, FW_B_LIVE };
 
+/* The PROXY protocol header of a connection (--proxy-protocol). */
+enum fw_conn_proxy {
+    FW_PX_OFF = 0,      /* none expected */
+    FW_PX_WAIT,         /* expected before the first request, not read yet */
+    FW_PX_READ,         /* read; it named no client (LOCAL, UNKNOWN): peer is the socket's */
+    FW_PX_NAMED         /* read; peer is the client it named */
+};
+
 /* Return codes of the I/O helpers below. */
 enum { FW_IO_DONE = 0, FW_IO_AGAIN = 1, FW_IO_ERR = -1, FW_IO_TIMEOUT = -2, FW_IO_BAD = -3 };
 
@@ -78,11 +86,15 @@ struct fw_conn {
     int state;
     fw_tnode timer;
 
-    struct sockaddr_storage peer;
+    struct sockaddr_storage peer;     /* the client: the socket's peer, or the one a PROXY
+                                       * protocol header named (proxy == FW_PX_NAMED) */
     socklen_t peer_len;
     char peer_host[112];              /* peer as text, made once (fw_conn_peer_text) */
     char peer_port[8];
     int peer_text;
+    int proxy;                        /* enum fw_conn_proxy */
+    int fwd_allowed;                  /* the socket's peer is in --forwarded-allow-ips: the app
+                                       * layer may take the scheme from its headers */
 
     fw_buf in;
     fw_buf out;
@@ -119,9 +131,12 @@ struct fw_conn {
 };
 
 /* A socket accepted here, or handed over by another worker (kept_alive:
- * it had served requests there and is idle). The connection owns fd. */
+ * it had served requests there and is idle; client: what that worker knew
+ * of the client, fw_balance.h). sa: the socket's peer. The connection owns
+ * fd. With --proxy-protocol a new connection from a peer not in
+ * --proxy-allow-from is closed at once (logged). */
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
-                     const struct sockaddr *sa, socklen_t salen, int kept_alive);
+                     const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client);
 void fw_conn_close(fw_conn *c);
 /* Close c whose socket now also lives in another process (handed over):
  * leaves the epoll set explicitly first (see fw_loop_unwatch). */
@@ -135,9 +150,11 @@ void fw_conn_start_stop(fw_conn *c);
 /* Loop thread: a pool thread is done with c; rc is what the app call said. */
 void fw_conn_app_done(fw_conn *c, int rc);
 
-/* The peer address as text, formatted once per connection: IPv4, IPv6
- * (v4-mapped shown as IPv4), or for unix sockets the peer's path ("" if it
- * bound none) and an empty port. The strings live in the connection. */
+/* The client's address as text (REMOTE_ADDR, log lines), formatted once
+ * per connection: the socket's peer or, once a PROXY protocol header named
+ * one, that client. IPv4, IPv6 (v4-mapped shown as IPv4), or for unix
+ * sockets the peer's path ("" if it bound none) and an empty port. The
+ * strings live in the connection. */
 void fw_conn_peer_text(fw_conn *c, const char **host, const char **port);
 
 /* ---- for the app layer: request body (wsgi.input) ---------------------- */

@@ -154,7 +154,7 @@ static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
             }
         }
         fw_balance_accepted(&srv->bal);
-        if (!fw_conn_new(srv, l, fd, (struct sockaddr *)&ss, len, 0)) {
+        if (!fw_conn_new(srv, l, fd, (struct sockaddr *)&ss, len, 0, (fw_pass_client){ NULL, 0 })) {
             fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
             close(fd);
         }
@@ -213,7 +213,7 @@ static int bal_set_listeners(void *ctx, int on, int exclusive)
 }
 
 /* A connection a peer handed us (the fd is ours). */
-static void bal_take(void *ctx, int listener, int fd, int kept_alive)
+static void bal_take(void *ctx, int listener, int fd, int kept_alive, fw_pass_client client)
 {
     fw_server *srv = ctx;
     struct sockaddr_storage ss;
@@ -222,7 +222,7 @@ static void bal_take(void *ctx, int listener, int fd, int kept_alive)
         close(fd);             /* the client has gone meanwhile */
         return;
     }
-    if (!fw_conn_new(srv, &srv->listeners[listener], fd, (struct sockaddr *)&ss, salen, kept_alive)) {
+    if (!fw_conn_new(srv, &srv->listeners[listener], fd, (struct sockaddr *)&ss, salen, kept_alive, client)) {
         fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
         close(fd);
     }

@@ -17,6 +17,7 @@
 #include "fw_balance.h"
 #include "fw_http.h"
 #include "fw_loop.h"
+#include "fw_netmask.h"
 #include "fw_pool.h"
 #include "fw_stats.h"
 #include "fw_timer.h"
@@ -63,6 +64,14 @@ typedef struct fw_config {
                                 * makes and frees it); NULL: no access log */
     fw_stats *stats;           /* this worker's counters (fw_stats.h), in memory the master
                                 * owns; NULL: none */
+    /* Behind a proxy. The lists are not owned (the caller's, like spool_dir);
+     * NULL holds no IP address. Unix-socket peers are in every list. */
+    const fw_netlist *forwarded_allow;  /* peers whose scheme headers count (--forwarded-allow-ips),
+                                         * decided once per connection (fw_conn.fwd_allowed) */
+    int proxy_protocol;        /* PROXY protocol versions each connection starts with (fw_proxy.h:
+                                * FW_PROXY_V1 | FW_PROXY_V2); 0: off */
+    const fw_netlist *proxy_allow;      /* peers that may send one (--proxy-allow-from); others are
+                                         * closed at accept */
 } fw_config;
 
 void fw_config_defaults(fw_config *cfg);

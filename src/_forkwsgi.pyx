@@ -14,7 +14,7 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_XDECREF
-from libc.errno cimport errno
+from libc.errno cimport ENOMEM, errno
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memset, strcpy, strlen
 
@@ -97,6 +97,14 @@ cdef extern from "glue.h":
 
     void fw_stats_read(const fw_stats *s, fw_stats_view *out)
     uint64_t fw_stats_bound_us(int i)
+    ctypedef struct fw_netlist:
+        pass
+
+    ctypedef struct fw_scheme_header:
+        const char *name
+        size_t name_len
+        const char *value
+        size_t value_len
 
     ctypedef struct fw_config:
         fw_http_limits limits
@@ -115,6 +123,9 @@ cdef extern from "glue.h":
         fw_balance_cfg balance
         fw_alog *access_log
         fw_stats *stats
+        const fw_netlist *forwarded_allow
+        int proxy_protocol
+        const fw_netlist *proxy_allow
 
     ctypedef struct fw_balance:
         pass
@@ -140,6 +151,8 @@ cdef extern from "glue.h":
         PyObject *base_environ
         PyObject *listener_info
         PyObject *pending_exc
+        const fw_scheme_header *scheme_headers
+        int n_scheme_headers
         Py_buffer status
         PyThreadState *tstate
         int serving
@@ -150,7 +163,11 @@ cdef extern from "glue.h":
         FW_BAL_SHARED
         FW_BAL_LEAST_BUSY
         FW_BAL_REUSEPORT
+        FW_PROXY_V1
+        FW_PROXY_V2
 
+    int fw_netlist_parse(const char *spec, fw_netlist **out)
+    void fw_netlist_free(fw_netlist *l)
     const fw_app_ops fw_glue_ops
     PyMethodDef fw_offload_methods[]
     PyTypeObject StartResponse_Type
@@ -241,6 +258,8 @@ cdef enum Kind:
     K_U64 = 1           # a count or bytes, uint64_t
     K_INT = 2           # int
     K_MS = 3            # seconds (float) stored as int milliseconds
+    K_NETS = 4          # addresses and networks (a list of text), a parsed fw_netlist the Server owns
+    K_PROXY = 5         # PROXY protocol versions: "off", "v1", "v2", "auto" as an int mask
 
 cdef fw_config _layout
 
@@ -261,7 +280,12 @@ CORE_SETTINGS = {
     "max_connections": (K_INT, _at(&_layout.max_connections)),
     "max_requests": (K_U64, _at(&_layout.max_requests)),
     "threads": (K_INT, _at(&_layout.threads)),
+    "forwarded_allow_ips": (K_NETS, _at(&_layout.forwarded_allow)),
+    "proxy_protocol": (K_PROXY, _at(&_layout.proxy_protocol)),
+    "proxy_allow_ips": (K_NETS, _at(&_layout.proxy_allow)),
 }
+
+_PROXY_VERSIONS = {"off": 0, "v1": FW_PROXY_V1, "v2": FW_PROXY_V2, "auto": FW_PROXY_V1 | FW_PROXY_V2}
 
 
 cdef int _ms(double seconds):
@@ -275,6 +299,21 @@ cdef int _ms(double seconds):
 cdef int _store(fw_config *cfg, str name, object value) except -1:
     kind, off = CORE_SETTINGS[name]
     cdef char *field = <char *>cfg + <Py_ssize_t>off
+    cdef fw_netlist *nets = NULL
+    cdef int rc
+    if kind == K_NETS:
+        spec = ",".join(value).encode("ascii", "replace")
+        rc = fw_netlist_parse(spec, &nets)
+        if rc != 0:
+            raise ValueError(f"{name}: not IP addresses or networks: {value!r}") if rc != -ENOMEM else MemoryError()
+        fw_netlist_free((<fw_netlist **>field)[0])
+        (<fw_netlist **>field)[0] = nets
+        return 0
+    if kind == K_PROXY:
+        if value not in _PROXY_VERSIONS:
+            raise ValueError(f"{name}: use off, v1, v2 or auto")
+        (<int *>field)[0] = _PROXY_VERSIONS[value]
+        return 0
     if value < 0:
         raise ValueError(f"{name} must not be negative")
     if kind == K_SIZE:
@@ -323,7 +362,8 @@ cdef class Server:
     balance=BALANCE_LEAST_BUSY, scoreboard=None, slot=0, kick_fds=None,
     pass_fds=None, pass_recv_fd=-1, release_listeners=False, accept_batch=16,
     **settings): the C HTTP/1.1 server loop over listening sockets.
-    settings: the registry's names in CORE_SETTINGS, plus spool_dir."""
+    settings: the registry's names in CORE_SETTINGS, plus spool_dir and
+    secure_scheme_headers (a dict, for the environ)."""
 
     cdef fw_glue g
     cdef fw_config cfg
@@ -332,7 +372,8 @@ cdef class Server:
     cdef char *spool_dir           # PyMem
     cdef fw_alog *access_log       # owned, NULL if none; freed after the server
     cdef Py_buffer stats_buf       # the master's shared counters of this worker, buf NULL if none
-    cdef object app, logger, base_environ, listener_info
+    cdef fw_scheme_header *scheme_headers   # PyMem, pointing into scheme_bytes
+    cdef object app, logger, base_environ, listener_info, scheme_bytes
 
     def __cinit__(self):
         memset(&self.g, 0, sizeof(self.g))
@@ -341,6 +382,7 @@ cdef class Server:
         self.spool_dir = NULL
         self.access_log = NULL
         self.stats_buf.buf = NULL
+        self.scheme_headers = NULL
 
     def __init__(self, app, fds, dict base_environ, list listener_info, logger, *, status=None,
                  int balance=FW_BAL_LEAST_BUSY, scoreboard=None, int slot=0, kick_fds=None, pass_fds=None,
@@ -351,6 +393,7 @@ cdef class Server:
         fw_config_defaults(&self.cfg)
         cdef fw_config *cfg = &self.cfg
         spool_dir = settings.pop("spool_dir", None)
+        self._scheme_setup(settings.pop("secure_scheme_headers", None) or {})
         for name, value in settings.items():
             if name not in CORE_SETTINGS:
                 raise TypeError(f"Server: unknown setting {name!r}")
@@ -414,6 +457,27 @@ cdef class Server:
         self.g.srv = fw_server_new(cfg, ifds, <int>n, &fw_glue_ops, &self.g)
         if self.g.srv == NULL:
             raise OSError(errno, os.strerror(errno))
+
+    cdef int _scheme_setup(self, dict headers) except -1:
+        """secure_scheme_headers for the environ: names in lower case (the C
+        side compares them case-insensitively), values exact."""
+        self.scheme_bytes = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        cdef Py_ssize_t n = len(self.scheme_bytes)
+        if n > 64:
+            raise ValueError("secure_scheme_headers: 64 headers at most")
+        self.scheme_headers = <fw_scheme_header *>PyMem_Malloc((n if n else 1) * sizeof(fw_scheme_header))
+        if self.scheme_headers == NULL:
+            raise MemoryError()
+        cdef bytes name, value
+        for i in range(n):
+            name, value = self.scheme_bytes[i]
+            self.scheme_headers[i].name = name
+            self.scheme_headers[i].name_len = len(name)
+            self.scheme_headers[i].value = value
+            self.scheme_headers[i].value_len = len(value)
+        self.g.scheme_headers = self.scheme_headers
+        self.g.n_scheme_headers = <int>n
+        return 0
 
     cdef int _balance_setup(self, scoreboard, int slot, kick_fds, pass_fds, int pass_recv_fd) except -1:
         """The shared scoreboard (writable, 64-aligned, one FW_SB_SLOT_SIZE slot
@@ -534,6 +598,9 @@ cdef class Server:
             PyBuffer_Release(&self.stats_buf)
         PyMem_Free(self.balance_fds)
         PyMem_Free(self.spool_dir)
+        PyMem_Free(self.scheme_headers)
+        fw_netlist_free(<fw_netlist *>self.cfg.forwarded_allow)     # (K_NETS in CORE_SETTINGS)
+        fw_netlist_free(<fw_netlist *>self.cfg.proxy_allow)
 
 
 # ---- the master's side of the scoreboard --------------------------------------

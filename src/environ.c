@@ -2,14 +2,23 @@
  *
  * Cost matters here (it runs for every request), so constant entries come
  * from a template dict copied in one go, and the environ keys of common
- * headers are interned strings looked up instead of built. */
+ * headers are interned strings looked up instead of built.
+ *
+ * Behind a proxy: when the connection's peer is in --forwarded-allow-ips
+ * (decided once per connection, fw_conn.fwd_allowed), the headers of
+ * secure_scheme_headers and the proto= of the last element of Forwarded
+ * (RFC 7239: the one the nearest proxy added) set wsgi.url_scheme; when
+ * they disagree the request is answered 400, as gunicorn refuses it.
+ * REMOTE_ADDR stays the client the connection knows (the socket's peer,
+ * or the one a PROXY protocol header named): X-Forwarded-For and
+ * Forwarded's for= are left to the app, as gunicorn does. */
 #include "glue.h"
 
 #include <string.h>
 
 static PyObject *k_method, *k_path, *k_query, *k_raw_uri, *k_proto, *k_server_name,
-    *k_server_port, *k_remote_addr, *k_remote_port, *k_ctype, *k_clen, *v_http11, *v_http10,
-    *v_empty, *s_comma;
+    *k_server_port, *k_remote_addr, *k_remote_port, *k_ctype, *k_clen, *k_url_scheme, *v_http11,
+    *v_http10, *v_empty, *v_http, *v_https, *s_comma;
 
 static struct { const char *lower; PyObject *key; size_t len; } common[] = {
     { "host", NULL, 0 }, { "user-agent", NULL, 0 }, { "accept", NULL, 0 },
@@ -44,6 +53,9 @@ int fw_environ_init(void)
     INTERN(k_remote_port, "REMOTE_PORT");
     INTERN(k_ctype, "CONTENT_TYPE");
     INTERN(k_clen, "CONTENT_LENGTH");
+    INTERN(k_url_scheme, "wsgi.url_scheme");
+    INTERN(v_http, "http");
+    INTERN(v_https, "https");
     INTERN(v_http11, "HTTP/1.1");
     INTERN(v_http10, "HTTP/1.0");
     INTERN(v_empty, "");
@@ -166,9 +178,77 @@ static int add_header(PyObject *env, PyObject *key, const fw_header *h)
     return rc;
 }
 
-PyObject *fw_environ_build(fw_glue *s, fw_conn *c)
+/* ---- the scheme a proxy says the client used ---------------------------- */
+
+enum { SCHEME_NONE = 0, SCHEME_HTTP = 1, SCHEME_HTTPS = 2 };
+
+/* A header of secure_scheme_headers: what it says, or SCHEME_NONE. */
+static int scheme_header(const fw_glue *s, const fw_header *h)
+{
+    for (int i = 0; i < s->n_scheme_headers; i++) {
+        const fw_scheme_header *sh = &s->scheme_headers[i];
+        if (sh->name_len == h->name_len && fw_http_token_eq(h->name, h->name_len, sh->name))
+            return h->value_len == sh->value_len && memcmp(h->value, sh->value, h->value_len) == 0
+                       ? SCHEME_HTTPS : SCHEME_HTTP;
+    }
+    return SCHEME_NONE;
+}
+
+/* Forwarded (RFC 7239): the proto= of its last element, or SCHEME_NONE.
+ * Elements are separated by commas, pairs by semicolons; a value is a
+ * token or a quoted string (commas inside one do not separate). */
+static int forwarded_proto(const char *v, size_t n)
+{
+    size_t i = 0;
+    int quoted = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (quoted && v[k] == '\\')
+            k++;
+        else if (v[k] == '"')
+            quoted = !quoted;
+        else if (!quoted && v[k] == ',')
+            i = k + 1;
+    }
+    while (i < n) {
+        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ';'))
+            i++;
+        size_t key = i;
+        while (i < n && v[i] != '=' && v[i] != ';')
+            i++;
+        size_t key_len = i - key;
+        if (i >= n || v[i] != '=')
+            continue;                 /* a pair without a value: passed over */
+        size_t val = ++i, end;
+        if (i < n && v[i] == '"') {
+            val = ++i;
+            while (i < n && v[i] != '"')
+                i += v[i] == '\\' && i + 1 < n ? 2 : 1;
+            end = i < n ? i : n;
+            i = end + 1;
+        } else {
+            while (i < n && v[i] != ';' && v[i] != ' ' && v[i] != '\t')
+                i++;
+            end = i;
+        }
+        if (key_len == 5 && fw_http_token_eq(v + key, 5, "proto"))
+            return end - val == 5 && fw_http_token_eq(v + val, 5, "https") ? SCHEME_HTTPS : SCHEME_HTTP;
+    }
+    return SCHEME_NONE;
+}
+
+/* Two of the scheme headers disagree: the answer is 400, as in gunicorn. */
+static void log_scheme_conflict(fw_glue *s, fw_conn *c)
+{
+    const char *host, *port;
+    fw_conn_peer_text(c, &host, &port);
+    fw_server_log(s->srv, FW_LOG_INFO, "%s%s%s: 400 scheme headers disagree (secure_scheme_headers, "
+                  "Forwarded proto=)", host, *port ? ":" : "", port);
+}
+
+PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
 {
     const fw_request *r = &c->req;
+    *status = 0;
     PyObject *env = PyDict_Copy(s->base_environ);
     if (!env)
         return NULL;
@@ -194,12 +274,23 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c)
         goto fail;
     if (set_remote(env, c) < 0)
         goto fail;
+    int scheme = SCHEME_NONE, conflict = 0;
+    const fw_header *forwarded = NULL;
     for (size_t i = 0; i < r->num_headers; i++) {
         const fw_header *h = &r->headers[i];
         /* X_Forwarded_For must never pose as X-Forwarded-For: both map to
          * HTTP_X_FORWARDED_FOR, so names with '_' are dropped. */
         if (memchr(h->name, '_', h->name_len))
             continue;
+        if (c->fwd_allowed) {
+            int said = scheme_header(s, h);
+            if (said) {
+                conflict |= scheme && said != scheme;
+                scheme = said;
+            } else if (h->name_len == 9 && fw_http_token_eq(h->name, 9, "forwarded")) {
+                forwarded = h;        /* the last line holds the last element */
+            }
+        }
         PyObject *key;
         if (h->name_len == 12 && fw_http_token_eq(h->name, 12, "content-type")) {
             key = k_ctype;
@@ -217,6 +308,19 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c)
         if (rc < 0)
             goto fail;
     }
+    if (forwarded) {
+        int said = forwarded_proto(forwarded->value, forwarded->value_len);
+        conflict |= scheme && said && said != scheme;
+        scheme = said ? said : scheme;
+    }
+    if (conflict) {
+        log_scheme_conflict(s, c);
+        *status = 400;
+        Py_DECREF(env);
+        return NULL;
+    }
+    if (scheme && PyDict_SetItem(env, k_url_scheme, scheme == SCHEME_HTTPS ? v_https : v_http) < 0)
+        goto fail;
     return env;
 fail:
     Py_DECREF(env);

@@ -13,9 +13,20 @@
 
 #include "fw_conn.h"
 #include "fw_offload.h"
+#include "fw_proxy.h"
 #include "fw_server.h"
 
 typedef struct fw_req fw_req;
+
+/* One entry of secure_scheme_headers (gunicorn's setting): from a peer in
+ * --forwarded-allow-ips, a header of this name makes wsgi.url_scheme
+ * "https" when its value is exactly `value`, else "http". */
+typedef struct fw_scheme_header {
+    const char *name;           /* lower case */
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+} fw_scheme_header;
 
 /* One server's state as the request callbacks see it (the app_ops ctx).
  * It lives inside the Python Server object (src/_forkwsgi.pyx), which owns
@@ -27,6 +38,8 @@ typedef struct fw_glue {
     PyObject *base_environ;     /* borrowed: constant environ entries, copied per request */
     PyObject *listener_info;    /* borrowed: list of (SERVER_NAME, SERVER_PORT), one per fd */
     PyObject *pending_exc;      /* owned: BaseException raised by the app, re-raised by serve() */
+    const fw_scheme_header *scheme_headers;   /* borrowed (the Server object's), n_scheme_headers */
+    int n_scheme_headers;
     Py_buffer status;           /* optional shared slots for the master (--timeout), one per
                                  * app thread; buf NULL if none (released by the Server object) */
     PyThreadState *tstate;      /* the serving thread's state while serve() runs */
@@ -70,9 +83,11 @@ extern PyTypeObject StartResponse_Type;
 extern PyTypeObject Input_Type;
 extern PyTypeObject FileWrapper_Type;
 
-/* environ.c */
+/* environ.c. fw_environ_build returns the environ, or NULL: with an
+ * exception set, or with *status an HTTP status to answer instead (400:
+ * scheme headers from an allowed proxy disagree), said in the log. */
 int fw_environ_init(void);
-PyObject *fw_environ_build(fw_glue *s, fw_conn *c);
+PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status);
 PyObject *fw_environ_listener_info(int fd);
 
 /* request.c: the fw_app_ops callbacks (ctx: the fw_glue), and their

@@ -357,7 +357,14 @@ static int on_request(void *app, fw_conn *c)
     c->app_state = r;
     r->sr = fw_start_response_new(r);
     r->input = fw_input_new(c);
-    r->environ = r->sr && r->input ? fw_environ_build(s, c) : NULL;
+    int status = 0;
+    r->environ = r->sr && r->input ? fw_environ_build(s, c, &status) : NULL;
+    if (status) {
+        req_release(r);         /* said in the log */
+        fw_conn_queue_error(c, status);
+        rc = FW_APP_DONE;
+        goto out;
+    }
     if (!r->environ || PyDict_SetItem(r->environ, s_wsgi_input, (PyObject *)r->input) < 0) {
         rc = app_failed(r, "Cannot build the environ for");
         goto out;

@@ -45,6 +45,17 @@ def echo(environ, start_response):
     return [out]
 
 
+def client(environ, start_response):
+    """Who the server says the client is, and which worker answers (?t=SECONDS: after a sleep)."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    time.sleep(float(q.get("t", "0")))
+    out = json.dumps({"pid": os.getpid(), "end": time.monotonic(), "remote_addr": environ.get("REMOTE_ADDR"),
+                      "remote_port": environ.get("REMOTE_PORT"), "url_scheme": environ["wsgi.url_scheme"],
+                      "x_forwarded_proto": environ.get("HTTP_X_FORWARDED_PROTO")}).encode()
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(out)))])
+    return [out]
+
+
 def hello(environ, start_response):
     start_response("200 OK", [("Content-Type", "text/plain")])
     return [b"Hello, World!"]

@@ -33,13 +33,16 @@ class Closed(Exception):
 class Conn:
     """A client connection with a read buffer."""
 
-    def __init__(self, port, host="127.0.0.1", timeout=10.0, family=socket.AF_INET, path=None):
+    def __init__(self, port, host="127.0.0.1", timeout=10.0, family=socket.AF_INET, path=None, source=None):
+        """source: the client's own address (e.g. 127.0.0.2: a peer that
+        is not 127.0.0.1)."""
         if path:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.sock.settimeout(timeout)
             self.sock.connect(path)
         else:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
+            self.sock = socket.create_connection((host, port), timeout=timeout,
+                                                 source_address=(source, 0) if source else None)
         self.buf = b""
 
     def send(self, data):

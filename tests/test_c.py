@@ -1,9 +1,11 @@
 """The C-level tests, run through pytest so CI runs them with the rest.
 
 - `make ctest`: tests/c/test_http.c (parser, chunked decoder, split
-  equivalence, fw_buf) under ASan + UBSan;
-- `make fuzz-smoke`: the fuzz target tests/fuzz/fuzz_http.c over the seed
-  corpus and 200k seeded random inputs, under ASan + UBSan, without libFuzzer;
+  equivalence, fw_buf) and tests/c/test_proxy.c (PROXY protocol parser,
+  address lists) under ASan + UBSan;
+- `make fuzz-smoke`: the fuzz targets tests/fuzz/fuzz_http.c (seed corpus and
+  200k seeded random inputs) and tests/fuzz/fuzz_proxy.c (40k), under ASan +
+  UBSan, without libFuzzer;
 - `make fuzz-offload-smoke`: the same for the offload record parser
   (tests/fuzz/fuzz_offload.c).
 
@@ -46,14 +48,17 @@ def make(target, timeout):
 
 def test_c_unit_tests():
     out = make("ctest", timeout=240)
-    m = re.search(r"^(\d+) passed, (\d+) failed$", out, re.M)
-    assert m, out[-5000:]
-    assert int(m.group(1)) > 0 and int(m.group(2)) == 0, out[-5000:]
+    results = re.findall(r"^(\d+) passed, (\d+) failed$", out, re.M)
+    assert len(results) == 2, out[-5000:]       # test_http, test_proxy
+    for passed, failed in results:
+        assert int(passed) > 0 and int(failed) == 0, out[-5000:]
 
 
 def test_fuzz_smoke():
-    out = make("fuzz-smoke", timeout=280)
-    assert re.search(r"^standalone: \d+ files and \d+ random inputs .* no crash$", out, re.M), out[-5000:]
+    out = make("fuzz-smoke", timeout=400)
+    # the HTTP parser's target, then the PROXY protocol parser's
+    assert len(re.findall(r"^standalone: \d+ files and \d+ random inputs .* no crash$", out, re.M)) == 2, \
+        out[-5000:]
 
 
 def test_fuzz_offload_smoke():

@@ -18,7 +18,10 @@ APP_MODES = ("inline",)
 
 
 def run_cli(*args, timeout=20, cwd=HERE):
-    env = dict(os.environ, PYTHONPATH=HERE)
+    # The caller's PYTHONPATH stays after HERE (as in conftest.ServerProc):
+    # without it `python -m forkwsgi` ran whatever forkwsgi is installed,
+    # not the tree under test.
+    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-m", "forkwsgi", *args], capture_output=True, text=True,
                        timeout=timeout, env=env, cwd=cwd)
     return p.returncode, p.stdout, p.stderr

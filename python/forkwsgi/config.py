@@ -8,6 +8,7 @@ every setting with its default.
 """
 import argparse
 import difflib
+import ipaddress
 import shlex
 import types
 import os
@@ -60,6 +61,64 @@ def _root_path(v):
     if p and not p.startswith("/"):
         raise ValueError("must start with /")
     return p
+
+
+def _addresses(v):
+    """gunicorn's address lists: IPs and CIDR networks (host bits zero),
+    comma-separated (or a list), '*' for any; blanks and empty entries are
+    ignored."""
+    items = v if isinstance(v, (list, tuple)) else str(v).split(",")
+    out = []
+    for item in items:
+        a = str(item).strip()
+        if not a:
+            continue
+        if a != "*":
+            try:
+                if "%" in a:
+                    raise ValueError("no zone index")
+                ipaddress.ip_network(a)
+            except ValueError as e:
+                raise ValueError(f"{a!r} is not an IP address or network ({e})") from None
+        out.append(a)
+    return out
+
+
+PROXY_PROTOCOL_MODES = {"off": "off", "false": "off", "0": "off", "none": "off", "no": "off",
+                        "auto": "auto", "true": "auto", "1": "auto", "yes": "auto", "on": "auto",
+                        "v1": "v1", "v2": "v2"}
+
+
+def _proxy_protocol(v):
+    """gunicorn's forms: a bool (True: auto), or off, v1, v2, auto."""
+    if isinstance(v, bool) or v is None:
+        return "auto" if v else "off"
+    mode = PROXY_PROTOCOL_MODES.get(str(v).strip().lower())
+    if mode is None:
+        raise ValueError("use off, v1, v2 or auto (or true, false)")
+    return mode
+
+
+def _scheme_headers(v):
+    """gunicorn's dict of header name to the value that means https; as
+    text (command line, environment): NAME=VALUE[,NAME=VALUE], '' for none."""
+    if not isinstance(v, dict):
+        pairs = [p for p in str(v).split(",") if p.strip()]
+        v = {}
+        for p in pairs:
+            name, sep, value = p.partition("=")
+            if not sep:
+                raise ValueError(f"{p.strip()!r}: use NAME=VALUE")
+            v[name] = value.strip()
+    out = {}
+    for name, value in v.items():
+        name = str(name).strip().upper()
+        if not name or not all(ch.isalnum() or ch in "!#$%&'*+-.^`|~" for ch in name) or not name.isascii():
+            raise ValueError(f"{name!r} is not a header name (use '-', not '_')")
+        if not isinstance(value, str) or not value.isascii() or any(ord(ch) < 0x20 for ch in value):
+            raise ValueError(f"{name}: the value must be printable text")
+        out[name] = value
+    return out
 
 
 def _bool(v):
@@ -166,7 +225,7 @@ def _log_level(v):
 
 class Setting:
     def __init__(self, name, flags, default, convert=str, help="", metavar=None,
-                 multiple=False, section="Server", split=True):
+                 multiple=False, section="Server", split=True, const=None):
         self.name = name
         self.flags = flags
         self.default = default
@@ -176,6 +235,7 @@ class Setting:
         self.multiple = multiple
         self.split = split            # multiple: a value may list several, comma-separated
         self.section = section
+        self.const = const            # the flag may come without a value: then this one
 
     def parse(self, value, origin):
         try:
@@ -285,6 +345,27 @@ SETTINGS = [
             "request bodies larger than this are buffered in a temp file", section="Limits"),
     Setting("spool_dir", ["--spool-dir"], None, help="directory for spooled request bodies (default: the temp dir)", metavar="DIR", section="Limits"),
     Setting("url_scheme", ["--url-scheme"], "http", help="wsgi.url_scheme (https behind a TLS proxy)"),
+    Setting("forwarded_allow_ips", ["--forwarded-allow-ips"], ["127.0.0.1", "::1"], _addresses, metavar="ADDRS",
+            section="Behind a proxy",
+            help="the proxies (comma-separated IPs and CIDR networks, '*' for any) whose headers of "
+                 "secure_scheme_headers and Forwarded proto= set wsgi.url_scheme; from other peers they are "
+                 "plain headers. Unix-socket peers always count. Default: $FORWARDED_ALLOW_IPS, as gunicorn"),
+    Setting("secure_scheme_headers", ["--secure-scheme-headers"],
+            {"X-FORWARDED-PROTOCOL": "ssl", "X-FORWARDED-PROTO": "https", "X-FORWARDED-SSL": "on"},
+            _scheme_headers, metavar="NAME=VALUE,...", section="Behind a proxy",
+            help="headers (and their exact values) by which a proxy in --forwarded-allow-ips says the client "
+                 "used https; the header with another value says http, and two that disagree get a 400 "
+                 "(gunicorn's setting: a dict in a config file)"),
+    Setting("proxy_protocol", ["--proxy-protocol"], "off", _proxy_protocol, metavar="MODE", const="auto",
+            section="Behind a proxy",
+            help="every connection starts with a PROXY protocol header (HAProxy send-proxy / send-proxy-v2, "
+                 "AWS NLB): v1, v2, or auto (either; the flag alone); the client it names becomes "
+                 "REMOTE_ADDR/REMOTE_PORT and the address in log lines. A connection without one, with a "
+                 "malformed one, or from a peer not in --proxy-allow-from is closed and logged"),
+    Setting("proxy_allow_ips", ["--proxy-allow-from"], ["127.0.0.1", "::1"], _addresses, metavar="ADDRS",
+            section="Behind a proxy",
+            help="the peers (comma-separated IPs and CIDR networks, '*' for any) that may connect with "
+                 "--proxy-protocol; unix-socket peers always may"),
     Setting("root_path", ["--root-path"], "", _root_path, metavar="PREFIX",
             help="the prefix the app is mounted under behind a proxy: SCRIPT_NAME, taken off the front of "
                  "PATH_INFO (default: $SCRIPT_NAME, as gunicorn)"),
@@ -382,6 +463,8 @@ def build_parser():
         kw = dict(dest=s.name, help=s.help, metavar=s.metavar, default=argparse.SUPPRESS)
         if s.multiple:
             kw["action"] = "append"
+        elif s.const is not None:
+            kw.update(nargs="?", const=s.const)
         elif s.convert is _bool:
             kw = dict(dest=s.name, help=s.help, default=argparse.SUPPRESS, action="store_const", const=True)
         g.add_argument(*s.flags, **kw)
@@ -389,7 +472,9 @@ def build_parser():
     for action in p._actions:
         if action.dest in BY_NAME:
             d = BY_NAME[action.dest].default
-            action.help = f"{action.help} (default: {', '.join(d) if isinstance(d, list) else d})"
+            shown = ", ".join(d) if isinstance(d, list) else \
+                ",".join(f"{k}={v}" for k, v in d.items()) if isinstance(d, dict) else d
+            action.help = f"{action.help} (default: {shown})"
     p.formatter_class = argparse.HelpFormatter
     return p
 
@@ -430,8 +515,9 @@ def unknown_env(environ=None):
 
 def load(argv, environ=None, origins=None, warnings=None):
     """Settings, from the least to the most authoritative (gunicorn's order):
-    defaults (WEB_CONCURRENCY, PORT and SCRIPT_NAME change those of
-    --workers, --bind and --root-path, as on Heroku-style platforms), the config file, FORKWSGI_*
+    defaults (WEB_CONCURRENCY, PORT, SCRIPT_NAME and FORWARDED_ALLOW_IPS change those of
+    --workers, --bind, --root-path and --forwarded-allow-ips, as on Heroku-style platforms and in
+    gunicorn), the config file, FORKWSGI_*
     variables, FORKWSGI_CMD_ARGS (command-line flags in one variable, like
     GUNICORN_CMD_ARGS), the command line. Returns (app_spec, cfg).
     origins: a dict to fill with where each setting that is not a default
@@ -454,8 +540,10 @@ def load(argv, environ=None, origins=None, warnings=None):
     cfg = defaults()
     for var, name, value in (("WEB_CONCURRENCY", "workers", lambda v: v),
                              ("PORT", "bind", lambda v: f"0.0.0.0:{v}"),
-                             ("SCRIPT_NAME", "root_path", lambda v: v)):
-        if environ.get(var, "").strip():
+                             ("SCRIPT_NAME", "root_path", lambda v: v),
+                             ("FORWARDED_ALLOW_IPS", "forwarded_allow_ips", lambda v: v)):
+        # gunicorn reads FORWARDED_ALLOW_IPS when set at all ('' allows no address).
+        if environ.get(var, "").strip() or (var == "FORWARDED_ALLOW_IPS" and var in environ):
             cfg[name] = BY_NAME[name].parse(value(environ[var].strip()), var)
             origins[name] = var
     # A config file named on the command line wins over one in FORKWSGI_CMD_ARGS.

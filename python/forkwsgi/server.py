@@ -83,7 +83,8 @@ class Server:
             base["forkwsgi.offload"] = _forkwsgi.offload
         # The settings of the loop go to the core by their registry names:
         # _forkwsgi.CORE_SETTINGS (src/_forkwsgi.pyx) says where each lands.
-        core = {name: self.settings[name] for name in (*_forkwsgi.CORE_SETTINGS, "spool_dir")
+        core = {name: self.settings[name] for name in (*_forkwsgi.CORE_SETTINGS, "spool_dir",
+                                                       "secure_scheme_headers")
                 if self.settings[name] is not None}
         # A lone server has no peers: least-busy then just stops watching its
         # listeners while every app thread is busy (connections wait in the

@@ -182,9 +182,10 @@ class WorkerSlots:
             # recvmsg, not socket.recv_fds: before 3.12 it ignores its flags,
             # and a blocking read would hang here.
             try:
-                # The datagram: listener index and flags (cserver/fw_balance.h).
+                # The datagram: listener index, flags and the client's record
+                # (cserver/fw_balance.h: FW_PASS_MSG_MAX bytes at most).
                 msg, anc, _, _ = self.pass_recv[slot].recvmsg(
-                    16, socket.CMSG_SPACE(4 * array.array("i").itemsize), socket.MSG_DONTWAIT)
+                    64, socket.CMSG_SPACE(4 * array.array("i").itemsize), socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as e:
@@ -194,8 +195,9 @@ class WorkerSlots:
             for level, kind, data in anc:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-            # Not counted in the new target's "incoming".
-            fwd = bytes([msg[0], msg[1] & ~FW_PASS_REQUEST]) if len(msg) == 2 else (msg or b"\0")
+            # Not counted in the new target's "incoming"; the rest (the
+            # client a PROXY header named) travels as it came.
+            fwd = bytes([msg[0], msg[1] & ~FW_PASS_REQUEST]) + msg[2:] if len(msg) >= 2 else (msg or b"\0")
             self.stranded += [(fwd, fd, time.monotonic()) for fd in fds]
 
     def pass_on_stranded(self, stopping):

@@ -22,66 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- the tiny framework ------------------------------------------------ */
-
-static int n_pass, n_fail, n_known;
-static int strict;
-static const char *ctx = "";   /* what is being tested, for failure messages */
-
-static void check_(int ok, const char *expr, int line)
-{
-    if (ok) {
-        n_pass++;
-        return;
-    }
-    n_fail++;
-    printf("FAIL test_http.c:%d [%s]: %s\n", line, ctx, expr);
-}
-
-static void check_int_(long long got, long long want, const char *expr, int line)
-{
-    if (got == want) {
-        n_pass++;
-        return;
-    }
-    n_fail++;
-    printf("FAIL test_http.c:%d [%s]: %s == %lld, expected %lld\n", line, ctx, expr, got, want);
-}
-
-static void check_str_(const char *p, size_t n, const char *want, const char *expr, int line)
-{
-    size_t wn = strlen(want);
-    if (p && n == wn && memcmp(p, want, n) == 0) {
-        n_pass++;
-        return;
-    }
-    n_fail++;
-    printf("FAIL test_http.c:%d [%s]: %s is \"%.*s\", expected \"%s\"\n", line, ctx, expr,
-           p ? (int)n : 6, p ? p : "(null)", want);
-}
-
-/* A check that currently fails because of a reported bug (none at present;
- * kept for the next one). */
-__attribute__((unused)) static void known_issue_(int ok, const char *what, int line)
-{
-    if (ok) {
-        n_pass++;
-        printf("FIXED? test_http.c:%d [%s]: known issue no longer reproduces: %s\n", line, ctx, what);
-        return;
-    }
-    if (strict) {
-        n_fail++;
-        printf("FAIL test_http.c:%d [%s]: known issue: %s\n", line, ctx, what);
-    } else {
-        n_known++;
-        printf("KNOWN test_http.c:%d [%s]: %s\n", line, ctx, what);
-    }
-}
-
-#define CHECK(cond) check_((cond) != 0, #cond, __LINE__)
-#define CHECK_INT(expr, want) check_int_((long long)(expr), (long long)(want), #expr, __LINE__)
-#define CHECK_STR(p, n, want) check_str_((p), (n), (want), #p, __LINE__)
-#define KNOWN_ISSUE(cond, what) known_issue_((cond) != 0, (what), __LINE__)
+#define CHECK_NAME "test_http.c"
+#include "check.h"
 
 /* ---- parsing helpers --------------------------------------------------- */
 
@@ -1355,8 +1297,7 @@ static void test_token_helpers(void)
 
 int main(void)
 {
-    const char *s = getenv("FW_TEST_STRICT");
-    strict = s && *s && strcmp(s, "0") != 0;
+    check_init();
 
     test_simple_get();
     test_methods();
@@ -1379,8 +1320,5 @@ int main(void)
     test_token_helpers();
 
     free(last_buf);
-    if (n_known)
-        printf("%d known issue(s) not counted as failures (FW_TEST_STRICT=1 to fail on them)\n", n_known);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_report();
 }
