@@ -239,3 +239,15 @@ def test_unix_socket_client(make_server, tmp_path):
         c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
         assert c.read_response().status == 200
     assert lines_of(path, 1) == ["[-] 200"]
+
+
+def test_the_client_a_proxy_names_is_the_one_logged(make_server, tmp_path):
+    """Behind HAProxy's send-proxy (--proxy-protocol): %(h)s and
+    %({REMOTE_PORT}e)s are the client the PROXY header names, not the proxy."""
+    s, path = start(make_server, tmp_path, "--proxy-protocol=v1", "--access-logformat",
+                    "%(h)s %({REMOTE_PORT}e)s %(s)s")
+    with Conn(s.port) as c:
+        c.send(b"PROXY TCP4 203.0.113.9 127.0.0.1 40123 80\r\n"
+               b"GET / HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.read_response().status == 200 and c.read_response().status == 200
+    assert lines_of(path, 2) == ["203.0.113.9 40123 200"] * 2
