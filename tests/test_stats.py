@@ -8,11 +8,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import ServerProc
+from conftest import HERE, ServerProc
 from httpraw import Conn, get_each_on_a_new_connection, wait_for
 
 
@@ -30,12 +31,8 @@ def fetch(addr):
     with socket.socket(fam, socket.SOCK_STREAM) as s:
         s.settimeout(5)
         s.connect(addr)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return json.loads(data)
-            data += chunk
+        with s.makefile("rb") as f:         # the server closes after the document
+            return json.load(f)
 
 
 def start(*args, app="apps:logged"):
@@ -194,6 +191,63 @@ def test_uwsgitop_shows_every_worker():
         assert "req: 25" in text, text
         rows = [ln.split() for ln in text.splitlines() if any(ln.split()[2:3] == [str(p)] for p in s.worker_pids())]
         assert sorted(int(r[3]) for r in rows) == sorted(w["requests"] for w in fetch(s.stats_addr)["workers"])
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=10)
+        s.stop()
+
+
+def test_forkwsgi_top_once_json():
+    s = start("--workers", "2", "--threads", "2", app="apps:sleep")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 2)
+        get_each_on_a_new_connection(s.port, 30, "/?t=0.001")
+        slow = Conn(s.port, timeout=20)
+        slow.send(b"GET /?t=3 HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert wait_for(lambda: fetch(s.stats_addr)["load"] == 1, 5)
+        host, port = s.stats_addr
+        p = subprocess.run([sys.executable, "-m", "forkwsgi", "top", f"{host}:{port}", "--once", "--json",
+                            "--interval", "0.5"], capture_output=True, text=True, timeout=30,
+                           env=dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", "")))
+        assert p.returncode == 0, p.stderr
+        out = json.loads(p.stdout)
+        assert out["server"]["pid"] == s.pid and out["server"]["requests"] == 30
+        assert out["server"]["in_flight"] == 1 and out["server"]["workers"] == 2
+        assert sorted(w["pid"] for w in out["workers"]) == sorted(s.worker_pids())
+        assert sum(w["requests"] for w in out["workers"]) == 30
+        busy = [w for w in out["workers"] if w["oldest_request"]]
+        assert len(busy) == 1 and busy[0]["oldest_request"] == "GET /?t=3" and busy[0]["state"] == "busy"
+        assert 0 <= busy[0]["oldest_age_s"] < 5
+        assert slow.read_response().status == 200
+        slow.close()
+        # A server that does not answer: one line and exit 1.
+        bad = subprocess.run([sys.executable, "-m", "forkwsgi", "top", "127.0.0.1:1", "--once"],
+                             capture_output=True, text=True, timeout=30)
+        assert bad.returncode == 1 and "no answer from 127.0.0.1:1" in bad.stderr
+    finally:
+        s.stop()
+
+
+@pytest.mark.skipif(not shutil.which("tmux"), reason="needs tmux")
+def test_forkwsgi_top_live_in_a_terminal():
+    s = start("--workers", "2", app="apps:hello")
+    session = f"fwtop2{os.getpid()}"
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 2)
+        get_each_on_a_new_connection(s.port, 12)
+        host, port = s.stats_addr
+        env = f"PYTHONPATH={HERE}:{os.environ.get('PYTHONPATH', '')}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "30",
+                        f"env {env} {sys.executable} -m forkwsgi top {host}:{port} --interval 0.3; sleep 30"],
+                       check=True, timeout=10)
+
+        def screen():
+            return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                  text=True, timeout=10).stdout
+        assert wait_for(lambda: all(str(p) in screen() for p in s.worker_pids()), 15), screen()
+        text = screen()
+        assert f"master {s.pid}" in text and "requests 12" in text and "P99ms" in text, text
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True, timeout=10)
+        assert wait_for(lambda: "P99ms" not in screen(), 10), screen()      # it quit (curses restored the screen)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=10)
         s.stop()

@@ -20,6 +20,9 @@ def fail(msg):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["top"]:                  # forkwsgi top ADDR: a view of a server's --stats
+        from . import top
+        return top.main(argv[1:])
     started_in = os.getcwd()         # where an in-place reload re-executes (before --chdir)
     origins, unknown = {}, []
     try:

@@ -87,7 +87,9 @@ def uwsgi_document(master, previous):
                       for t, began, line, calls in threads],
             "forkwsgi": {"slot": w.slot, "retiring": w.retiring or w.old, "in_flight": worker_in_flight,
                          "connections": c["conns_open"], "status_classes": status_classes(c["status"]),
-                         "app_calls": c["app_calls"], "app_us": c["app_us"]},
+                         "app_calls": c["app_calls"], "app_us": c["app_us"],
+                         # Per-bucket counts of request durations; bounds in "histogram_bounds".
+                         "durations": c["total_hist"]},
         })
     previous.clear()
     previous.update({w["pid"]: w["requests"] for w in workers})
@@ -102,6 +104,7 @@ def uwsgi_document(master, previous):
         "signal_queue": 0, "load": in_flight, "pid": master.pid, "uid": os.getuid(), "gid": os.getgid(),
         "cwd": os.getcwd(), "locks": [], "sockets": sockets, "workers": workers,
         "forkwsgi": {"workers": master.num_workers, "threads": master.threads, "balance": master.balance,
+                     "histogram_bounds": [b if b != float("inf") else None for b in _forkwsgi.STATS_BOUNDS],
                      "reloads": master.reloads, "backlog": master.cfg["backlog"],
                      # Since the start, over every worker that ever ran: never go back.
                      "totals": {"requests": totals["requests"], "bytes_out": totals["bytes_out"],
