@@ -138,9 +138,16 @@ def test_restarts_and_totals_survive_them():
     try:
         get_each_on_a_new_connection(s.port, 130)
         assert wait_for(lambda: fetch(s.stats_addr)["forkwsgi"]["totals"]["requests"] == 130, 5)
+        # The second recycle done (the worker of requests 101-130 alone), then the kill.
+        assert wait_for(lambda: [w["respawn_count"] for w in fetch(s.stats_addr)["workers"]] == [2]
+                        and len(s.worker_pids()) == 1, 10)
         victim = s.worker_pids()[0]
         os.kill(victim, signal.SIGKILL)
-        assert wait_for(lambda: len(s.worker_pids()) == 1 and victim not in s.worker_pids(), 10)
+
+        def replaced():
+            pids = s.worker_pids()
+            return len(pids) == 1 and victim not in pids
+        assert wait_for(replaced, 10)
         doc = fetch(s.stats_addr)
         totals = doc["forkwsgi"]["totals"]
         assert totals["requests"] == 130
