@@ -47,12 +47,12 @@ class Server(run_core.Server):
     """run_core's server (ready check, CPU of the process tree, stop by PID)
     over a command of ours."""
 
-    def __init__(self, name, argv, port, log_path):
+    def __init__(self, name, argv, port, log_path, env=None):
         self.name, self.app, self.port, self.log_path = name, "hello", port, log_path
         self.argv = ["taskset", "-c", run_core.SERVER_CPU, *argv]
         self.logf = open(log_path, "w")
         self.proc = subprocess.Popen(self.argv, cwd=run_core.BENCH, stdout=self.logf,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 
 
 def one_run(name, argv_of, port, duration, warmup):

@@ -149,6 +149,10 @@ class InPlaceReload:
                       "worker retires once a new one is ready", why, self.num_workers)
         self.notifier.reloading()
         self.announce = True
+        if self.offload:
+            # The sibling hands over now, as on any reload (a SIGHUP sent to
+            # the whole group tells it so itself): its exit is expected.
+            self.offload.reload()
         self.preflight = Preflight(self.argv, self.cwd)
 
     def check_preflight(self):
