@@ -31,7 +31,7 @@ import sys
 import time
 from collections import Counter
 
-from . import appload, binding, config, metrics, process, reexec, stats, systemd, worker
+from . import appload, binding, config, hooks, metrics, process, reexec, stats, systemd, worker
 from .offload.queue import OffloadQueue
 from .offload.supervisor import ForkStarter, Supervisor
 from .slots import WorkerSlots
@@ -58,6 +58,7 @@ class WorkerInfo:
         self.old = False             # replaced by a reload: retire once a new one is ready
         self.retiring = False        # sent SIGTERM by us
         self.retire_reason = None    # why (Arbiter.retire), for the restart counts
+        self.hook_worker = None      # what hooks got for it (hooks.Worker)
 
 
 class Arbiter(reexec.InPlaceReload):
@@ -68,8 +69,11 @@ class Arbiter(reexec.InPlaceReload):
         signal.SIGUSR2: "usr2", signal.SIGWINCH: "winch",
     }
 
-    def __init__(self, app_spec, cfg, logger=log, notifier=None, argv=None, cwd=None):
+    def __init__(self, app_spec, cfg, logger=log, notifier=None, argv=None, cwd=None, hook_fns=None):
         self.app_spec = app_spec
+        # Server hooks (hooks.py); cfg also reads as attributes, as hooks expect.
+        self.hooks = hooks.Hooks(hook_fns or {}, logger)
+        self.worker_age = 0
         # How it was started, for a reload that re-executes it (reexec.py),
         # and what a master before it left, if it is such a re-execution.
         self.argv = list(sys.argv[1:] if argv is None else argv)
@@ -80,7 +84,7 @@ class Arbiter(reexec.InPlaceReload):
         # each reload; `announce` says one is due.
         self.notifier = notifier or systemd.Notifier({})
         self.announce = True
-        self.cfg = cfg
+        self.cfg = hooks.Cfg(cfg)
         self.log = logger
         self.num_workers = cfg["workers"]
         self.lazy = cfg["lazy_apps"]
@@ -118,6 +122,8 @@ class Arbiter(reexec.InPlaceReload):
         """Bind (or take over what the master before an in-place reload
         held) and preload. Raises binding.BindError / appload.AppImportError."""
         process.set_title("forkwsgi: master")
+        if not self.inherited:
+            self.hooks.call("on_starting", self)
         if self.cfg["master_nice"]:
             os.setpriority(os.PRIO_PROCESS, 0, self.cfg["master_nice"])
         st = self.inherited
@@ -184,6 +190,8 @@ class Arbiter(reexec.InPlaceReload):
         self.log.info("Master %d: %d worker(s) x %d thread(s), balance %s, %s", self.pid,
                       self.num_workers, self.threads, self.balance,
                       "app loaded per worker (--lazy-apps)" if self.lazy else "app preloaded")
+        if not st:
+            self.hooks.call("when_ready", self)
         if st:
             self.log.info("Reloaded in place (same PID %d): %d running worker(s) taken over; %s", self.pid,
                           len(self.workers), "they serve on (no new code)" if self.no_app else
@@ -232,6 +240,7 @@ class Arbiter(reexec.InPlaceReload):
             self.stop(graceful=False)
             return e.exit_status
         finally:
+            self.hooks.call("on_exit", self)
             for s in self.sockets:
                 s.close()
             for obs in self.observers:
@@ -341,6 +350,9 @@ class Arbiter(reexec.InPlaceReload):
         sockets = self.sockets
         if self.balance == "reuseport":
             sockets = [binding.reuseport_peer(s, self.cfg["backlog"]) for s in self.sockets]
+        self.worker_age += 1
+        hw = hooks.Worker(index, self.worker_age, self.log, self.cfg)
+        self.hooks.call("pre_fork", self, hw)
         r, w = os.pipe2(os.O_CLOEXEC)
         # Stop signals are held across fork: the child unblocks them once
         # its own handlers are in place (worker.run), so one that arrives
@@ -360,7 +372,7 @@ class Arbiter(reexec.InPlaceReload):
             pid = os.fork()
             if pid == 0:           # still holding them: never leaves this block
                 os.close(r)
-                self._run_worker(index, slot, sockets, options, w, status, counters, balance, ofl)
+                self._run_worker(index, slot, sockets, options, w, status, counters, balance, ofl, hw)
         status.release()
         counters.release()
         if sockets is not self.sockets:
@@ -368,12 +380,14 @@ class Arbiter(reexec.InPlaceReload):
                 s.close()              # the worker's own now: its queue dies with it
         os.close(w)
         self.workers[pid] = WorkerInfo(pid, index, r)
+        hw.pid, hw.ppid = pid, self.pid
+        self.workers[pid].hook_worker = hw
         self.spawns[index] += 1
         self.workers[pid].slot = slot
         self.log.info("Booted worker %d (pid %d)", index, pid)
         return True
 
-    def _run_worker(self, index, slot, sockets, options, ready_fd, status, counters, balance, ofl):
+    def _run_worker(self, index, slot, sockets, options, ready_fd, status, counters, balance, ofl, hw):
         """In the forked worker: close what belongs to the master, then run."""
         for fd in (self.wake_r, self.wake_w):
             os.close(fd)
@@ -386,10 +400,12 @@ class Arbiter(reexec.InPlaceReload):
         if sockets is not self.sockets:
             for s in self.sockets:
                 s.close()          # the master's placeholders
+        self.hooks.call("post_fork", self, hw.in_child())
         # wsgi.multiprocess: true when the app may run in several processes at once.
         worker.run(worker.Setup(index, self.pid, sockets, self.app, self.app_spec, options, ready_fd,
                                 nice=self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
-                                status=status, stats=counters, balance=balance, offload=ofl), self.log)
+                                status=status, stats=counters, balance=balance, offload=ofl,
+                                hooks=self.hooks, hook_worker=hw, master=self), self.log)
 
     def retire(self, w, reason):
         """Retire w while the others serve on: it hands its idle connections
@@ -424,6 +440,7 @@ class Arbiter(reexec.InPlaceReload):
             w = self.workers.pop(pid, None)
             if w is None:
                 continue
+            self.hooks.call("child_exit", self, w.hook_worker or hooks.Worker(w.index, 0, self.log, self.cfg, pid))
             if w.ready_fd is not None:
                 os.close(w.ready_fd)
             if w.slot is not None:
@@ -584,6 +601,7 @@ class Arbiter(reexec.InPlaceReload):
             return
         self.log.info("Received SIGHUP: rolling reload of %d worker(s), each importing the app afresh "
                       "(--lazy-apps)", self.num_workers)
+        self.hooks.call("on_reload", self)
         self.notifier.reloading()
         self.announce = True
         for w in self.workers.values():
@@ -595,12 +613,14 @@ class Arbiter(reexec.InPlaceReload):
 
     def handle_ttin(self):
         self.num_workers += 1
+        self.hooks.call("nworkers_changed", self, self.num_workers, self.num_workers - 1)
         self.log.info("Received SIGTTIN: %d worker(s)", self.num_workers)
         self.manage_workers()
 
     def handle_ttou(self):
         if self.num_workers > 1:
             self.num_workers -= 1
+            self.hooks.call("nworkers_changed", self, self.num_workers, self.num_workers + 1)
         self.log.info("Received SIGTTOU: %d worker(s)", self.num_workers)
         self.manage_workers()
 

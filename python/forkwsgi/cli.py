@@ -24,9 +24,9 @@ def main(argv=None):
         from . import top
         return top.main(argv[1:])
     started_in = os.getcwd()         # where an in-place reload re-executes (before --chdir)
-    origins, unknown = {}, []
+    origins, unknown, hook_fns = {}, [], {}
     try:
-        app_spec, cfg = config.load(argv, origins=origins, warnings=unknown)
+        app_spec, cfg = config.load(argv, origins=origins, warnings=unknown, hook_fns=hook_fns)
     except config.ConfigError as e:
         return fail(e)
     unknown += config.unknown_env()
@@ -57,7 +57,9 @@ def main(argv=None):
     if problem:
         return fail(problem)
     if cfg["workers"] > 0:
-        return run_master(app_spec, cfg, systemd.Notifier(), argv, started_in)
+        return run_master(app_spec, cfg, systemd.Notifier(), argv, started_in, hook_fns)
+    if hook_fns:
+        log.warning("server hooks (%s) need a master (--workers 1 or more): not called", ", ".join(hook_fns))
     host = None
     if cfg["offload_sink"]:           # before the app, which may offload at import
         try:
@@ -168,11 +170,11 @@ def serve_here(app_spec, cfg, host, how, notifier):
     return 0
 
 
-def run_master(app_spec, cfg, notifier, argv=None, cwd=None):
+def run_master(app_spec, cfg, notifier, argv=None, cwd=None, hook_fns=None):
     """The pre-fork master: bind, preload, fork workers, supervise."""
     if not app_spec:
         return fail("no app given: forkwsgi MODULE:APP (see --help)")
-    master = arbiter.Arbiter(app_spec, cfg, log, notifier=notifier, argv=argv, cwd=cwd)
+    master = arbiter.Arbiter(app_spec, cfg, log, notifier=notifier, argv=argv, cwd=cwd, hook_fns=hook_fns)
     try:
         master.start()
     except (binding.BindError, appload.AppImportError, config.ConfigError) as e:

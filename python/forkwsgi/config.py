@@ -14,7 +14,7 @@ import types
 import os
 import runpy
 
-from . import accesslog
+from . import accesslog, gunicorn_compat, hooks
 from ._version import __version__
 from .offload.records import topic_ok
 
@@ -513,7 +513,7 @@ def unknown_env(environ=None):
     return warnings
 
 
-def load(argv, environ=None, origins=None, warnings=None):
+def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
     """Settings, from the least to the most authoritative (gunicorn's order):
     defaults (WEB_CONCURRENCY, PORT, SCRIPT_NAME and FORWARDED_ALLOW_IPS change those of
     --workers, --bind, --root-path and --forwarded-allow-ips, as on Heroku-style platforms and in
@@ -522,7 +522,8 @@ def load(argv, environ=None, origins=None, warnings=None):
     GUNICORN_CMD_ARGS), the command line. Returns (app_spec, cfg).
     origins: a dict to fill with where each setting that is not a default
     came from; warnings: a list to fill with names in the config file that
-    are no setting."""
+    are no setting; hook_fns: a dict to fill with the config file's server
+    hooks (hooks.py), by name."""
     environ = os.environ if environ is None else environ
     origins = {} if origins is None else origins
     warnings = [] if warnings is None else warnings
@@ -555,16 +556,36 @@ def load(argv, environ=None, origins=None, warnings=None):
             raise ConfigError(f"cannot read config file {config_file}: {e.strerror}") from None
         except Exception as e:  # the file is user code
             raise ConfigError(f"error in config file {config_file}: {type(e).__name__}: {e}") from None
+        where = f"config file {config_file}"
         for k, v in values.items():
-            if k in BY_NAME:
-                cfg[k] = BY_NAME[k].parse(v, f"config file {config_file}")
-                origins[k] = f"config file {config_file}"
-            elif k == "app" and isinstance(v, str) and not app_spec:
-                app_spec = v
+            name = gunicorn_compat.ALIASES.get(k, k)          # gunicorn's names too
+            if name in BY_NAME:
+                cfg[name] = BY_NAME[name].parse(v, where)
+                origins[name] = where
+            elif k in ("app", "wsgi_app"):
+                if not isinstance(v, str):
+                    raise ConfigError(f"{where}: {k} must be a string MODULE:APP")
+                app_spec = app_spec or v
+            elif k in hooks.SIGNATURES:
+                try:
+                    (hook_fns if hook_fns is not None else {})[k] = hooks.check(k, v)
+                except hooks.HookError as e:
+                    raise ConfigError(f"{where}: {e}") from None
+            elif k == "worker_class":
+                why = gunicorn_compat.worker_class_warning(v)
+                if why:
+                    warnings.append(f"{where}: {why}")
+            elif k in gunicorn_compat.NO_COUNTERPART:
+                warnings.append(f"{where}: {k!r} (gunicorn) has no counterpart here: ignored; "
+                                f"{gunicorn_compat.NO_COUNTERPART[k]}")
+            elif callable(v) and not k.startswith("_") and difflib.get_close_matches(k, hooks.SIGNATURES, 1, 0.85):
+                close = difflib.get_close_matches(k, hooks.SIGNATURES, 1, 0.85)[0]
+                warnings.append(f"{where}: function {k!r} is no server hook: never called (did you mean {close}?)")
             elif not k.startswith("_") and not callable(v) and not isinstance(v, types.ModuleType):
-                close = difflib.get_close_matches(k, list(BY_NAME), 1)
+                known = list(BY_NAME) + list(gunicorn_compat.ALIASES) + list(hooks.SIGNATURES)
+                close = difflib.get_close_matches(k, known, 1)
                 hint = f" (did you mean {close[0]}?)" if close else ""
-                warnings.append(f"config file {config_file}: {k!r} is not a setting: ignored{hint}")
+                warnings.append(f"{where}: {k!r} is not a setting: ignored{hint}")
     for s in SETTINGS:
         found = [n for n in env_names(s) if n in environ]
         if len(found) > 1:

@@ -149,6 +149,7 @@ class InPlaceReload:
                       "worker retires once a new one is ready", why, self.num_workers)
         self.notifier.reloading()
         self.announce = True
+        self.hooks.call("on_reload", self)
         if self.offload:
             # The sibling hands over now, as on any reload (a SIGHUP sent to
             # the whole group tells it so itself): its exit is expected.
@@ -169,6 +170,7 @@ class InPlaceReload:
             self.announce_ready()
             return
         state, fds = self._state()
+        self.hooks.call("pre_exec", self)
         err = execute(state, fds, self.argv, self.cwd, self.SIGNALS, self.notifier.environ())
         self.log.error("reload: cannot re-execute %s: %s; the workers serve on", sys.executable, err)
         self.announce_ready()

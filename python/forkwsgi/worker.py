@@ -13,7 +13,8 @@ import signal
 import sys
 import threading
 
-from . import appload, process
+from . import appload, hooks as hooks_mod, process
+from .hooks import Hooks
 from .offload import producer
 from .server import Server
 
@@ -26,7 +27,8 @@ class Setup:
     """What the master gives a worker at fork."""
 
     def __init__(self, index, master_pid, sockets, app, app_spec, options, ready_fd, nice=0,
-                 multiprocess=True, status=None, stats=None, balance=None, offload=None):
+                 multiprocess=True, status=None, stats=None, balance=None, offload=None, hooks=None,
+                 hook_worker=None, master=None):
         self.index = index              # 1..N, for titles and logs
         self.master_pid = master_pid
         self.sockets = sockets          # the listening sockets it serves
@@ -40,6 +42,9 @@ class Setup:
         self.stats = stats              # its counters (slots.py, cserver/fw_stats.h)
         self.balance = balance          # its scoreboard slot and hand-off fds (slots.py)
         self.offload = offload          # producer.setup() arguments, or None
+        self.hooks = hooks or Hooks({})         # the config file's server hooks (hooks.py)
+        self.hook_worker = hook_worker  # this worker as hooks see it (hooks.Worker)
+        self.master = master            # the arbiter, as worker_exit(server, worker) gets it
 
 
 def run(setup, log):
@@ -69,18 +74,26 @@ def run(setup, log):
             except Exception:
                 log.exception("worker %d: error while importing the app %r", setup.index, setup.app_spec)
                 os._exit(APP_LOAD_ERROR)
+        hooks, hw = setup.hooks, setup.hook_worker
+        if "pre_request" in hooks or "post_request" in hooks:
+            app = hooks_mod.wrap(app, hooks, hw)          # only then: no cost otherwise
         server = Server(app, sockets=setup.sockets, logger=log, _multiprocess=setup.multiprocess,
                         _status=setup.status, _stats=setup.stats, _balance=setup.balance,
                         _offload=bool(setup.offload),
                         _release_listeners=True, **setup.options)
         # --timeout: the master asks for every thread's Python stack with
-        # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode).
-        faulthandler.register(signal.SIGUSR2, all_threads=True)
+        # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode);
+        # gunicorn's worker_abort hook is called then too, as soon as
+        # Python code runs in this thread.
+        if "worker_abort" in hooks:
+            signal.signal(signal.SIGUSR2, lambda signum, frame: hooks.call("worker_abort", hw))
+        faulthandler.register(signal.SIGUSR2, all_threads=True, chain="worker_abort" in hooks)
 
         def graceful(signum, frame):
             server.stop(graceful=True)
 
         def fast(signum, frame):
+            hooks.call("worker_int", hw)
             server.stop(graceful=False)
 
         def reopen(signum, frame):
@@ -97,6 +110,10 @@ def run(setup, log):
         # since is delivered now, to the handlers above (the server then
         # stops as soon as it starts).
         process.release_stop_signals()
+        if hw is not None:
+            hw.app = hw.wsgi = app
+            hw.booted = True
+        hooks.call("post_worker_init", hw)
         os.write(setup.ready_fd, b"R")
         os.close(setup.ready_fd)
         server.serve(announce=False)
@@ -109,6 +126,9 @@ def run(setup, log):
         code = WORKER_BOOT_ERROR
     finally:
         try:
+            if setup.hook_worker is not None:
+                setup.hook_worker.alive = False
+                setup.hooks.call("worker_exit", setup.master, setup.hook_worker)
             if code == 0:
                 run_atexit(setup.options.get("graceful_timeout") or 30.0)
             sys.stdout.flush()

@@ -1,0 +1,73 @@
+"""gunicorn's config-file names, so that `-c gunicorn.conf.py` works as is.
+
+A setting forkwsgi has under another name is taken under gunicorn's
+(ALIASES); one it has no counterpart for is named in a warning at start and
+is an error under --check-config (NO_COUNTERPART says what to do instead);
+a typo gets a "did you mean". Hooks (on_starting, pre_fork, ...) are in
+hooks.py. A leaf module: data only.
+"""
+
+# gunicorn's name -> forkwsgi's setting.
+ALIASES = {
+    "loglevel": "log_level",
+    "accesslog": "access_logfile",
+    "access_log_format": "access_logformat",
+    "worker_connections": "max_connections",
+}
+
+# gunicorn settings forkwsgi does not have, and why / what instead.
+NO_COUNTERPART = {
+    "errorlog": "the server's log goes to stderr (systemd's journal, docker logs); not yet a file",
+    "logconfig": "not yet (the server's log goes to stderr)",
+    "logconfig_dict": "not yet (the server's log goes to stderr)",
+    "logconfig_json": "not yet (the server's log goes to stderr)",
+    "syslog": "log to stderr and let journald or the container runtime collect it",
+    "syslog_addr": "log to stderr and let journald or the container runtime collect it",
+    "user": "not yet: start it as the user it should run as (systemd User=)",
+    "group": "not yet: start it as the group it should run as (systemd Group=)",
+    "daemon": "forkwsgi stays in the foreground: run it under systemd or a container",
+    "reload": "code reloads on SIGHUP (systemctl reload), in place, same PID",
+    "reload_engine": "code reloads on SIGHUP (systemctl reload), in place, same PID",
+    "reload_extra_files": "code reloads on SIGHUP (systemctl reload), in place, same PID",
+    "statsd_host": "use --metrics (Prometheus) or --stats",
+    "statsd_prefix": "use --metrics (Prometheus) or --stats",
+    "dogstatsd_tags": "use --metrics (Prometheus) or --stats",
+    "certfile": "terminate TLS in the proxy in front (nginx, HAProxy)",
+    "keyfile": "terminate TLS in the proxy in front (nginx, HAProxy)",
+    "ca_certs": "terminate TLS in the proxy in front (nginx, HAProxy)",
+    "ssl_version": "terminate TLS in the proxy in front (nginx, HAProxy)",
+    "cert_reqs": "terminate TLS in the proxy in front (nginx, HAProxy)",
+    "ciphers": "terminate TLS in the proxy in front (nginx, HAProxy)",
+    "do_handshake_on_connect": "terminate TLS in the proxy in front (nginx, HAProxy)",
+    "suppress_ragged_eofs": "terminate TLS in the proxy in front (nginx, HAProxy)",
+    "worker_tmp_dir": "the master watches workers through shared memory, not a file",
+    "tmp_upload_dir": "use --spool-dir",
+    "limit_request_field_size": "the whole head is limited by --limit-request-head",
+    "capture_output": "the app's stdout and stderr are the server's (journald, docker logs)",
+    "enable_stdio_inheritance": "the app's stdout and stderr are the server's",
+    "initgroups": "not yet (--user/--group)",
+    "strip_header_spaces": "headers with spaces before the colon are refused (400), never stripped",
+    "permit_unconventional_http_method": "methods are any RFC 9110 token",
+    "permit_unconventional_http_version": "HTTP/1.0 and 1.1 only",
+    "casefold_http_method": "methods are case-sensitive (RFC 9110)",
+    "forwarder_headers": "REMOTE_ADDR is the peer, or the client a PROXY header names",
+    "header_map": "header names with '_' are dropped from the environ",
+    "paste": "give the app as MODULE:APP",
+    "print_config": "use --print-config",
+    "check_config": "use --check-config",
+    "spew": "no tracing mode",
+    "sendfile": "sendfile is always used for wsgi.file_wrapper",
+    "reuse_port": "use --balance reuseport",
+}
+
+# worker_class values forkwsgi's model covers (a worker with --threads app threads).
+WORKER_CLASSES_COVERED = ("sync", "gthread", "gunicorn.workers.sync.SyncWorker",
+                          "gunicorn.workers.gthread.ThreadWorker")
+
+
+def worker_class_warning(value):
+    """None for a worker class forkwsgi's workers stand in for, else why not."""
+    if str(value) in WORKER_CLASSES_COVERED:
+        return None
+    return (f"worker_class {value!r}: forkwsgi's workers are one C event loop with --threads app threads "
+            "(gunicorn's sync and gthread); async workers have no counterpart")

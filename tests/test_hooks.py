@@ -1,0 +1,205 @@
+"""gunicorn's config files (issue 11): its setting names and its server
+hooks, each called in the right process at the right moment. The config
+file below is written as for gunicorn: gunicorn's names only."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import HERE, ServerProc
+from httpraw import Conn, wait_for
+
+APP_MODES = ("inline",)
+
+CONF = '''
+import os
+workers = 2
+threads = 2
+loglevel = "info"
+accesslog = {access!r}
+access_log_format = "%(s)s %(U)s"
+proc_name = "hooked"
+worker_connections = 500
+preload_app = True
+keepalive = 80
+raw_env = ["FW_FROM_CONF=yes"]
+worker_class = "gthread"
+timeout = {timeout}
+
+def _note(*words):
+    with open({notes!r}, "a") as f:
+        f.write(" ".join(str(w) for w in words) + "\\n")
+
+def on_starting(server): _note("on_starting", os.getpid(), server.cfg.workers, server.cfg.loglevel)
+def when_ready(server): _note("when_ready", os.getpid(), server.pid)
+def on_reload(server): _note("on_reload", os.getpid())
+def pre_fork(server, worker): _note("pre_fork", os.getpid(), worker.age, worker.pid)
+def post_fork(server, worker): _note("post_fork", os.getpid(), worker.pid, worker.ppid)
+def post_worker_init(worker): _note("post_worker_init", os.getpid(), worker.app is not None)
+def worker_int(worker): _note("worker_int", os.getpid())
+def worker_abort(worker): _note("worker_abort", os.getpid())
+def pre_exec(server): _note("pre_exec", os.getpid())
+def pre_request(worker, req): _note("pre_request", os.getpid(), req.method, req.path)
+def post_request(worker, req, environ, resp): _note("post_request", os.getpid(), req.path, resp.status_code, resp.sent)
+def child_exit(server, worker): _note("child_exit", os.getpid(), worker.pid)
+def worker_exit(server, worker): _note("worker_exit", os.getpid(), worker.pid)
+def nworkers_changed(server, new_value, old_value): _note("nworkers_changed", os.getpid(), new_value, old_value)
+def on_exit(server): _note("on_exit", os.getpid())
+'''
+
+
+def notes(path):
+    if not os.path.exists(path):
+        return []
+    return [ln.split() for ln in open(path).read().splitlines()]
+
+
+def named(path, name):
+    return [n for n in notes(path) if n[0] == name]
+
+
+def start(tmp_path, app="apps:hello", timeout=30):
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text(CONF.format(access=str(tmp_path / "access.log"), notes=str(tmp_path / "notes"),
+                                timeout=timeout))
+    s = ServerProc(app, "-c", str(conf))
+    return s, str(tmp_path / "notes")
+
+
+def test_every_hook_in_the_right_process_at_the_right_moment(tmp_path):
+    s, path = start(tmp_path)
+    try:
+        assert wait_for(lambda: len(named(path, "post_worker_init")) == 2, 15), notes(path)
+        master = str(s.pid)
+        assert named(path, "on_starting") == [["on_starting", master, "2", "INFO"]]
+        assert named(path, "when_ready") == [["when_ready", master, master]]
+        assert [n[1] for n in named(path, "pre_fork")] == [master, master]
+        assert [n[2] for n in named(path, "pre_fork")] == ["1", "2"]             # worker.age
+        workers = sorted(str(p) for p in s.worker_pids())
+        assert sorted(n[1] for n in named(path, "post_fork")) == workers
+        assert all(n[1] == n[2] and n[3] == master for n in named(path, "post_fork"))
+        assert sorted(n[1] for n in named(path, "post_worker_init")) == workers
+        # The order at start: on_starting, when_ready, then per worker pre_fork (master) before its post_fork.
+        order = [n[0] for n in notes(path)]
+        assert order.index("on_starting") < order.index("when_ready") < order.index("pre_fork") < order.index("post_fork")
+
+        # A request: pre_request and post_request in the worker that served it.
+        with Conn(s.port) as c:
+            c.send(b"GET /hello?x=1 HTTP/1.1\r\nHost: t\r\n\r\n")
+            r = c.read_response()
+        assert r.status == 200
+        assert wait_for(lambda: named(path, "post_request"), 5)
+        pre, post = named(path, "pre_request")[0], named(path, "post_request")[0]
+        assert pre[1] in workers and pre[2:] == ["GET", "/hello"]
+        assert post[1] == pre[1] and post[2:] == ["/hello", "200", str(len(r.body))]
+
+        # SIGTTIN / SIGTTOU: nworkers_changed in the master; the retired worker's exit hooks.
+        s.signal(signal.SIGTTIN)
+        assert wait_for(lambda: len(named(path, "post_worker_init")) == 3, 10)
+        assert named(path, "nworkers_changed") == [["nworkers_changed", master, "3", "2"]]
+        s.signal(signal.SIGTTOU)
+        assert wait_for(lambda: len(named(path, "child_exit")) == 1, 10), notes(path)
+        assert named(path, "nworkers_changed")[1] == ["nworkers_changed", master, "2", "3"]
+        gone = named(path, "child_exit")[0]
+        assert gone[1] == master
+        assert ["worker_exit", gone[2], gone[2]] in named(path, "worker_exit")
+
+        # SIGHUP: on_reload and pre_exec in the master (the in-place reload), new workers.
+        before = set(s.worker_pids())
+        s.signal(signal.SIGHUP)
+        assert wait_for(lambda: named(path, "pre_exec") and not before & set(s.worker_pids())
+                        and len(s.worker_pids()) == 2, 20), notes(path)
+        assert named(path, "on_reload") == [["on_reload", master]]
+        assert named(path, "pre_exec") == [["pre_exec", master]]
+        assert len(named(path, "on_starting")) == 1 and len(named(path, "when_ready")) == 1
+
+        # A stop: every worker's worker_exit, the master's child_exit for each, then on_exit.
+        alive = sorted(str(p) for p in s.worker_pids())
+        s.signal(signal.SIGTERM)
+        s.proc.wait(20)
+        exits = {n[1] for n in named(path, "worker_exit")}
+        assert set(alive) <= exits
+        assert set(alive) <= {n[2] for n in named(path, "child_exit")}
+        assert notes(path)[-1] == ["on_exit", master]
+        # gunicorn's names took effect.
+        log = s.log()
+        assert "2 worker(s) x 2 thread(s)" in log
+        assert wait_for(lambda: os.path.exists(tmp_path / "access.log") and
+                        "200 /hello" in (tmp_path / "access.log").read_text(), 5)
+        assert "is not a setting" not in log and "no counterpart" not in log, log
+    finally:
+        s.stop()
+
+
+def test_worker_int_and_worker_abort(tmp_path):
+    s, path = start(tmp_path, app="apps:sleep", timeout=1)
+    try:
+        assert wait_for(lambda: len(named(path, "post_worker_init")) == 2, 15)
+        victim = s.worker_pids()[0]
+        os.kill(victim, signal.SIGINT)
+        assert wait_for(lambda: ["worker_int", str(victim)] in named(path, "worker_int"), 10), notes(path)
+        # --timeout (gunicorn's timeout = 1): worker_abort in the stuck worker before it is killed.
+        with Conn(s.port, timeout=10) as c:
+            c.send(b"GET /?t=5 HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert wait_for(lambda: named(path, "worker_abort"), 10), (notes(path), s.log())
+        stuck = named(path, "worker_abort")[0][1]
+        assert stuck != str(s.pid)
+    finally:
+        s.stop()
+
+
+def run_forkwsgi(*args, timeout=30):
+    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "forkwsgi", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=HERE)
+
+
+def test_gunicorn_names_without_counterpart_warn_and_fail_check_config(tmp_path):
+    conf = tmp_path / "g.conf.py"
+    conf.write_text('wsgi_app = "apps:hello"\ndaemon = False\nstatsd_host = "localhost:8125"\n'
+                    'worker_class = "gevent"\nworkerz = 3\n'
+                    'def post_forkk(server, worker):\n    pass\n')
+    p = run_forkwsgi("-c", str(conf), "--check-config")
+    assert p.returncode == 1
+    err = p.stderr
+    assert "'daemon' (gunicorn) has no counterpart here" in err and "systemd" in err
+    assert "'statsd_host' (gunicorn) has no counterpart here" in err and "--metrics" in err
+    assert "worker_class 'gevent'" in err
+    assert "'workerz' is not a setting: ignored (did you mean workers?)" in err
+    assert "function 'post_forkk' is no server hook" in err and "post_fork" in err
+    # wsgi_app names the app: print-config shows gunicorn names under forkwsgi's.
+    ok = tmp_path / "ok.conf.py"
+    ok.write_text('wsgi_app = "apps:hello"\nloglevel = "debug"\naccesslog = "-"\nworker_connections = 77\n')
+    p = run_forkwsgi("-c", str(ok), "--check-config")
+    assert p.returncode == 0, p.stderr
+    assert "configuration OK (apps:hello)" in p.stdout
+    p = run_forkwsgi("-c", str(ok), "--print-config")
+    assert "log_level             = 'DEBUG'" in p.stdout.replace("  (", " (") or "'DEBUG'" in p.stdout
+    assert "max_connections" in p.stdout and "77" in p.stdout
+
+
+def test_a_hook_with_the_wrong_arguments_is_a_one_line_error(tmp_path):
+    conf = tmp_path / "bad.conf.py"
+    conf.write_text("def pre_fork(server):\n    pass\n")
+    p = run_forkwsgi("apps:hello", "-c", str(conf), "--bind", "127.0.0.1:0")
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0
+    assert "pre_fork must take 2 argument(s)" in p.stderr
+
+
+def test_a_hook_that_raises_is_logged_and_the_server_goes_on(tmp_path):
+    conf = tmp_path / "raise.conf.py"
+    conf.write_text("def pre_request(worker, req):\n    raise RuntimeError('hook bug')\n")
+    s = ServerProc("apps:hello", "-c", str(conf), "--workers", "1")
+    try:
+        with Conn(s.port) as c:
+            for _ in range(2):
+                c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                assert c.read_response().status == 200
+        assert wait_for(lambda: s.log().count("hook pre_request raised") == 2, 5)
+        assert "RuntimeError: hook bug" in s.log()
+        time.sleep(0.1)
+        assert s.alive()
+    finally:
+        s.stop()
