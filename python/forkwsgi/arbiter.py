@@ -31,7 +31,7 @@ import sys
 import time
 from collections import Counter
 
-from . import appload, binding, config, hooks, metrics, process, reexec, stats, systemd, worker
+from . import appload, binding, config, hooks, logs, metrics, process, reexec, stats, systemd, worker
 from .offload.queue import OffloadQueue
 from .offload.supervisor import ForkStarter, Supervisor
 from .slots import WorkerSlots
@@ -631,6 +631,7 @@ class Arbiter(reexec.InPlaceReload):
         self.log.debug("Received SIGWINCH: ignored (not daemonized)")
 
     def handle_usr1(self):
+        logs.reopen()
         for w in self.workers.values():
             self.kill(w.pid, signal.SIGUSR1)
 

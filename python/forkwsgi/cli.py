@@ -4,10 +4,9 @@ import os
 import signal
 import sys
 
-from . import accesslog, appload, arbiter, binding, config, systemd
+from . import accesslog, appload, arbiter, binding, config, logs, systemd
 from .offload.supervisor import Host
 from . import process
-from .process import setup_logging
 from .server import Server
 
 log = logging.getLogger("forkwsgi")
@@ -33,7 +32,10 @@ def main(argv=None):
     if cfg["print_config"]:
         print(config.describe(cfg, origins))
         return 0
-    setup_logging(cfg["log_level"])
+    try:
+        logs.setup(cfg)
+    except config.ConfigError as e:
+        return fail(e)
     if not cfg["check_config"]:
         for warning in unknown:
             log.warning("%s", warning)
@@ -152,7 +154,11 @@ def serve_here(app_spec, cfg, host, how, notifier):
     signal.signal(signal.SIGTERM, graceful)
     signal.signal(signal.SIGQUIT, fast)
     signal.signal(signal.SIGINT, fast)
-    signal.signal(signal.SIGUSR1, lambda signum, frame: server.reopen_logs())
+    def reopen(signum, frame):
+        server.reopen_logs()
+        logs.reopen()
+
+    signal.signal(signal.SIGUSR1, reopen)
     # Ready: the sockets are bound and the loop starts at once (watchdog
     # keep-alives need a master: --workers 1 or more).
     try:

@@ -8,6 +8,7 @@ every setting with its default.
 """
 import argparse
 import difflib
+import json
 import ipaddress
 import shlex
 import types
@@ -119,6 +120,18 @@ def _scheme_headers(v):
             raise ValueError(f"{name}: the value must be printable text")
         out[name] = value
     return out
+
+
+def _json_dict(v):
+    """A dict, or its JSON text (from the command line or the environment)."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError as e:
+            raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(v, dict):
+        raise ValueError("a dict (logging's dictConfig schema)")
+    return v
 
 
 def _bool(v):
@@ -297,6 +310,15 @@ SETTINGS = [
             help="accepted for gunicorn's sake: the app is imported once in the master by default "
                  "(--lazy-apps imports it in each worker)"),
     Setting("log_level", ["--log-level"], "INFO", _log_level, "debug, info, warning, error or critical", section="General"),
+    Setting("error_logfile", ["--error-logfile"], "-", metavar="FILE", section="Logging",
+            help="the server's own log ('-': standard error, as gunicorn's errorlog); SIGUSR1 reopens the file"),
+    Setting("log_json", ["--log-json"], False, _bool, section="Logging",
+            help="the server's own log as JSON objects, one per line (time, level, pid, message, exception)"),
+    Setting("log_config", ["--log-config"], None, metavar="FILE", section="Logging",
+            help="configure logging from FILE: dictConfig from a .json file, fileConfig from an .ini one "
+                 "(gunicorn's logconfig_json, logconfig); the server logs to the 'forkwsgi' logger"),
+    Setting("log_config_dict", ["--log-config-dict"], None, _json_dict, metavar="JSON", section="Logging",
+            help="logging's dictConfig as a dict (gunicorn's logconfig_dict in a config file) or JSON text"),
     Setting("access_logfile", ["--access-logfile"], None, metavar="FILE", section="Logging",
             help="write an access log line per response to FILE ('-': standard output); off by default. "
                  "Written in C by a thread of each worker, never blocking a request: lines that do not fit "
@@ -416,7 +438,7 @@ BY_NAME = {s.name: s for s in SETTINGS}
 
 # Settings of the process model (master, CLI), not of one server loop.
 PROCESS_ONLY = ("config", "check_config", "print_config", "chdir", "pythonpath", "raw_env", "pidfile", "umask",
-                "stats", "metrics",
+                "stats", "metrics", "error_logfile", "log_json", "log_config", "log_config_dict",
                 "proc_name", "preload_app", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
                 "max_requests_jitter", "max_rss", "timeout") + tuple(s.name for s in SETTINGS
                                                                       if s.name.startswith("offload_"))

@@ -13,14 +13,14 @@ ALIASES = {
     "accesslog": "access_logfile",
     "access_log_format": "access_logformat",
     "worker_connections": "max_connections",
+    "errorlog": "error_logfile",
+    "logconfig": "log_config",
+    "logconfig_json": "log_config",
+    "logconfig_dict": "log_config_dict",
 }
 
 # gunicorn settings forkwsgi does not have, and why / what instead.
 NO_COUNTERPART = {
-    "errorlog": "the server's log goes to stderr (systemd's journal, docker logs); not yet a file",
-    "logconfig": "not yet (the server's log goes to stderr)",
-    "logconfig_dict": "not yet (the server's log goes to stderr)",
-    "logconfig_json": "not yet (the server's log goes to stderr)",
     "syslog": "log to stderr and let journald or the container runtime collect it",
     "syslog_addr": "log to stderr and let journald or the container runtime collect it",
     "user": "not yet: start it as the user it should run as (systemd User=)",

@@ -7,13 +7,12 @@ can take their traffic. Exit codes tell the master why a worker ended.
 """
 import atexit
 import faulthandler
-import logging
 import os
 import signal
 import sys
 import threading
 
-from . import appload, hooks as hooks_mod, process
+from . import appload, hooks as hooks_mod, logs, process
 from .hooks import Hooks
 from .offload import producer
 from .server import Server
@@ -98,9 +97,7 @@ def run(setup, log):
 
         def reopen(signum, frame):
             server.reopen_logs()
-            for h in logging.getLogger("forkwsgi").handlers:
-                if isinstance(h, logging.FileHandler):
-                    h.close()
+            logs.reopen()
 
         signal.signal(signal.SIGTERM, graceful)
         signal.signal(signal.SIGINT, fast)
