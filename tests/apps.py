@@ -473,3 +473,11 @@ def logged(environ, start_response):
     start_response(f"{code} Whatever", [("Content-Type", "text/plain"), ("X-Resp", 'v "1"'),
                                         ("X-Twice", "first"), ("X-Twice", "second")])
     return [body]
+
+
+def ids(environ, start_response):
+    """Who the worker runs as: uid, gid, supplementary groups."""
+    body = json.dumps({"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
+                       "pid": os.getpid()}).encode()
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [body]

@@ -69,8 +69,9 @@ class Arbiter(reexec.InPlaceReload):
         signal.SIGUSR2: "usr2", signal.SIGWINCH: "winch",
     }
 
-    def __init__(self, app_spec, cfg, logger=log, notifier=None, argv=None, cwd=None, hook_fns=None):
+    def __init__(self, app_spec, cfg, logger=log, notifier=None, argv=None, cwd=None, hook_fns=None, owner=None):
         self.app_spec = app_spec
+        self.owner = owner           # --user/--group: who the workers become (process.Owner), or None
         # Server hooks (hooks.py); cfg also reads as attributes, as hooks expect.
         self.hooks = hooks.Hooks(hook_fns or {}, logger)
         self.worker_age = 0
@@ -156,6 +157,8 @@ class Arbiter(reexec.InPlaceReload):
             self.log.info("%s", queue.describe())
             if inherited_queue and inherited_queue["sibling"]:
                 self.offload.adopt(inherited_queue["sibling"])      # it hands over to a new one
+            if self.owner:
+                self.owner.give(queue.cfg["offload_spill_dir"])     # workers spill there
         if st:
             self._adopt_workers(st)
             self.notifier.tick()      # a watchdog keep-alive before the import, which may take a while
@@ -405,7 +408,7 @@ class Arbiter(reexec.InPlaceReload):
         worker.run(worker.Setup(index, self.pid, sockets, self.app, self.app_spec, options, ready_fd,
                                 nice=self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
                                 status=status, stats=counters, balance=balance, offload=ofl,
-                                hooks=self.hooks, hook_worker=hw, master=self), self.log)
+                                hooks=self.hooks, hook_worker=hw, master=self, owner=self.owner), self.log)
 
     def retire(self, w, reason):
         """Retire w while the others serve on: it hands its idle connections

@@ -58,10 +58,20 @@ def main(argv=None):
     problem = log_file_problem(cfg)
     if problem:
         return fail(problem)
+    owner = None
+    if cfg["user"] or cfg["group"]:
+        owner = process.Owner(cfg["user"], cfg["group"], cfg["initgroups"])
+        if owner.needed() and os.geteuid() != 0:
+            return fail(f"--user/--group: switching to uid {owner.uid} gid {owner.gid} needs root")
+        for path in (cfg["access_logfile"], cfg["error_logfile"]):
+            if path and path != "-":
+                owner.give(os.path.abspath(path))     # workers reopen them on SIGUSR1
     if cfg["workers"] > 0:
-        return run_master(app_spec, cfg, systemd.Notifier(), argv, started_in, hook_fns)
+        return run_master(app_spec, cfg, systemd.Notifier(), argv, started_in, hook_fns, owner)
     if hook_fns:
         log.warning("server hooks (%s) need a master (--workers 1 or more): not called", ", ".join(hook_fns))
+    if owner:
+        return fail("--user/--group need a master (--workers 1 or more): its workers drop privileges")
     host = None
     if cfg["offload_sink"]:           # before the app, which may offload at import
         try:
@@ -176,11 +186,12 @@ def serve_here(app_spec, cfg, host, how, notifier):
     return 0
 
 
-def run_master(app_spec, cfg, notifier, argv=None, cwd=None, hook_fns=None):
+def run_master(app_spec, cfg, notifier, argv=None, cwd=None, hook_fns=None, owner=None):
     """The pre-fork master: bind, preload, fork workers, supervise."""
     if not app_spec:
         return fail("no app given: forkwsgi MODULE:APP (see --help)")
-    master = arbiter.Arbiter(app_spec, cfg, log, notifier=notifier, argv=argv, cwd=cwd, hook_fns=hook_fns)
+    master = arbiter.Arbiter(app_spec, cfg, log, notifier=notifier, argv=argv, cwd=cwd, hook_fns=hook_fns,
+                             owner=owner)
     try:
         master.start()
     except (binding.BindError, appload.AppImportError, config.ConfigError) as e:

@@ -134,6 +134,26 @@ def _json_dict(v):
     return v
 
 
+def _account(kind):
+    """A converter for --user (kind "user") or --group ("group"): a name or
+    a number that exists on this machine."""
+    import grp
+    import pwd
+    by_id, by_name = (pwd.getpwuid, pwd.getpwnam) if kind == "user" else (grp.getgrgid, grp.getgrnam)
+
+    def convert(v):
+        s = str(v).strip()
+        try:
+            by_id(int(s)) if s.isdigit() else by_name(s)
+        except KeyError:
+            raise ValueError(f"no such {kind}") from None
+        return s
+    return convert
+
+
+_user, _group = _account("user"), _account("group")
+
+
 def _bool(v):
     if isinstance(v, bool):
         return v
@@ -304,6 +324,14 @@ SETTINGS = [
             help="write the master's PID to FILE once the sockets are bound (removed at exit)"),
     Setting("umask", ["--umask"], None, _umask, metavar="MASK", section="General",
             help="the file mode mask of the server's processes (octal, e.g. 027)"),
+    Setting("user", ["-u", "--user"], None, _user, metavar="USER", section="Processes",
+            help="workers run as this user (name or uid), the master keeps its own: it drops privileges in "
+                 "each worker after the sockets are bound (needs root); the files workers write (access "
+                 "log, error log, offload spill directory) are given to it"),
+    Setting("group", ["-g", "--group"], None, _group, metavar="GROUP", section="Processes",
+            help="workers run as this group (name or gid; default: the user's primary group)"),
+    Setting("initgroups", ["--initgroups"], False, _bool, section="Processes",
+            help="workers also get the user's supplementary groups (else none), as gunicorn's --initgroups"),
     Setting("proc_name", ["-n", "--name"], None, metavar="NAME", section="General",
             help="a name shown in the process titles: forkwsgi: worker 2 [NAME]"),
     Setting("preload_app", ["--preload"], False, _bool, section="Processes",
@@ -439,6 +467,7 @@ BY_NAME = {s.name: s for s in SETTINGS}
 # Settings of the process model (master, CLI), not of one server loop.
 PROCESS_ONLY = ("config", "check_config", "print_config", "chdir", "pythonpath", "raw_env", "pidfile", "umask",
                 "stats", "metrics", "error_logfile", "log_json", "log_config", "log_config_dict",
+                "user", "group", "initgroups",
                 "proc_name", "preload_app", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
                 "max_requests_jitter", "max_rss", "timeout") + tuple(s.name for s in SETTINGS
                                                                       if s.name.startswith("offload_"))

@@ -23,8 +23,6 @@ ALIASES = {
 NO_COUNTERPART = {
     "syslog": "log to stderr and let journald or the container runtime collect it",
     "syslog_addr": "log to stderr and let journald or the container runtime collect it",
-    "user": "not yet: start it as the user it should run as (systemd User=)",
-    "group": "not yet: start it as the group it should run as (systemd Group=)",
     "daemon": "forkwsgi stays in the foreground: run it under systemd or a container",
     "reload": "code reloads on SIGHUP (systemctl reload), in place, same PID",
     "reload_engine": "code reloads on SIGHUP (systemctl reload), in place, same PID",
@@ -45,7 +43,6 @@ NO_COUNTERPART = {
     "limit_request_field_size": "the whole head is limited by --limit-request-head",
     "capture_output": "the app's stdout and stderr are the server's (journald, docker logs)",
     "enable_stdio_inheritance": "the app's stdout and stderr are the server's",
-    "initgroups": "not yet (--user/--group)",
     "strip_header_spaces": "headers with spaces before the colon are refused (400), never stripped",
     "permit_unconventional_http_method": "methods are any RFC 9110 token",
     "permit_unconventional_http_version": "HTTP/1.0 and 1.1 only",

@@ -166,3 +166,42 @@ def prepare_import(cfg):
     for d in reversed((cfg["pythonpath"] or "").split(",")):
         if d.strip():
             sys.path.insert(0, os.path.abspath(d.strip()))
+
+
+class Owner:
+    """--user/--group: who the workers run as (gunicorn's semantics: the
+    master keeps its own identity; each worker drops to this one after
+    fork, before it loads the app)."""
+
+    def __init__(self, user, group, initgroups=False):
+        import grp
+        import pwd
+        pw = pwd.getpwuid(int(user)) if user and str(user).isdigit() else pwd.getpwnam(user) if user else None
+        self.uid = pw.pw_uid if pw else os.geteuid()
+        self.name = pw.pw_name if pw else None
+        if group:
+            self.gid = int(group) if str(group).isdigit() else grp.getgrnam(group).gr_gid
+        else:
+            self.gid = pw.pw_gid if pw else os.getegid()
+        self.initgroups = initgroups
+
+    def needed(self):
+        return (self.uid, self.gid) != (os.geteuid(), os.getegid())
+
+    def give(self, path):
+        """Make a file or directory the workers write theirs (as gunicorn does
+        for its log files); only a root master can, and only needs to."""
+        if path and os.geteuid() == 0 and self.needed() and os.path.exists(path):
+            os.chown(path, self.uid, self.gid)
+
+    def become(self):
+        """In a worker: drop to this identity (groups, then gid, then uid).
+        Raises OSError (EPERM) when the master may not."""
+        if not self.needed():
+            return
+        if self.initgroups and self.name:
+            os.initgroups(self.name, self.gid)
+        elif os.geteuid() == 0:
+            os.setgroups([])
+        os.setgid(self.gid)
+        os.setuid(self.uid)

@@ -32,7 +32,7 @@ class Server:
 
     def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None,
                  _multiprocess=False, _status=None, _stats=None, _balance=None, _offload=False, _offload_host=None,
-                 _release_listeners=False, **options):
+                 _release_listeners=False, _access_log_fd=None, **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
         if bind is not None and isinstance(bind, str):
@@ -100,7 +100,8 @@ class Server:
                 # The C writer keeps a copy of this descriptor (and reopens
                 # the file by its path on SIGUSR1).
                 try:
-                    access_fd = accesslog.open_file(self.settings["access_logfile"])
+                    access_fd = _access_log_fd if _access_log_fd is not None else \
+                        accesslog.open_file(self.settings["access_logfile"])
                 except OSError as e:
                     raise config.ConfigError(f"--access-logfile {self.settings['access_logfile']}: "
                                              f"{e.strerror}") from None

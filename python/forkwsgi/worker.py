@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 
-from . import appload, hooks as hooks_mod, logs, process
+from . import accesslog, appload, hooks as hooks_mod, logs, process
 from .hooks import Hooks
 from .offload import producer
 from .server import Server
@@ -27,7 +27,7 @@ class Setup:
 
     def __init__(self, index, master_pid, sockets, app, app_spec, options, ready_fd, nice=0,
                  multiprocess=True, status=None, stats=None, balance=None, offload=None, hooks=None,
-                 hook_worker=None, master=None):
+                 hook_worker=None, master=None, owner=None):
         self.index = index              # 1..N, for titles and logs
         self.master_pid = master_pid
         self.sockets = sockets          # the listening sockets it serves
@@ -44,6 +44,7 @@ class Setup:
         self.hooks = hooks or Hooks({})         # the config file's server hooks (hooks.py)
         self.hook_worker = hook_worker  # this worker as hooks see it (hooks.Worker)
         self.master = master            # the arbiter, as worker_exit(server, worker) gets it
+        self.owner = owner              # --user/--group (process.Owner): become it before the app loads
 
 
 def run(setup, log):
@@ -59,6 +60,18 @@ def run(setup, log):
         process.set_title(f"forkwsgi: worker {setup.index}")
         # Absolute, not relative to the master's (inherited) level.
         os.setpriority(os.PRIO_PROCESS, 0, setup.nice)
+        access_fd = None
+        if setup.owner and setup.owner.needed():
+            # What the worker opens by path, it opens before it gives up
+            # the master's identity (the directory may be root's alone).
+            if setup.options.get("access_logfile"):
+                access_fd = accesslog.open_file(setup.options["access_logfile"])
+            try:
+                setup.owner.become()
+            except OSError as e:
+                log.error("worker %d: cannot become uid %d gid %d: %s", setup.index, setup.owner.uid,
+                          setup.owner.gid, e.strerror)
+                os._exit(WORKER_BOOT_ERROR)
         if setup.offload:
             # This process's producer: forkwsgi.offload() from any thread
             # (and from the app's own import, with --lazy-apps).
@@ -78,7 +91,7 @@ def run(setup, log):
             app = hooks_mod.wrap(app, hooks, hw)          # only then: no cost otherwise
         server = Server(app, sockets=setup.sockets, logger=log, _multiprocess=setup.multiprocess,
                         _status=setup.status, _stats=setup.stats, _balance=setup.balance,
-                        _offload=bool(setup.offload),
+                        _offload=bool(setup.offload), _access_log_fd=access_fd,
                         _release_listeners=True, **setup.options)
         # --timeout: the master asks for every thread's Python stack with
         # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode);
