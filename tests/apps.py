@@ -481,3 +481,18 @@ def ids(environ, start_response):
                        "pid": os.getpid()}).encode()
     start_response("200 OK", [("Content-Type", "application/json")])
     return [body]
+
+
+def prom_app():
+    """An app with its own prometheus_client Counter and Histogram, as apps
+    write them: no multiprocess set-up of their own."""
+    from prometheus_client import Counter, Histogram
+    hits = Counter("myapp_hits", "Hits of the app", ["path"])
+    sizes = Histogram("myapp_body_bytes", "Body sizes", buckets=(1, 10, 100))
+
+    def app(environ, start_response):
+        hits.labels(environ["PATH_INFO"]).inc()
+        sizes.observe(5)
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"counted"]
+    return app

@@ -135,3 +135,28 @@ def test_answers_while_every_worker_is_busy_and_healthz_503_while_draining():
         s.proc.wait(15)
     finally:
         s.stop()
+
+
+def test_the_apps_own_prometheus_metrics_are_summed_over_workers_and_recycles():
+    """An app's prometheus_client Counter, with no set-up, counted over 2
+    workers that --max-requests recycles: every increment is in /metrics, and
+    no file of a dead worker is left behind."""
+    s = start("--workers", "2", "--max-requests", "15", app="apps:prom_app()")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 2)
+        get_each_on_a_new_connection(s.port, 70, "/a")
+        get_each_on_a_new_connection(s.port, 10, "/b")
+        assert wait_for(lambda: value(samples(s), "forkwsgi_worker_restarts_total", reason="max_requests") >= 4, 10)
+        m = samples(s)
+        assert value(m, "myapp_hits_total", path="/a") == 70
+        assert value(m, "myapp_hits_total", path="/b") == 10
+        assert value(m, "myapp_body_bytes_count") == 80
+        assert value(m, "myapp_body_bytes_bucket", le="10.0") == 80
+        d = s.log().split("prometheus_client's multiprocess files in ")[1].split()[0]
+        live = {str(p) for p in s.worker_pids()} | {str(s.pid)}
+        for f in os.listdir(d):
+            owner = f.rsplit("_", 1)[-1][:-3]
+            assert owner in live or owner == "archive", (f, live)
+    finally:
+        s.stop()
+    assert not os.path.exists(d)                  # the server's directory, removed at exit

@@ -31,7 +31,7 @@ import sys
 import time
 from collections import Counter
 
-from . import appload, binding, config, hooks, logs, metrics, process, reexec, stats, systemd, worker
+from . import appload, appmetrics, binding, config, hooks, logs, metrics, process, reexec, stats, systemd, worker
 from .offload.queue import OffloadQueue
 from .offload.supervisor import ForkStarter, Supervisor
 from .slots import WorkerSlots
@@ -116,6 +116,7 @@ class Arbiter(reexec.InPlaceReload):
         self.reloads = 0
         # --stats and --metrics: sockets the master answers in its loop.
         self.observers = []
+        self.app_metrics = None      # the app's prometheus_client files, with --metrics (appmetrics.py)
 
     # ---- start-up ----------------------------------------------------------
 
@@ -159,6 +160,10 @@ class Arbiter(reexec.InPlaceReload):
                 self.offload.adopt(inherited_queue["sibling"])      # it hands over to a new one
             if self.owner:
                 self.owner.give(queue.cfg["offload_spill_dir"])     # workers spill there
+        if self.cfg["metrics"]:
+            self.app_metrics = appmetrics.AppMetrics.setup()     # before the app imports prometheus_client
+            if self.app_metrics and not st:
+                self.log.info("App metrics: prometheus_client's multiprocess files in %s", self.app_metrics.dir)
         if st:
             self._adopt_workers(st)
             self.notifier.tick()      # a watchdog keep-alive before the import, which may take a while
@@ -244,6 +249,8 @@ class Arbiter(reexec.InPlaceReload):
             return e.exit_status
         finally:
             self.hooks.call("on_exit", self)
+            if self.app_metrics:
+                self.app_metrics.close()
             for s in self.sockets:
                 s.close()
             for obs in self.observers:
@@ -444,6 +451,8 @@ class Arbiter(reexec.InPlaceReload):
             if w is None:
                 continue
             self.hooks.call("child_exit", self, w.hook_worker or hooks.Worker(w.index, 0, self.log, self.cfg, pid))
+            if self.app_metrics:
+                self.app_metrics.worker_exited(pid)
             if w.ready_fd is not None:
                 os.close(w.ready_fd)
             if w.slot is not None:

@@ -136,7 +136,10 @@ def exposition(master):
         o.sample("forkwsgi_offload_queue_depth", off["sibling"]["queue_depth"])
         o.family("forkwsgi_offload_oldest_age_seconds", "gauge", "Age of the oldest record not yet delivered.")
         o.sample("forkwsgi_offload_oldest_age_seconds", off["sibling"]["oldest_age"])
-    return o.text()
+    text = o.text()
+    if master.app_metrics:
+        text += master.app_metrics.exposition()      # the app's own, over every worker
+    return text
 
 
 def healthy(master):
