@@ -4,6 +4,7 @@ against the requests the test makes."""
 import os
 import signal
 import socket
+import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -160,3 +161,30 @@ def test_the_apps_own_prometheus_metrics_are_summed_over_workers_and_recycles():
     finally:
         s.stop()
     assert not os.path.exists(d)                  # the server's directory, removed at exit
+
+
+def test_the_histograms_p99_is_the_clients():
+    """Durations spread over two buckets (9 in 10 fast, 1 in 10 about 30 ms):
+    the p99 Prometheus computes from the histogram (the bucket's upper
+    bound) is the bucket where the client's own p99 falls."""
+    s = start("--workers", "1", app="apps:sleep")
+    try:
+        times = []
+        with Conn(s.port) as c:
+            for i in range(100):
+                t = 0.03 if i % 10 == 0 else 0
+                t0 = time.monotonic()
+                c.send(f"GET /?t={t} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+                assert c.read_response().status == 200
+                times.append(time.monotonic() - t0)
+        client_p99 = sorted(times)[98]
+        assert wait_for(lambda: value(samples(s), "forkwsgi_request_duration_seconds_count") == 100, 5)
+        m = samples(s)
+        buckets = sorted((float(dict(k[1])["le"]), v) for k, v in m.items()
+                         if k[0] == "forkwsgi_request_duration_seconds_bucket")
+        server_p99 = next(le for le, n in buckets if n >= 99)            # the bucket holding the 99th
+        below = max([le for le, _ in buckets if le < server_p99], default=0.0)
+        assert below < client_p99 <= server_p99 + 0.005, (client_p99, server_p99, buckets)
+        assert 85 <= value(m, "forkwsgi_request_duration_seconds_bucket", le="0.025") <= 90
+    finally:
+        s.stop()

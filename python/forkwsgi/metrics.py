@@ -86,6 +86,8 @@ def exposition(master):
     o.family("forkwsgi_worker_connections", "gauge", "Connections open, per worker.")
     o.family("forkwsgi_worker_resident_memory_bytes", "gauge", "Resident memory of each worker.")
     o.family("forkwsgi_worker_oldest_request_seconds", "gauge", "Age of the oldest request in the app, per worker.")
+    o.family("forkwsgi_worker_handoffs_total", "counter",
+             "Connections handed between workers (least-busy balancing, retiring workers), per worker process.")
     board = _forkwsgi.sb_read(master.slots.scoreboard)
     now_ns = time.monotonic_ns()
     in_flight_total = 0
@@ -99,6 +101,8 @@ def exposition(master):
         o.sample("forkwsgi_worker_resident_memory_bytes", stats.process_memory(w.pid)[0], **label)
         o.sample("forkwsgi_worker_oldest_request_seconds",
                  round((now_ns - min(busy)) / 1e9, 6) if busy else 0, **label)
+        o.sample("forkwsgi_worker_handoffs_total", board[w.slot]["handed_in"], direction="in", **label)
+        o.sample("forkwsgi_worker_handoffs_total", board[w.slot]["handed_out"], direction="out", **label)
     o.sample("forkwsgi_requests_in_flight", in_flight_total)
 
     o.family("forkwsgi_workers", "gauge", "Workers alive (accepting: ready and not retiring).")
