@@ -59,8 +59,6 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
         srv->conns->prev = c;
     srv->conns = c;
     srv->nconns++;
-    if (srv->cfg.stats)
-        fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns);
     c->kept_alive = kept_alive;
     if (kept_alive) {
         /* Idle between requests, as it was in the worker that handed it. */
@@ -71,6 +69,8 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
         c->head_started = srv->now;
         fw_timer_start(&srv->t_head, &c->timer, srv->now);
     }
+    if (srv->cfg.stats)
+        fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     if (proxy_start(c, client) != 0) {
         fw_conn_close(c);
         return c;
@@ -394,6 +394,8 @@ static void request_end(fw_conn *c)
     c->state = FW_C_READ_HEAD;
     c->head_started = 0;
     fw_timer_start(&srv->t_idle, &c->timer, srv->now);
+    if (srv->cfg.stats)
+        fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     if (fw_buf_used(&c->in) == 0) {
         fw_buf_reset(&c->in, IDLE_KEEP_BYTES);
         fw_buf_reset(&c->out, IDLE_KEEP_BYTES);
@@ -424,6 +426,8 @@ static int step_head(fw_conn *c)
          * timer gives way to the header timer. */
         c->head_started = srv->now;
         fw_timer_start(&srv->t_head, &c->timer, srv->now);
+        if (srv->cfg.stats)
+            fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     }
     const char *buf = fw_buf_head(&c->in);
     size_t end = fw_http_head_end(buf, used, &c->head_scan);

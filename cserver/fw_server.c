@@ -91,7 +91,7 @@ void fw_server_conn_closed(fw_server *srv)
 {
     srv->nconns--;
     if (srv->cfg.stats)
-        fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns);
+        fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     if (!srv->accepting && !srv->stopping && srv->nconns < srv->cfg.max_connections &&
         srv->now >= srv->accept_resume_at)
         set_accepting(srv, 1);

@@ -34,9 +34,10 @@ void fw_stats_request_done(fw_stats *s, int status, uint64_t body_bytes, uint64_
     bump(&s->total_hist[fw_stats_bucket(us)], 1);
 }
 
-void fw_stats_conns(fw_stats *s, uint64_t open)
+void fw_stats_conns(fw_stats *s, uint64_t open, uint64_t idle)
 {
     atomic_store_explicit(&s->conns_open, open, memory_order_relaxed);
+    atomic_store_explicit(&s->conns_idle, idle, memory_order_relaxed);
 }
 
 void fw_stats_app_call(fw_stats *s, uint64_t us)
@@ -59,6 +60,7 @@ void fw_stats_read(const fw_stats *s, fw_stats_view *out)
         out->status[i] = atomic_load(&s->status[i]);
     out->total_us = atomic_load(&s->total_us);
     out->conns_open = atomic_load(&s->conns_open);
+    out->conns_idle = atomic_load(&s->conns_idle);
     out->app_calls = atomic_load(&s->app_calls);
     out->app_us = atomic_load(&s->app_us);
     out->exceptions = atomic_load(&s->exceptions);

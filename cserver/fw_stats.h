@@ -27,6 +27,7 @@ typedef struct fw_stats {
                                                 * response on the wire) */
     _Atomic uint64_t total_hist[FW_STATS_NBUCKETS];
     _Atomic uint64_t conns_open;               /* gauge */
+    _Atomic uint64_t conns_idle;               /* gauge: kept alive, waiting for a next request */
     /* App threads. */
     _Atomic uint64_t app_calls;                /* calls into the app (a request may make two) */
     _Atomic uint64_t app_us;                   /* time inside them */
@@ -39,7 +40,7 @@ _Static_assert(FW_STATS_NBUCKETS == 18, "src/_forkwsgi.pyx declares the histogra
 
 /* A plain copy for readers. */
 typedef struct fw_stats_view {
-    uint64_t requests, bytes_out, status[6], total_us, total_hist[FW_STATS_NBUCKETS], conns_open;
+    uint64_t requests, bytes_out, status[6], total_us, total_hist[FW_STATS_NBUCKETS], conns_open, conns_idle;
     uint64_t app_calls, app_us, app_hist[FW_STATS_NBUCKETS], exceptions;
 } fw_stats_view;
 
@@ -50,8 +51,8 @@ uint64_t fw_stats_bound_us(int i);
 
 /* Loop thread: a response is on the wire. */
 void fw_stats_request_done(fw_stats *s, int status, uint64_t body_bytes, uint64_t us);
-/* Loop thread: connections open now. */
-void fw_stats_conns(fw_stats *s, uint64_t open);
+/* Loop thread: connections open now, and of them kept alive and idle. */
+void fw_stats_conns(fw_stats *s, uint64_t open, uint64_t idle);
 /* App threads: one call into the app took us. */
 void fw_stats_app_call(fw_stats *s, uint64_t us);
 /* App threads: the app raised, or returned no valid response. */

@@ -20,6 +20,7 @@ typedef struct fw_tnode {
 typedef struct fw_tlist {
     fw_tnode *head, *tail;
     int64_t timeout_ms;         /* <= 0: never expires (nodes are still tracked) */
+    int count;                  /* nodes on the list */
 } fw_tlist;
 
 static inline int64_t fw_now_ms(void)
@@ -36,6 +37,7 @@ static inline void fw_timer_stop(fw_tnode *n)
         return;
     if (n->prev) n->prev->next = n->next; else l->head = n->next;
     if (n->next) n->next->prev = n->prev; else l->tail = n->prev;
+    l->count--;
     n->prev = n->next = NULL;
     n->list = NULL;
 }
@@ -50,6 +52,7 @@ static inline void fw_timer_start(fw_tlist *l, fw_tnode *n, int64_t now)
     n->prev = l->tail;
     if (l->tail) l->tail->next = n; else l->head = n;
     l->tail = n;
+    l->count++;
 }
 
 #endif

@@ -90,7 +90,7 @@ cdef extern from "glue.h":
         FW_STATS_SIZE
 
     ctypedef struct fw_stats_view:
-        uint64_t requests, bytes_out, total_us, conns_open, app_calls, app_us, exceptions
+        uint64_t requests, bytes_out, total_us, conns_open, conns_idle, app_calls, app_us, exceptions
         uint64_t status[6]
         uint64_t total_hist[18]
         uint64_t app_hist[18]
@@ -714,7 +714,7 @@ def stats_read(stats, Py_ssize_t offset):
     fw_stats_read(<const fw_stats *>(<char *>b.view.buf + offset), &v)
     return {"requests": v.requests, "bytes_out": v.bytes_out, "status": [v.status[i] for i in range(6)],
             "total_us": v.total_us, "total_hist": [v.total_hist[i] for i in range(FW_STATS_NBUCKETS)],
-            "conns_open": v.conns_open, "app_calls": v.app_calls, "app_us": v.app_us,
+            "conns_open": v.conns_open, "conns_idle": v.conns_idle, "app_calls": v.app_calls, "app_us": v.app_us,
             "app_hist": [v.app_hist[i] for i in range(FW_STATS_NBUCKETS)], "exceptions": v.exceptions}
 
 

@@ -188,3 +188,23 @@ def test_the_histograms_p99_is_the_clients():
         assert 85 <= value(m, "forkwsgi_request_duration_seconds_bucket", le="0.025") <= 90
     finally:
         s.stop()
+
+
+def test_idle_kept_alive_connections_are_counted():
+    s = start("--workers", "1", app="apps:hello")
+    try:
+        conns = [Conn(s.port) for _ in range(3)]
+        for c in conns:
+            c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert c.read_response().status == 200
+        label = {"worker": "1", "pid": str(s.worker_pids()[0])}
+        assert wait_for(lambda: value(samples(s), "forkwsgi_worker_idle_connections", **label) == 3, 5)
+        assert value(samples(s), "forkwsgi_worker_connections", **label) == 3
+        conns[0].close()
+        assert wait_for(lambda: value(samples(s), "forkwsgi_worker_idle_connections", **label) == 2, 5)
+        for c in conns[1:]:
+            c.close()
+        assert wait_for(lambda: value(samples(s), "forkwsgi_worker_connections", **label) == 0, 5)
+        assert value(samples(s), "forkwsgi_worker_idle_connections", **label) == 0
+    finally:
+        s.stop()

@@ -84,6 +84,8 @@ def exposition(master):
     o.family("forkwsgi_requests_in_flight", "gauge", "Requests being served (in an app thread or waiting for one).")
     o.family("forkwsgi_worker_requests_in_flight", "gauge", "Requests being served, per worker.")
     o.family("forkwsgi_worker_connections", "gauge", "Connections open, per worker.")
+    o.family("forkwsgi_worker_idle_connections", "gauge",
+             "Kept-alive connections waiting for their next request, per worker (part of the open ones).")
     o.family("forkwsgi_worker_resident_memory_bytes", "gauge", "Resident memory of each worker.")
     o.family("forkwsgi_worker_oldest_request_seconds", "gauge", "Age of the oldest request in the app, per worker.")
     o.family("forkwsgi_worker_handoffs_total", "counter",
@@ -98,6 +100,7 @@ def exposition(master):
         label = {"worker": str(w.index), "pid": str(w.pid)}
         o.sample("forkwsgi_worker_requests_in_flight", n, **label)
         o.sample("forkwsgi_worker_connections", c["conns_open"], **label)
+        o.sample("forkwsgi_worker_idle_connections", c["conns_idle"], **label)
         o.sample("forkwsgi_worker_resident_memory_bytes", stats.process_memory(w.pid)[0], **label)
         o.sample("forkwsgi_worker_oldest_request_seconds",
                  round((now_ns - min(busy)) / 1e9, 6) if busy else 0, **label)

@@ -39,14 +39,15 @@ FW_PASS_REQUEST = 2              # hand-off flag: counted in the target's "incom
 
 def empty_totals():
     return {"requests": 0, "bytes_out": 0, "status": [0] * 6, "total_us": 0,
-            "total_hist": [0] * len(_forkwsgi.STATS_BOUNDS), "conns_open": 0, "app_calls": 0, "app_us": 0,
+            "total_hist": [0] * len(_forkwsgi.STATS_BOUNDS), "conns_open": 0, "conns_idle": 0, "app_calls": 0,
+            "app_us": 0,
             "app_hist": [0] * len(_forkwsgi.STATS_BOUNDS), "exceptions": 0}
 
 
 def add_counters(into, c):
-    """into += c, field by field (lists element-wise); conns_open is a gauge."""
+    """into += c, field by field (lists element-wise); the conns_ are gauges."""
     for k, v in c.items():
-        if k == "conns_open":
+        if k.startswith("conns_"):
             continue
         if isinstance(v, list):
             into[k] = [a + b for a, b in zip(into[k], v)]

@@ -86,7 +86,8 @@ def uwsgi_document(master, previous):
                                     "request": line} if began else {}}
                       for t, began, line, calls in threads],
             "forkwsgi": {"slot": w.slot, "retiring": w.retiring or w.old, "in_flight": worker_in_flight,
-                         "connections": c["conns_open"], "status_classes": status_classes(c["status"]),
+                         "connections": c["conns_open"], "idle_connections": c["conns_idle"],
+                         "status_classes": status_classes(c["status"]),
                          "app_calls": c["app_calls"], "app_us": c["app_us"],
                          "handed_in": board[w.slot]["handed_in"], "handed_out": board[w.slot]["handed_out"],
                          # Per-bucket counts of request durations; bounds in "histogram_bounds".
