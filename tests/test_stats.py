@@ -258,3 +258,28 @@ def test_forkwsgi_top_live_in_a_terminal():
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=10)
         s.stop()
+
+
+def test_listen_queue_of_a_unix_socket(tmp_path):
+    """sock_diag gives a unix listener's queue, as TCP_INFO a TCP one's."""
+    sock_path = str(tmp_path / "app.sock")
+    port = free_port()
+    s = ServerProc("apps:sleep", "--workers", "1", "--stats", f"127.0.0.1:{port}", bind=[f"unix:{sock_path}"])
+    try:
+        busy = Conn(None, path=sock_path, timeout=20)
+        busy.send(b"GET /?t=2 HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert wait_for(lambda: fetch(("127.0.0.1", port))["load"] == 1, 5)
+        waiting = []
+        for _ in range(3):
+            w = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            w.connect(sock_path)
+            waiting.append(w)
+        doc = fetch(("127.0.0.1", port))
+        assert doc["listen_queue"] == 3 and doc["sockets"][0]["queue"] == 3
+        assert doc["sockets"][0]["max_queue"] > 3
+        assert busy.read_response().status == 200
+        busy.close()
+        for w in waiting:
+            w.close()
+    finally:
+        s.stop()

@@ -26,10 +26,41 @@ log = logging.getLogger("forkwsgi")
 _TCP_INFO_QUEUE = struct.Struct("=24xII")
 
 
+# sock_diag (netlink) for a unix listener: request SOCK_DIAG_BY_FAMILY for
+# its inode, in state LISTEN, asking for UNIX_DIAG_RQLEN (queued, backlog).
+_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY, _UDIAG_SHOW_RQLEN, _UNIX_DIAG_RQLEN = 4, 20, 0x10, 4
+_NLMSG = struct.Struct("=IHHII")
+_UNIX_DIAG_REQ = struct.Struct("=BBHIIIII")
+
+
+def _unix_listen_queue(sock):
+    inode = os.fstat(sock.fileno()).st_ino
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(1.0)
+        req = _UNIX_DIAG_REQ.pack(socket.AF_UNIX, 0, 0, 1 << 10, inode, _UDIAG_SHOW_RQLEN, 0xffffffff, 0xffffffff)
+        nl.sendto(_NLMSG.pack(_NLMSG.size + len(req), _SOCK_DIAG_BY_FAMILY, 1, 1, 0) + req, (0, 0))
+        data = nl.recv(65536)
+    length, kind = _NLMSG.unpack_from(data)[:2]
+    off = _NLMSG.size + 16                    # then struct unix_diag_msg, then attributes
+    while kind == _SOCK_DIAG_BY_FAMILY and off + 4 <= min(length, len(data)):
+        alen, atype = struct.unpack_from("=HH", data, off)
+        if atype == _UNIX_DIAG_RQLEN and alen >= 12:
+            return struct.unpack_from("=II", data, off + 4)
+        if alen < 4:
+            break
+        off += (alen + 3) & ~3
+    return 0, 0
+
+
 def listen_queue(sock):
-    """(connections waiting in the accept queue, its size) of a TCP
-    listening socket, from TCP_INFO (tcpi_unacked / tcpi_sacked hold them
-    for a listener); (0, 0) when the kernel does not tell (unix sockets)."""
+    """(connections waiting in the accept queue, its size) of a listening
+    socket: TCP from TCP_INFO (tcpi_unacked / tcpi_sacked hold them for a
+    listener), unix from sock_diag; (0, 0) when the kernel does not tell."""
+    if sock.family == socket.AF_UNIX:
+        try:
+            return _unix_listen_queue(sock)
+        except (OSError, struct.error):
+            return 0, 0
     if sock.family not in (socket.AF_INET, socket.AF_INET6):
         return 0, 0
     try:
