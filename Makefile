@@ -1,11 +1,12 @@
 # forkwsgi: C unit tests, fuzzing and the sanitizer build of the extension.
 # The Python package itself builds with pip / setup.py; see tests/README.md.
 #
-#   make ctest         C unit tests (tests/c: parser, PROXY protocol, access log writer), ASan + UBSan
+#   make ctest         C unit tests (tests/c: parser, PROXY protocol, access log writer, offload ring), ASan + UBSan
 #   make fuzz-smoke    the fuzz targets (HTTP, PROXY protocol) without libFuzzer: corpus + random inputs, ~75 s
 #   make fuzz          libFuzzer (clang), FUZZ_SECONDS=60
 #   make fuzz-proxy    the same for the PROXY protocol parser
 #   make fuzz-offload-smoke / fuzz-offload   the same for the offload record parser
+#   make fuzz-ring-smoke / fuzz-ring         the same for the offload ring's reader (damaged ring files)
 #   make asan-ext      extension built with ASan/UBSan into build/asan, pytest run on it
 #   make asan-smoke    the same build, a short run of a real server (tests/asan_smoke.py)
 #   make clean
@@ -49,7 +50,7 @@ ASAN_EXT_ENV = LD_PRELOAD=$(LIBASAN) \
     UBSAN_OPTIONS=print_stacktrace=1:log_path=$(abspath $(ASAN_DIR))/logs/ubsan \
     PYTHONPATH=$(abspath $(ASAN_DIR))
 
-.PHONY: help ctest fuzz-smoke fuzz fuzz-proxy fuzz-offload-smoke fuzz-offload asan-ext asan-ext-build asan-smoke clean
+.PHONY: help ctest fuzz-smoke fuzz fuzz-proxy fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring asan-ext asan-ext-build asan-smoke clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -73,10 +74,17 @@ $(CBUILD)/test_proxy: tests/c/test_proxy.c tests/c/check.h $(PROXY_SRC) $(PROXY_
 	@mkdir -p $(CBUILD)
 	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_proxy.c $(PROXY_SRC) -o $@
 
-ctest: $(CBUILD)/test_http $(CBUILD)/test_proxy $(CBUILD)/test_alog
+RING_SRC := cserver/fw_ring.c
+
+$(CBUILD)/test_ring: tests/c/test_ring.c tests/c/check.h $(RING_SRC) cserver/fw_ring.h
+	@mkdir -p $(CBUILD)
+	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_ring.c $(RING_SRC) -lpthread -o $@
+
+ctest: $(CBUILD)/test_http $(CBUILD)/test_proxy $(CBUILD)/test_alog $(CBUILD)/test_ring
 	$(SAN_ENV) $(CBUILD)/test_http
 	$(SAN_ENV) $(CBUILD)/test_proxy
 	$(SAN_ENV) $(CBUILD)/test_alog
+	$(SAN_ENV) $(CBUILD)/test_ring
 
 # ---- fuzzing ---------------------------------------------------------------
 
@@ -145,6 +153,31 @@ fuzz-offload: $(FBUILD)/fuzz_offload
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_offload \
 	    -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
 	    $(FUZZ_ARGS) $(FBUILD)/corpus_offload tests/fuzz/corpus_offload
+
+RING_FUZZ_SRC := cserver/fw_ring.c cserver/fw_offload.c
+RING_FUZZ_HDR := cserver/fw_ring.h cserver/fw_offload.h cserver/fw_io.h
+
+$(FBUILD)/fuzz_ring_standalone: tests/fuzz/fuzz_ring.c tests/fuzz/standalone_main.c $(RING_FUZZ_SRC) $(RING_FUZZ_HDR)
+	@mkdir -p $(FBUILD)
+	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver tests/fuzz/fuzz_ring.c tests/fuzz/standalone_main.c \
+	    $(RING_FUZZ_SRC) -lpthread -o $@
+
+# Damaged ring files: a fifth of the inputs and time of the HTTP target.
+fuzz-ring-smoke: $(FBUILD)/fuzz_ring_standalone
+	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) + 60 )) $(FBUILD)/fuzz_ring_standalone \
+	    -n $$(( $(FUZZ_SMOKE_N) / 5 )) -s $(FUZZ_SMOKE_SEED) -t $$(( $(FUZZ_SMOKE_SECONDS) / 5 + 1 )) \
+	    -a $(FBUILD)/ tests/fuzz/corpus_ring
+
+$(FBUILD)/fuzz_ring: tests/fuzz/fuzz_ring.c $(RING_FUZZ_SRC) $(RING_FUZZ_HDR)
+	@mkdir -p $(FBUILD)
+	$(CLANG) $(CWARN) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+	    -g -O1 -Icserver tests/fuzz/fuzz_ring.c $(RING_FUZZ_SRC) -lpthread -o $@
+
+fuzz-ring: $(FBUILD)/fuzz_ring
+	@mkdir -p $(FBUILD)/corpus_ring
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_ring \
+	    -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
+	    $(FUZZ_ARGS) $(FBUILD)/corpus_ring tests/fuzz/corpus_ring
 
 # ---- the extension under ASan/UBSan ---------------------------------------
 # Built into build/asan (objects in build/asan/tmp) next to a copy of the

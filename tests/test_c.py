@@ -7,7 +7,10 @@
   200k seeded random inputs) and tests/fuzz/fuzz_proxy.c (40k), under ASan +
   UBSan, without libFuzzer;
 - `make fuzz-offload-smoke`: the same for the offload record parser
-  (tests/fuzz/fuzz_offload.c).
+  (tests/fuzz/fuzz_offload.c), and `make fuzz-ring-smoke` for the offload
+  ring's reader over damaged ring files (tests/fuzz/fuzz_ring.c); the ring's
+  unit tests, with producer processes killed mid-write, are
+  tests/c/test_ring.c in `make ctest`.
 
 Skipped only when there is no C compiler at all.
 """
@@ -49,7 +52,7 @@ def make(target, timeout):
 def test_c_unit_tests():
     out = make("ctest", timeout=240)
     results = re.findall(r"^(\d+) passed, (\d+) failed$", out, re.M)
-    assert len(results) == 2, out[-5000:]       # test_http, test_proxy
+    assert len(results) == 3, out[-5000:]       # test_http, test_proxy, test_ring (test_alog prints its name first)
     for passed, failed in results:
         assert int(passed) > 0 and int(failed) == 0, out[-5000:]
 
@@ -64,3 +67,8 @@ def test_fuzz_smoke():
 def test_fuzz_offload_smoke():
     out = make("fuzz-offload-smoke", timeout=280)
     assert re.search(r"^standalone: \d+ files and \d+ random inputs .* no crash$", out, re.M), out[-5000:]
+
+
+def test_fuzz_ring_smoke():
+    out = make("fuzz-ring-smoke", timeout=200)
+    assert re.search(r"^standalone: [1-9]\d* files and \d+ random inputs .* no crash$", out, re.M), out[-5000:]
