@@ -131,8 +131,8 @@ fuzz-proxy: $(FBUILD)/fuzz_proxy
 	    -max_total_time=$(FUZZ_SECONDS) -max_len=512 -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
 	    $(FUZZ_ARGS) $(FBUILD)/corpus_proxy tests/fuzz/corpus_proxy
 
-OFL_SRC := cserver/fw_offload.c
-OFL_HDR := cserver/fw_offload.h cserver/fw_io.h
+OFL_SRC := cserver/fw_offload.c cserver/fw_ring.c
+OFL_HDR := cserver/fw_offload.h cserver/fw_ring.h cserver/fw_io.h
 
 $(FBUILD)/fuzz_offload_standalone: tests/fuzz/fuzz_offload.c tests/fuzz/standalone_main.c $(OFL_SRC) $(OFL_HDR)
 	@mkdir -p $(FBUILD)

@@ -5,18 +5,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-
-#define SOCK_OVERHEAD 64     /* what the socket may keep per record beyond its bytes */
 
 static uint64_t now_ns(clockid_t clk)
 {
@@ -36,11 +33,10 @@ static int spill_name(fw_offload *o)
     return n < 0 || (size_t)n >= sizeof(o->spill_path) ? -1 : 0;
 }
 
-int fw_offload_init(fw_offload *o, int sock, int overflow, int block_ms, size_t max_record,
+int fw_offload_init(fw_offload *o, int ring_fd, int overflow, int block_ms, size_t max_record,
                     const char *spill_dir, uint64_t spill_max, fw_offload_counters *shared)
 {
     memset(o, 0, sizeof(*o));
-    o->sock = sock;
     o->overflow = overflow;
     o->block_ms = block_ms > 0 ? block_ms : 0;
     o->max_record = max_record;
@@ -48,20 +44,24 @@ int fw_offload_init(fw_offload *o, int sock, int overflow, int block_ms, size_t 
     o->spill_max = spill_max;
     o->pid = (uint32_t)getpid();
     o->ctr = shared ? shared : &o->own_ctr;
-    /* The largest record the socket takes in one piece: its send buffer,
-     * less what the kernel accounts per record. */
-    int sndbuf = 0;
-    socklen_t len = sizeof(sndbuf);
-    if (getsockopt(sock, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0)
+    int rc = fw_ring_map(&o->ring, ring_fd);
+    if (rc != 0) {
+        errno = -rc;
         return -1;
-    o->sock_max = sndbuf > 4 * SOCK_OVERHEAD ? (size_t)sndbuf / 2 - SOCK_OVERHEAD : 0;
+    }
+    o->ring_max = fw_ring_max_record(&o->ring);
     int n = snprintf(o->spill_dir, sizeof(o->spill_dir), "%s", spill_dir && *spill_dir ? spill_dir : "/tmp");
     if (n < 0 || (size_t)n >= sizeof(o->spill_dir) || spill_name(o) != 0) {
+        fw_ring_unmap(&o->ring);
         errno = ENAMETOOLONG;
         return -1;
     }
-    if (pthread_mutex_init(&o->spill_mu, NULL) != 0)
+    if (pthread_mutex_init(&o->spill_mu, NULL) != 0) {
+        int e = errno;
+        fw_ring_unmap(&o->ring);
+        errno = e;
         return -1;
+    }
     return 0;
 }
 
@@ -71,6 +71,7 @@ void fw_offload_destroy(fw_offload *o)
         close(o->spill_fd);
     o->spill_fd = -1;
     pthread_mutex_destroy(&o->spill_mu);
+    fw_ring_unmap(&o->ring);
 }
 
 void fw_offload_counters_read(const fw_offload_counters *c, fw_offload_totals *out)
@@ -158,31 +159,14 @@ static int spill(fw_offload *o, const struct iovec *iov, int iovcnt, size_t tota
     }
     struct iovec v[4];
     memcpy(v, iov, (size_t)iovcnt * sizeof(*v));
-    size_t done = 0;
-    int first = 0;
-    while (done < total) {
-        ssize_t w = writev(o->spill_fd, v + first, iovcnt - first);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            /* Disk full or worse: take the half record back, so the file
-             * stays a sequence of whole records. */
-            int e = w < 0 ? errno : EIO;
-            if (ftruncate(o->spill_fd, start) != 0)
-                e = errno;
-            errno = e;
-            rc = FW_OFL_EIO;
-            goto unlock;
-        }
-        done += (size_t)w;
-        while (first < iovcnt && (size_t)w >= v[first].iov_len) {
-            w -= (ssize_t)v[first].iov_len;
-            first++;
-        }
-        if (first < iovcnt) {
-            v[first].iov_base = (char *)v[first].iov_base + w;
-            v[first].iov_len -= (size_t)w;
-        }
+    if (fw_writev_all(o->spill_fd, v, iovcnt, total) != 0) {
+        /* Disk full or worse: take the half record back, so the file
+         * stays a sequence of whole records. */
+        int e = errno;
+        if (ftruncate(o->spill_fd, start) != 0)
+            e = errno;
+        errno = e;
+        rc = FW_OFL_EIO;
     }
 unlock:;
     int e = errno;
@@ -195,38 +179,35 @@ out:
     return rc;
 }
 
-static int try_send(fw_offload *o, struct msghdr *mh)
+/* Copy the record into a slot of the ring and publish it. Returns 0, or
+ * -EAGAIN (no room now), -EMSGSIZE (too large for the ring), -EIO (the ring
+ * file is damaged). */
+static int try_ring(fw_offload *o, const struct iovec *iov, int iovcnt, size_t total)
 {
-    for (;;) {
-        ssize_t n = sendmsg(o->sock, mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n >= 0)
-            return 0;
-        if (errno != EINTR)
-            return -1;
+    unsigned char *dst;
+    int64_t pos = fw_ring_claim(&o->ring, total, o->pid, &dst);
+    if (pos < 0)
+        return (int)pos;
+    for (int i = 0; i < iovcnt; i++) {
+        memcpy(dst, iov[i].iov_base, iov[i].iov_len);
+        dst += iov[i].iov_len;
     }
+    fw_ring_commit(&o->ring, pos);
+    return 0;
 }
 
-/* Block policy: wait for room and send, never longer than block_ms in all.
- * Returns 0 if sent, -1 if not. */
-static int send_within(fw_offload *o, struct msghdr *mh)
+/* Block policy: wait for room, never longer than block_ms in all. The
+ * sibling frees room without telling anyone, so look every 200 us.
+ * Returns 0 if queued, else the last try's answer. */
+static int ring_within(fw_offload *o, const struct iovec *iov, int iovcnt, size_t total)
 {
     uint64_t start = now_ns(CLOCK_MONOTONIC), limit = (uint64_t)o->block_ms * 1000000u;
-    int rc = -1;
-    for (;;) {
-        uint64_t spent = now_ns(CLOCK_MONOTONIC) - start;
-        if (spent >= limit) {
-            errno = EAGAIN;                    /* still no room: the drop's reason */
-            break;
-        }
-        struct pollfd pfd = { .fd = o->sock, .events = POLLOUT };
-        int wait_ms = (int)((limit - spent + 999999) / 1000000);
-        if (poll(&pfd, 1, wait_ms) < 0 && errno != EINTR)
-            break;
-        if (try_send(o, mh) == 0) {
-            rc = 0;
-            break;
-        }
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
+    int rc = -EAGAIN;
+    while (now_ns(CLOCK_MONOTONIC) - start < limit) {
+        struct timespec pause = { 0, 200000 };
+        nanosleep(&pause, NULL);
+        rc = try_ring(o, iov, iovcnt, total);
+        if (rc != -EAGAIN)
             break;
     }
     atomic_fetch_add(&o->ctr->blocked_ns, now_ns(CLOCK_MONOTONIC) - start);
@@ -252,31 +233,31 @@ int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *k
         { .iov_base = (void *)(key ? key : ""), .iov_len = klen },
         { .iov_base = (void *)(value ? value : ""), .iov_len = vlen },
     };
-    struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 4 };
     /* A spill that fails (the file is at spill_max, the disk is full) is a
      * counted drop: offload() never raises for what happens after the call. */
-    if (total > o->sock_max) {                /* too big to travel in one piece */
-        if (spill(o, iov, 4, total) == FW_OFL_SPILLED)
-            return FW_OFL_SPILLED;
-        goto drop;
-    }
-    if (try_send(o, &mh) == 0)
+    int rc = total > o->ring_max ? -EMSGSIZE : try_ring(o, iov, 4, total);
+    if (rc == 0)
         goto queued;
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
-        /* The queue itself is gone (only if the master died): keep it on disk. */
+    if (rc != -EAGAIN) {
+        /* Too big for the ring, or a damaged ring file: keep it on disk. */
         if (spill(o, iov, 4, total) == FW_OFL_SPILLED)
             return FW_OFL_SPILLED;
         goto drop;
     }
-    if (o->overflow == FW_OFL_DROP)
+    if (o->overflow == FW_OFL_DROP) {
+        errno = EAGAIN;
         goto drop;
+    }
     if (o->overflow == FW_OFL_SPILL) {
         if (spill(o, iov, 4, total) == FW_OFL_SPILLED)
             return FW_OFL_SPILLED;
         goto drop;
     }
-    if (send_within(o, &mh) != 0)
+    rc = ring_within(o, iov, 4, total);
+    if (rc != 0) {
+        errno = -rc;
         goto drop;
+    }
 queued:
     atomic_fetch_add(&o->ctr->queued, 1);
     atomic_fetch_add(&o->ctr->bytes, total);
@@ -286,45 +267,89 @@ drop:
     return FW_OFL_DROPPED;
 }
 
-long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint32_t *skip, int *fresh)
+int fw_ofl_reader_open(fw_ofl_reader *rd, int ring_fd)
 {
-    *fresh = 0;
-    ssize_t got;
-    do
-        got = recv(sock, buf, cap, MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC);
-    while (got < 0 && errno == EINTR);
-    if (got < 0)
-        return errno == EAGAIN || errno == EWOULDBLOCK ? FW_OFL_TAKE_EMPTY : FW_OFL_TAKE_ERR;
-    if (got == 0)
-        return FW_OFL_TAKE_EOF;                 /* no record is empty */
-    fw_offload_rec rec;
-    if ((size_t)got > cap || fw_offload_parse(buf, (size_t)got, &rec) != got) {
-        char one;
-        if (recv(sock, &one, 1, MSG_DONTWAIT) < 0 && errno != EAGAIN)
-            return FW_OFL_TAKE_ERR;
-        return FW_OFL_TAKE_BAD;
+    memset(rd, 0, sizeof(*rd));
+    int rc = fw_ring_map(&rd->ring, ring_fd);
+    if (rc != 0)
+        return rc;
+    rd->pos = fw_ring_recover(&rd->ring);
+    rd->busy_pos = UINT64_MAX;
+    return 0;
+}
+
+void fw_ofl_reader_close(fw_ofl_reader *rd)
+{
+    fw_ring_unmap(&rd->ring);
+}
+
+int fw_ofl_reader_next(fw_ofl_reader *rd, uint64_t *at, fw_offload_rec *rec)
+{
+    for (;;) {
+        fw_ring_slot s;
+        if (fw_ring_peek(&rd->ring, *at, &s) != 0) {
+            rd->bad++;
+            *at = fw_ring_resync(&rd->ring, *at);
+            continue;
+        }
+        switch (s.kind) {
+        case FW_RING_FREE:
+            return 0;
+        case FW_RING_PAD:
+            *at = s.next;
+            continue;
+        case FW_RING_BUSY:
+            /* Being written, or its producer died mid-write: a hole once
+             * that process is gone (the next look after the first). */
+            if (rd->busy_pos != *at) {
+                rd->busy_pos = *at;
+                rd->busy_seen = now_ns(CLOCK_BOOTTIME);
+                return 0;
+            }
+            if (!fw_ring_producer_gone(s.pid, rd->busy_seen))
+                return 0;
+            rd->holes++;
+            *at = s.next;
+            continue;
+        default:
+            break;
+        }
+        *at = s.next;
+        long n = fw_offload_parse((const char *)s.data, s.len, rec);
+        if (n <= 0 || s.len - (size_t)n >= 8) {
+            rd->bad++;                          /* not the record its slot was made for */
+            continue;
+        }
+        return 1;
     }
-    if (!(skip && rec.h.pid == skip[0] && rec.h.seq == skip[1]) && journal_fd >= 0) {
-        off_t start = lseek(journal_fd, 0, SEEK_END);
-        if (start < 0)
-            return FW_OFL_TAKE_ERR;
-        if (fw_write_all(journal_fd, buf, (size_t)got) != 0) {
-            int e = errno;                     /* take the half record back; it stays queued */
+}
+
+int fw_offload_journal_append(int journal_fd, const fw_offload_rec *recs, size_t n)
+{
+    if (n == 0)
+        return 0;
+    off_t start = lseek(journal_fd, 0, SEEK_END);
+    if (start < 0)
+        return -1;
+    struct iovec v[64];
+    size_t i = 0;
+    while (i < n) {
+        int cnt = 0;
+        size_t want = 0;
+        for (; i < n && cnt < 64; i++, cnt++) {
+            v[cnt].iov_base = (void *)(recs[i].topic - sizeof(fw_offload_hdr));
+            v[cnt].iov_len = recs[i].h.total;
+            want += recs[i].h.total;
+        }
+        if (fw_writev_all(journal_fd, v, cnt, want) != 0) {
+            int e = errno;                      /* take the half batch back: records stay in the ring */
             if (ftruncate(journal_fd, start) != 0)
                 e = errno;
             errno = e;
-            return FW_OFL_TAKE_ERR;
+            return -1;
         }
     }
-    *fresh = !(skip && rec.h.pid == skip[0] && rec.h.seq == skip[1]);
-    char one;                                  /* now take it off: the rest is discarded */
-    ssize_t r;
-    do
-        r = recv(sock, &one, 1, MSG_DONTWAIT);
-    while (r < 0 && errno == EINTR);
-    if (r < 0)
-        return FW_OFL_TAKE_ERR;
-    return (long)got;
+    return 0;
 }
 
 int fw_offload_forget(int journal_fd, uint64_t upto)

@@ -1,18 +1,16 @@
 /* fw_offload: side-effect records (a topic, an optional key, a value) handed
  * from request threads to the offload sibling process.
  *
- * The queue is one AF_UNIX SOCK_SEQPACKET socket pair made by the master
- * before it forks: every worker sends on one end, the sibling reads the
- * other. It is a pipe that keeps record boundaries: each record is one
- * sendmsg(), delivered whole, never split and never interleaved with other
- * writers' records (a pipe only guarantees that up to PIPE_BUF bytes), and a
- * full queue answers EAGAIN instead of blocking. The master keeps both ends
- * open, so records queued there outlive any worker or sibling that dies.
+ * The queue is a ring in a file under --offload-dir (fw_ring.h) that every
+ * worker and the sibling map shared: a record is framed straight into a
+ * slot of it (one CAS to claim, a copy, one store to publish; no syscall),
+ * and lives there, in the page cache, until the sibling has journaled it.
+ * It survives the death of any process, every process at once included.
  *
- * When the queue is full (the sibling is behind, the sink is down) the
+ * When the ring is full (the sibling is behind, the sink is down) the
  * overflow policy decides: wait up to a bound, drop (counted), or spill to a
  * file of this worker's that the sibling collects. A record too large for
- * the socket always spills.
+ * the ring (over half of it) always spills.
  *
  * The spill file is bounded: it holds at most spill_max bytes; past that a
  * record is dropped (counted). The sibling deletes a file it has collected
@@ -23,14 +21,16 @@
  * (a generation number), so the sibling's read offsets, kept by name, never
  * apply to a different file.
  *
- * Wire and file format of one record (little-endian), fw_offload_hdr then
- * topic, key, value bytes:
+ * Ring slot, journal and spill file format of one record (little-endian),
+ * fw_offload_hdr then topic, key, value bytes:
  *   magic "FWO1", total length, flags (FW_OFL_KEY: a key is present),
  *   topic length, key length, value length, producer pid, sequence number
  *   (per producer), wall-clock time in ns.
  * The parser checks every length against the record's size. */
 #ifndef FW_OFFLOAD_H
 #define FW_OFFLOAD_H
+
+#include "fw_ring.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -73,13 +73,14 @@ typedef struct fw_offload_counters {
     uint64_t pad[3];
 } fw_offload_counters;
 
-/* One producer (a worker process); shared by its threads. fds not owned. */
+/* One producer (a worker process); shared by its threads. The ring's
+ * mapping is owned (made by fw_offload_init from the caller's fd). */
 typedef struct fw_offload {
-    int sock;                         /* sending end of the queue */
+    fw_ring ring;                     /* the queue */
     int overflow;                     /* fw_ofl_overflow */
     int block_ms;                     /* longest wait for room (block, and spill's own wait) */
     size_t max_record;                /* larger records are refused */
-    size_t sock_max;                  /* larger records go to the spill file */
+    size_t ring_max;                  /* larger records go to the spill file */
     char spill_dir[200];              /* where spill files go */
     char spill_path[256];             /* this producer's spill file: spill-<pid>[-<gen>].fwo */
     unsigned spill_gen;               /* files this producer had deleted under it (by the sibling) */
@@ -110,7 +111,9 @@ typedef struct fw_offload_totals {
 } fw_offload_totals;
 void fw_offload_counters_read(const fw_offload_counters *c, fw_offload_totals *out);
 
-int fw_offload_init(fw_offload *o, int sock, int overflow, int block_ms, size_t max_record,
+/* ring_fd: the ring file (fw_ring_prepare'd by the master), mapped here.
+ * Returns 0, or -1 with errno set. */
+int fw_offload_init(fw_offload *o, int ring_fd, int overflow, int block_ms, size_t max_record,
                     const char *spill_dir, uint64_t spill_max, fw_offload_counters *shared);
 void fw_offload_destroy(fw_offload *o);
 
@@ -122,22 +125,33 @@ int fw_offload_topic_ok(const char *topic, size_t len);
 int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *key, size_t klen,
                     const char *value, size_t vlen);
 
-/* The sibling's side: move the record at the head of the queue into the
- * journal. It is peeked into buf (cap bytes, the caller's), appended whole
- * to journal_fd, and only then taken off the queue, so a sibling killed at
- * any point loses nothing. A record whose producer pid and sequence equal
- * skip[0], skip[1] (skip not NULL) is not appended again: the predecessor
- * journaled it and died before taking it off. *fresh says which (1: not
- * such a repeat). journal_fd -1: take records off without journaling them
- * (a stop on a full disk: sent straight to the sink, or lost with the
- * queue). A journal write that fails (ENOSPC, EIO) is taken back (the file
- * is truncated to where it was) and the record stays queued.
- * Returns the record's length (the record is in buf), or
- * FW_OFL_TAKE_EMPTY (nothing queued), FW_OFL_TAKE_EOF (every sending end
- * is closed), FW_OFL_TAKE_BAD (not a record: taken off and dropped), or
- * FW_OFL_TAKE_ERR (errno set; nothing was taken off). */
-enum { FW_OFL_TAKE_EMPTY = 0, FW_OFL_TAKE_EOF = -1, FW_OFL_TAKE_BAD = -2, FW_OFL_TAKE_ERR = -3 };
-long fw_offload_take(int sock, int journal_fd, char *buf, size_t cap, const uint32_t *skip, int *fresh);
+/* The sibling's side: its reading position in the ring, and the busy slot
+ * it waits at (a producer writing, or one killed mid-write). The ring's
+ * mapping is owned. */
+typedef struct fw_ofl_reader {
+    fw_ring ring;
+    uint64_t pos;                     /* the next slot to read */
+    uint64_t busy_pos;                /* a busy slot seen at busy_pos ... */
+    uint64_t busy_seen;               /* ... first at this CLOCK_BOOTTIME ns */
+    uint64_t holes;                   /* slots of producers that died mid-write, skipped */
+    uint64_t bad;                     /* damaged slots or records, skipped */
+} fw_ofl_reader;
+
+/* Map the ring file (the sibling opens it itself), finish a release a
+ * killed predecessor began, and start reading at tail. 0 or -errno. */
+int fw_ofl_reader_open(fw_ofl_reader *rd, int ring_fd);
+void fw_ofl_reader_close(fw_ofl_reader *rd);
+
+/* The next record at or after *at (a position from rd->pos on: the caller
+ * may read ahead of what it frees). Skips padding, holes of dead producers
+ * and damage (counted). Returns 1 (the record in rec, pointing into the
+ * ring; *at after it), or 0 (nothing complete at *at yet). */
+int fw_ofl_reader_next(fw_ofl_reader *rd, uint64_t *at, fw_offload_rec *rec);
+
+/* Append n records (pointing into the ring) to the journal in as few
+ * writes as it takes, all or none: a write that fails (ENOSPC, EIO) is
+ * taken back (the file is cut to where it was). 0, or -1 with errno set. */
+int fw_offload_journal_append(int journal_fd, const fw_offload_rec *recs, size_t n);
 
 /* Give the disk blocks of a journal segment's first `upto` bytes back to
  * the file system (delivered records: fallocate's PUNCH_HOLE, the size and

@@ -1,8 +1,9 @@
 /* offload: forkwsgi.offload(topic, value, key=None) and its set-up in a
- * worker. The record is framed and handed over by cserver/fw_offload.c in
- * one non-blocking sendmsg, with the GIL released: no pickling, no helper
- * thread. One producer per process (the module state below): a worker
- * process has one queue, shared by all its threads. */
+ * worker; and the sibling's reading of the ring. The record is framed
+ * straight into the ring by cserver/fw_offload.c with the GIL released: no
+ * pickling, no helper thread, no syscall. One producer per process (the
+ * module state below): a worker process has one queue, shared by all its
+ * threads; and one reader in the sibling. */
 #include "glue.h"
 #include "fw_offload.h"
 
@@ -10,6 +11,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct {
     fw_offload ofl;
@@ -46,14 +48,14 @@ static void forget_producer(void)
 static PyObject *offload_setup(PyObject *mod, PyObject *args, PyObject *kwds)
 {
     (void)mod;
-    static char *kwlist[] = { "sock", "overflow", "block_ms", "max_record", "spill_dir", "spill_max",
+    static char *kwlist[] = { "ring_fd", "overflow", "block_ms", "max_record", "spill_dir", "spill_max",
                               "counters", "on_drop", NULL };
-    int sock, overflow, block_ms;
+    int ring_fd, overflow, block_ms;
     Py_ssize_t max_record;
     unsigned long long spill_max = UINT64_MAX;
     const char *spill_dir;
     PyObject *counters = Py_None, *on_drop = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiinz|KOO:offload_setup", kwlist, &sock, &overflow,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiinz|KOO:offload_setup", kwlist, &ring_fd, &overflow,
                                      &block_ms, &max_record, &spill_dir, &spill_max, &counters, &on_drop))
         return NULL;
     if (overflow < FW_OFL_BLOCK || overflow > FW_OFL_SPILL || max_record < (Py_ssize_t)sizeof(fw_offload_hdr) + 1) {
@@ -74,7 +76,7 @@ static PyObject *offload_setup(PyObject *mod, PyObject *args, PyObject *kwds)
         }
         shared = g_offload.counters.buf;
     }
-    if (fw_offload_init(&g_offload.ofl, sock, overflow, block_ms, (size_t)max_record, spill_dir,
+    if (fw_offload_init(&g_offload.ofl, ring_fd, overflow, block_ms, (size_t)max_record, spill_dir,
                         (uint64_t)spill_max, shared) != 0) {
         if (g_offload.counters.buf)
             PyBuffer_Release(&g_offload.counters);
@@ -199,78 +201,228 @@ static PyObject *offload_teardown(PyObject *mod, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* offload_take(sock, journal_fd, buf, limit, max_bytes, skip) -> (records, state, bad)
- * The sibling's reading loop (fw_offload_take) without a Python round
- * trip per syscall. records: (topic, key, value, ts, pid, seq, size,
- * fresh) tuples in queue order (fresh: not the predecessor's last, which
- * it journaled); state: "empty", "eof" or "more"; bad: malformed records
- * dropped. journal_fd -1: take records off without journaling them. skip:
- * None or the (pid, seq) journaled last by a predecessor. An error with
- * records taken ends the call early ("more"); with none it raises OSError
- * (the record that failed stays queued). */
-static PyObject *offload_take(PyObject *mod, PyObject *args)
+/* ---- the sibling's side: reading the ring ---------------------------------- */
+
+/* The sibling's reader (one per process; only the sibling makes one). */
+static fw_ofl_reader g_reader;
+static int g_reader_open;
+
+/* ring_prepare(fd, capacity) -> capacity: make the ring file (an empty
+ * file) or check the one there (ValueError: not a ring or damaged). */
+static PyObject *ring_prepare(PyObject *mod, PyObject *args)
 {
     (void)mod;
-    int sock, jfd;
-    Py_buffer buf;
-    Py_ssize_t limit, max_bytes;
-    PyObject *skip_obj;
-    if (!PyArg_ParseTuple(args, "iiw*nnO:offload_take", &sock, &jfd, &buf, &limit, &max_bytes, &skip_obj))
+    int fd;
+    unsigned long long cap;
+    if (!PyArg_ParseTuple(args, "iK:ring_prepare", &fd, &cap))
         return NULL;
-    uint32_t skip[2];
-    int have_skip = 0;
-    if (skip_obj != Py_None) {
-        unsigned long pid, seq;
-        if (!PyArg_ParseTuple(skip_obj, "kk:skip", &pid, &seq)) {
-            PyBuffer_Release(&buf);
-            return NULL;
-        }
-        skip[0] = (uint32_t)pid;
-        skip[1] = (uint32_t)seq;
-        have_skip = 1;
+    uint64_t c = cap;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fw_ring_prepare(fd, &c);
+    Py_END_ALLOW_THREADS
+    if (rc == -EINVAL) {
+        PyErr_SetString(PyExc_ValueError, "not an offload ring file, or a damaged one");
+        return NULL;
     }
+    if (rc != 0) {
+        errno = -rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromUnsignedLongLong(c);
+}
+
+/* ring_usage(fd) -> (bytes used, capacity): read from the file's header. */
+static PyObject *ring_usage(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    int fd;
+    if (!PyArg_ParseTuple(args, "i:ring_usage", &fd))
+        return NULL;
+    fw_ring_meta m;
+    if (pread(fd, &m, sizeof(m), 0) != (ssize_t)sizeof(m))
+        return PyErr_SetFromErrno(PyExc_OSError);
+    uint64_t head = atomic_load(&m.head), tail = atomic_load(&m.tail);
+    return Py_BuildValue("(KK)", (unsigned long long)(head > tail ? head - tail : 0),
+                         (unsigned long long)m.capacity);
+}
+
+static PyObject *ring_open_reader(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    int fd;
+    if (!PyArg_ParseTuple(args, "i:ring_open_reader", &fd))
+        return NULL;
+    if (g_reader_open)
+        fw_ofl_reader_close(&g_reader);
+    g_reader_open = 0;
+    int rc = fw_ofl_reader_open(&g_reader, fd);
+    if (rc != 0) {
+        errno = -rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    g_reader_open = 1;
+    Py_RETURN_NONE;
+}
+
+static int reader_ready(void)
+{
+    if (!g_reader_open)
+        PyErr_SetString(PyExc_RuntimeError, "no ring reader in this process");
+    return g_reader_open;
+}
+
+/* (pid, seq, ts_ns) of a record: what tells a record journaled by a
+ * predecessor that died before it freed the ring. */
+static PyObject *record_key(const fw_offload_rec *r)
+{
+    return Py_BuildValue("(IIK)", r->h.pid, r->h.seq, (unsigned long long)r->h.ts_ns);
+}
+
+/* ring_take(journal_fd, limit, max_bytes, dups) -> (records, state, end)
+ * Move up to `limit` records (at most about max_bytes) from the ring into
+ * the journal in one write, then free their room. records: (topic, key,
+ * value, ts, pid, seq, size, fresh) tuples in ring order; fresh is False
+ * for a record whose (pid, seq, ts_ns) is in `dups` (a set, or None):
+ * the predecessor journaled it and died before freeing it, so it is not
+ * appended again. state: "empty" (nothing more now) or "more". end: the
+ * ring position after the last record.
+ * journal_fd -1: read without journaling and without freeing (a stop on a
+ * full disk sends them from memory); ring_release(end) frees them once
+ * delivered. A journal write that fails raises OSError: nothing is freed,
+ * the records stay in the ring. */
+static PyObject *ring_take(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    int jfd;
+    Py_ssize_t limit, max_bytes;
+    PyObject *dups;
+    if (!PyArg_ParseTuple(args, "innO:ring_take", &jfd, &limit, &max_bytes, &dups))
+        return NULL;
+    if (!reader_ready())
+        return NULL;
+    if (limit < 1)
+        limit = 1;
+    if (limit > 4096)
+        limit = 4096;
+    fw_offload_rec *fresh = PyMem_Malloc(sizeof(*fresh) * (size_t)limit);
     PyObject *list = PyList_New(0);
-    const char *state = "more";
-    long bad = 0;
+    if (!fresh || !list) {
+        PyMem_Free(fresh);
+        Py_XDECREF(list);
+        return PyErr_NoMemory();
+    }
+    size_t nfresh = 0;
     Py_ssize_t bytes = 0;
-    while (list && PyList_GET_SIZE(list) < limit && bytes < max_bytes) {
-        int fresh;
-        long r = fw_offload_take(sock, jfd, buf.buf, (size_t)buf.len, have_skip ? skip : NULL, &fresh);
-        if (r == FW_OFL_TAKE_EMPTY || r == FW_OFL_TAKE_EOF) {
-            state = r == FW_OFL_TAKE_EMPTY ? "empty" : "eof";
-            break;
-        }
-        if (r == FW_OFL_TAKE_BAD) {
-            bad++;
-            continue;
-        }
-        if (r == FW_OFL_TAKE_ERR) {
-            if (PyList_GET_SIZE(list) == 0) {
-                PyErr_SetFromErrno(PyExc_OSError);
-                Py_CLEAR(list);
-            }
-            break;
-        }
-        have_skip = 0;                          /* only the head of the queue can be a repeat */
+    uint64_t at = g_reader.pos;
+    const char *state = "more";
+    while (PyList_GET_SIZE(list) < limit && bytes < max_bytes) {
         fw_offload_rec rec;
-        fw_offload_parse(buf.buf, (size_t)r, &rec);
+        if (!fw_ofl_reader_next(&g_reader, &at, &rec)) {
+            state = "empty";
+            break;
+        }
+        int is_fresh = 1;
+        if (dups != Py_None) {
+            PyObject *k = record_key(&rec);
+            is_fresh = k ? !PySet_Contains(dups, k) : -1;
+            Py_XDECREF(k);
+            if (is_fresh < 0)
+                goto fail;
+        }
         PyObject *key = rec.key ? PyBytes_FromStringAndSize(rec.key, rec.h.key_len) : Py_NewRef(Py_None);
-        PyObject *t = key ? Py_BuildValue("(s#Ny#dIIlO)", rec.topic, (Py_ssize_t)rec.h.topic_len, key,
+        PyObject *t = key ? Py_BuildValue("(s#Ny#dIIIO)", rec.topic, (Py_ssize_t)rec.h.topic_len, key,
                                           rec.value, (Py_ssize_t)rec.h.value_len, rec.h.ts_ns / 1e9,
-                                          rec.h.pid, rec.h.seq, r, fresh ? Py_True : Py_False)
+                                          rec.h.pid, rec.h.seq, rec.h.total, is_fresh ? Py_True : Py_False)
                           : NULL;
         if (!t || PyList_Append(list, t) < 0) {
             Py_XDECREF(t);
-            Py_CLEAR(list);               /* taken off and journaled: the journal still has it */
-            break;
+            goto fail;
         }
         Py_DECREF(t);
-        bytes += r;
+        if (is_fresh)
+            fresh[nfresh++] = rec;
+        bytes += rec.h.total;
     }
-    PyBuffer_Release(&buf);
-    if (!list)
+    if (jfd >= 0) {
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = fw_offload_journal_append(jfd, fresh, nfresh);
+        Py_END_ALLOW_THREADS
+        if (rc != 0) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto fail;
+        }
+        fw_ring_release(&g_reader.ring, at);   /* journaled: the room goes back */
+    }
+    g_reader.pos = at;
+    PyMem_Free(fresh);
+    return Py_BuildValue("(NsK)", list, state, (unsigned long long)at);
+fail:
+    PyMem_Free(fresh);
+    Py_DECREF(list);
+    return NULL;
+}
+
+/* ring_release(upto): free the ring up to a position ring_take gave. */
+static PyObject *ring_release(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    unsigned long long upto;
+    if (!PyArg_ParseTuple(args, "K:ring_release", &upto))
         return NULL;
-    return Py_BuildValue("(Nsl)", list, state, bad);
+    if (!reader_ready())
+        return NULL;
+    if (upto > g_reader.pos) {
+        PyErr_SetString(PyExc_ValueError, "ring_release: past what was read");
+        return NULL;
+    }
+    fw_ring_release(&g_reader.ring, upto);
+    Py_RETURN_NONE;
+}
+
+/* ring_wait(timeout_ms) -> bool: sleep (without the GIL) until a producer
+ * publishes a record, the timeout passes or a signal arrives; True if a
+ * record was there already. */
+static PyObject *ring_wait(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    int ms;
+    if (!PyArg_ParseTuple(args, "i:ring_wait", &ms))
+        return NULL;
+    if (!reader_ready())
+        return NULL;
+    int ready;
+    Py_BEGIN_ALLOW_THREADS
+    ready = fw_ring_wait(&g_reader.ring, g_reader.pos, ms);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(ready);
+}
+
+/* ring_reader_stats() -> dict: the reader's position and what it skipped. */
+static PyObject *ring_reader_stats(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    if (!reader_ready())
+        return NULL;
+    return Py_BuildValue("{sKsKsKsKsK}", "pos", (unsigned long long)g_reader.pos, "holes",
+                         (unsigned long long)g_reader.holes, "bad", (unsigned long long)g_reader.bad, "used",
+                         (unsigned long long)fw_ring_used(&g_reader.ring), "wakes",
+                         (unsigned long long)atomic_load(&g_reader.ring.meta->wakes));
+}
+
+/* ring_has_data() -> bool: a record (or a slot being written) at the
+ * reading position. */
+static PyObject *ring_has_data(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    if (!reader_ready())
+        return NULL;
+    fw_ring_slot s;
+    int rc = fw_ring_peek(&g_reader.ring, g_reader.pos, &s);
+    return PyBool_FromLong(rc != 0 || s.kind != FW_RING_FREE);
 }
 
 /* offload_forget(journal_fd, upto): free the disk blocks of a journal
@@ -293,14 +445,20 @@ static PyObject *offload_forget(PyObject *mod, PyObject *args)
 
 PyMethodDef fw_offload_methods[] = {
     { "offload_setup", (PyCFunction)(void (*)(void))offload_setup, METH_VARARGS | METH_KEYWORDS,
-      "offload_setup(sock, overflow, block_ms, max_record, spill_dir, spill_max=2**64-1, counters=None, "
+      "offload_setup(ring_fd, overflow, block_ms, max_record, spill_dir, spill_max=2**64-1, counters=None, "
       "on_drop=None): "
       "this process's producer" },
     { "offload", (PyCFunction)(void (*)(void))offload_call, METH_VARARGS | METH_KEYWORDS,
       "offload(topic, value, key=None) -> True if queued or spilled, False if dropped by the overflow policy" },
-    { "offload_take", offload_take, METH_VARARGS,
-      "offload_take(sock, journal_fd, buf, limit, max_bytes, skip) -> (records, state, bad): "
-      "the sibling's peek-journal-dequeue loop" },
+    { "ring_prepare", ring_prepare, METH_VARARGS, "ring_prepare(fd, capacity) -> capacity: make or check the ring file" },
+    { "ring_usage", ring_usage, METH_VARARGS, "ring_usage(fd) -> (bytes used, capacity)" },
+    { "ring_open_reader", ring_open_reader, METH_VARARGS, "ring_open_reader(fd): this process reads the ring" },
+    { "ring_take", ring_take, METH_VARARGS,
+      "ring_take(journal_fd, limit, max_bytes, dups) -> (records, state, end): ring to journal" },
+    { "ring_release", ring_release, METH_VARARGS, "ring_release(upto): free what was read up to a position" },
+    { "ring_wait", ring_wait, METH_VARARGS, "ring_wait(timeout_ms) -> bool: sleep until a record comes" },
+    { "ring_reader_stats", ring_reader_stats, METH_NOARGS, "ring_reader_stats() -> dict" },
+    { "ring_has_data", ring_has_data, METH_NOARGS, "ring_has_data() -> bool" },
     { "offload_forget", offload_forget, METH_VARARGS,
       "offload_forget(journal_fd, upto) -> bool: give a segment's delivered bytes' blocks back "
       "(False: the file system cannot)" },

@@ -50,12 +50,12 @@ def dirs(tmp_path):
     return d
 
 
-def start(make_server, dirs, *args, sink=None, workers="2", threads="2", env=None):
+def start(make_server, dirs, *args, sink=None, workers="2", threads="2", env=None, **kw):
     e = {"FW_SINK_OUT": str(dirs["out"]), "FW_SINK_CTL": str(dirs["ctl"])}
     e.update(env or {})
     return make_server("apps:offloader", "--workers", workers, "--threads", threads,
                        "--offload-sink", sink or "python:offload_sinks:make",
-                       "--offload-dir", str(dirs["journal"]), "--offload-linger", "0.02", *args, env=e)
+                       "--offload-dir", str(dirs["journal"]), "--offload-linger", "0.02", *args, env=e, **kw)
 
 
 # ---- the API -----------------------------------------------------------------
@@ -235,8 +235,8 @@ def test_sighup_under_load_replaces_the_sibling_and_loses_nothing(make_server, d
 
 def test_records_left_in_the_queue_at_exit_are_kept_for_the_next_start(make_server, dirs):
     """The sink is down and the sibling full (--offload-max-pending): at
-    SIGTERM the queue still holds records; the master moves them to a spill
-    file before it exits, and the next start delivers them."""
+    SIGTERM the ring still holds records; they stay there (a file under
+    --offload-dir), and the next start delivers them."""
     (dirs["ctl"] / "fail").write_text("")
     s = start(make_server, dirs, "--offload-max-pending", "10", "--graceful-timeout", "1",
               workers="1", threads="1")
@@ -428,7 +428,7 @@ def test_record_hashes_survive_the_journal(tmp_path):
                         42, i, 10**18) + t + k + v
         j.append(data)
         recs.append((t.decode(), k if i % 2 else None, v))
-    got = [(r.topic, r.key, r.value) for r, _, _ in j.unacked()]
+    got = [(r.topic, r.key, r.value) for r, _, _, _ in j.unacked()]
     assert got == recs
     with pytest.raises(Exception):
         parse(b"\x00" * HDR.size)
@@ -436,21 +436,28 @@ def test_record_hashes_survive_the_journal(tmp_path):
 
 def test_python_records_match_the_c_framing(tmp_path):
     """offload/records.py reads and writes exactly what cserver/fw_offload.c
-    frames: records sent by the C producer parse, frame() gives back their
-    bytes, and both apply the same topic rule."""
+    frames: records the C producer puts in the ring, journaled by the C
+    reader, parse, frame() gives back their bytes, and both apply the same
+    topic rule."""
     import subprocess
     import sys
     code = """if 1:
-        import socket, sys
+        import os, sys
         from forkwsgi import _forkwsgi
         from forkwsgi.offload.records import frame, parse, topic_ok
-        send, recv = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        _forkwsgi.offload_setup(sock=send.fileno(), overflow=1, block_ms=0, max_record=1 << 20, spill_dir=sys.argv[1])
+        ring = os.open(os.path.join(sys.argv[1], "ring.fwr"), os.O_RDWR | os.O_CREAT, 0o600)
+        journal = os.open(os.path.join(sys.argv[1], "journal"), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        _forkwsgi.ring_prepare(ring, 1 << 20)
+        _forkwsgi.ring_open_reader(ring)
+        _forkwsgi.offload_setup(ring_fd=ring, overflow=1, block_ms=0, max_record=1 << 20, spill_dir=sys.argv[1])
         cases = [("t", b"v", None), ("a.b_c-D9", bytes(range(256)) * 3, b"key"), ("x" * 249, b"", b""),
                  ("u", "text \u00e9", "k\u00e9")]
         for topic, value, key in cases:
             assert _forkwsgi.offload(topic, value, key=key) is True
-            raw = recv.recv(1 << 20)
+            start = os.lseek(journal, 0, os.SEEK_END)
+            taken, state, _ = _forkwsgi.ring_take(journal, 10, 1 << 30, None)
+            assert len(taken) == 1 and state == "empty", (taken, state)
+            raw = os.pread(journal, 1 << 20, start)
             rec, size = parse(raw)
             back = frame(rec)        # the same bytes; the time (ns) goes through a float: within 1 us
             assert size == len(raw) and back[:32] + back[40:] == raw[:32] + raw[40:], (topic, raw[:60])

@@ -407,6 +407,8 @@ class Arbiter(reexec.InPlaceReload):
             if other.ready_fd is not None:
                 os.close(other.ready_fd)
         self.slots.keep_only(slot)
+        if self.offload:
+            self.offload.queue.close_in_child()     # the hold on --offload-dir is the master's
         if sockets is not self.sockets:
             for s in self.sockets:
                 s.close()          # the master's placeholders

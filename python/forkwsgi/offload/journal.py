@@ -1,6 +1,7 @@
 """The offload journal: segment files of records in the queue's format and
 the acknowledged position. The only writer of journal files (in C,
-fw_offload_take appends to the segment Journal hands it)."""
+_forkwsgi.ring_take appends records from the ring to the segment Journal
+hands it)."""
 import contextlib
 import errno
 import json
@@ -10,7 +11,7 @@ import struct
 import zlib
 
 from .. import _forkwsgi
-from .records import BadRecord, Record, parse
+from .records import HDR, BadRecord, Record, parse
 
 log = logging.getLogger("forkwsgi")
 
@@ -94,18 +95,18 @@ class Journal:
         self.dirty = True
         return self.seg, self.size
 
-    def take(self, sock_fd, buf, limit, skip):
-        """Move up to `limit` records from the queue (sock_fd) into the
-        journal: in C (fw_offload_take), each is peeked at into buf,
-        appended, and only then taken off the queue; a record equal to
-        `skip` ((pid, seq) the predecessor journaled last) is taken off, not
-        appended again. Returns (taken, state, bad, entries): taken and state
-        and bad as _forkwsgi.offload_take gives them, entries (Record,
-        segment, end offset) for the records appended now. OSError: the
-        record that failed stays queued, the segment ends at a whole record."""
+    def take(self, limit, dups):
+        """Move up to `limit` records from the ring into the journal (in C:
+        _forkwsgi.ring_take, one write for all of them, then their room in
+        the ring is freed). A record whose key (records.key) is in `dups`
+        was journaled by a predecessor that died before freeing it: not
+        appended again. Returns (taken, state, entries): taken as ring_take
+        gives them, state "empty" or "more", entries (Record, segment, end
+        offset) for the records appended now. OSError: nothing was
+        appended, the records stay in the ring."""
         self.roll()
         try:
-            taken, state, bad = _forkwsgi.offload_take(sock_fd, self.fd, buf, limit, SEGMENT_BYTES - self.size, skip)
+            taken, state, _ = _forkwsgi.ring_take(self.fd, limit, SEGMENT_BYTES - self.size, dups)
         except OSError:
             self.recover()
             raise
@@ -115,7 +116,7 @@ class Journal:
                 self.size += t[6]
                 self.dirty = True
                 entries.append((Record(*t[:6]), self.seg, self.size))
-        return taken, state, bad, entries
+        return taken, state, entries
 
     def recover(self):
         """After a failed append: the segment must end where the last whole
@@ -134,7 +135,7 @@ class Journal:
 
     def unacked(self):
         """Every journaled record after the acknowledged position, in order,
-        as (Record, segment, end offset)."""
+        as (Record, segment, end offset, key)."""
         for n in self.segments():
             if n < self.state["segment"]:
                 continue
@@ -152,8 +153,9 @@ class Journal:
                     break
                 if rec is None:
                     break             # a torn tail: the sibling died while appending
+                k = key(data, pos)
                 pos += size
-                yield rec, n, off + pos
+                yield rec, n, off + pos, k
 
     def ack(self, seg, off):
         """Everything up to (seg, off) was delivered: record it, then give
@@ -232,3 +234,10 @@ class Journal:
         elif os.path.exists(old):
             with open(old) as f:
                 self.state.update(json.load(f))
+
+
+def key(buf, off=0):
+    """(pid, seq, ts_ns) of the record at buf[off:]: what _forkwsgi.ring_take
+    compares to recognise a record journaled already."""
+    _, _, _, _, _, _, pid, seq, ts = HDR.unpack_from(buf, off)
+    return pid, seq, ts

@@ -11,9 +11,9 @@ from .counters import COUNTER_BLOCK, attach
 log = logging.getLogger("forkwsgi")
 
 
-def producer_options(cfg, send, counters, slot):
+def producer_options(cfg, ring_fd, counters, slot):
     """Keyword arguments of _forkwsgi.offload_setup for the producer in slot."""
-    return {"sock": send.fileno(),
+    return {"ring_fd": ring_fd,
             "overflow": {"block": 0, "drop": 1, "spill": 2}[cfg["offload_overflow"]],
             "block_ms": int(cfg["offload_block_timeout"] * 1000),
             "max_record": cfg["offload_max_record"], "spill_dir": cfg["offload_spill_dir"],

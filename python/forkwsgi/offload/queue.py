@@ -1,15 +1,17 @@
 """The offload queue, the master's side (or an embedded server's): the
-settings the sibling and producers share, the queue's socket pair, and
-what is left in it when the server stops."""
+settings the sibling and producers share, the hold on --offload-dir, and
+the ring file (cserver/fw_ring.h) every worker writes and the sibling
+reads."""
 import contextlib
+import fcntl
 import logging
 import mmap
 import os
-import socket
+import time
 
+from .. import _forkwsgi
 from ..config import ConfigError
 from .counters import counters_size, read_counters, sibling_counters
-from .records import HDR
 from .producer import producer_options
 from .sinks import check_sink
 
@@ -32,12 +34,6 @@ def sibling_config(cfg):
     return out
 
 
-def queued_record_max(cfg):
-    """A buffer size that holds any record of the queue: a queued record is
-    at most about the queue's size (larger ones are spilled by the producer)."""
-    return min(cfg["offload_max_record"], cfg["offload_queue_bytes"] * 2) + HDR.size
-
-
 def check_config(cfg):
     """Settings the sibling could not work with, as config.ConfigError (one
     line at start), plus a warning for a spill bound below the record size."""
@@ -51,89 +47,137 @@ def check_config(cfg):
                     cfg["offload_max_record"])
 
 
-def make_queue(cfg):
-    """The queue: a SOCK_SEQPACKET pair (see cserver/fw_offload.h), (send, receive)."""
-    os.makedirs(cfg["offload_spill_dir"], exist_ok=True)
-    send, recv = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+RING = "ring.fwr"
+LOCK = "server.lock"
+LOCK_WAIT = 3.0           # seconds a new server waits for the last one's master to be gone
+
+
+def ring_path(cfg):
+    return os.path.join(cfg["offload_dir"], RING)
+
+
+def flock_within(fd, seconds, waiting):
+    """flock(LOCK_EX) on fd, trying for up to `seconds`; waiting() is
+    called once if it has to wait. True once held, False if still taken."""
+    deadline = time.monotonic() + seconds
+    told = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            if not told:
+                waiting()
+                told = True
+            time.sleep(0.05)
+
+
+def lock_dir(directory, wait=LOCK_WAIT):
+    """Hold --offload-dir for this server (flock on server.lock, which
+    names the holder's pid): two servers on one directory would deliver
+    each other's records twice. A server that just died may still be going
+    away: wait up to `wait` seconds. Returns the lock's fd; ConfigError if
+    another server holds it."""
+    fd = os.open(os.path.join(directory, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def holder():
+        return os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+
+    if not flock_within(fd, wait, lambda: log.info("offload: %s is held by pid %s: waiting up to %.0f s for it "
+                                                   "to end", directory, holder(), wait)):
+        pid = holder()
+        os.close(fd)
+        raise ConfigError(f"--offload-dir {directory} is used by another forkwsgi server (pid {pid}): "
+                          "give each server a directory of its own")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def open_ring(cfg):
+    """The ring file (cserver/fw_ring.h), made or checked: its fd. A ring
+    left by the last run (records not yet journaled) is kept as it is, its
+    capacity with it; an empty one of another size is made anew. A damaged
+    one is set aside (ring.fwr.damaged-TIME) and a new one made."""
+    path = ring_path(cfg)
     want = cfg["offload_queue_bytes"]
-    try:     # as root, past net.core.wmem_max
-        send.setsockopt(socket.SOL_SOCKET, 32, want)      # SO_SNDBUFFORCE
-    except OSError:
-        send.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
-    return send, recv
+    for _ in range(3):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            cap = _forkwsgi.ring_prepare(fd, want)
+        except ValueError:
+            os.close(fd)
+            aside = f"{path}.damaged-{int(time.time())}"
+            os.replace(path, aside)
+            log.error("offload: %s is not a ring this version can read (damaged?): set aside as %s; records "
+                      "in it are not delivered", path, aside)
+            continue
+        except OSError as e:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                if os.path.getsize(path) == 0:
+                    os.unlink(path)
+            raise ConfigError(f"--offload-dir {cfg['offload_dir']}: cannot make the offload ring of {want} bytes "
+                              f"({e.strerror or e}): free some space, or set a smaller --offload-queue-bytes") from None
+        used, _ = _forkwsgi.ring_usage(fd)
+        if cap != _ring_size(want):
+            if not used:
+                os.close(fd)
+                os.unlink(path)             # empty: made anew at the size asked for
+                continue
+            log.warning("offload: the ring in %s holds %d bytes of records from the last run: it keeps its "
+                        "size (%d bytes); --offload-queue-bytes applies once it is empty at a start", path, used, cap)
+        return fd
+    raise ConfigError(f"--offload-dir {cfg['offload_dir']}: cannot make the offload ring")
 
 
-def close_out(recv, cfg, counters, nslots, logger):
-    """The server's last step once its sibling is gone: what is still queued
-    goes to a spill file for the next start, and the totals go to the log."""
-    try:
-        rescue_queue(recv, cfg)
-    except OSError as e:
-        left = 0                              # the one being written, then the rest
-        with contextlib.suppress(OSError):
-            while recv.recv(1):
-                left += 1
-        logger.error("offload: could not move the records left in the queue to disk (%s): %d record(s) lost",
-                     e.strerror or e, left + 1)
+def _ring_size(want):
+    """The data area fw_ring_prepare makes for `want` bytes (a power of two
+    from 64 KiB to 4 GiB)."""
+    cap = 64 << 10
+    while cap < want and cap < 1 << 32:
+        cap <<= 1
+    return cap
+
+
+def close_out(counters, nslots, ring_fd, path, logger):
+    """The server's last step once its sibling is gone: the totals to the
+    log. What is left in the ring stays there for the next start."""
+    used, _ = _forkwsgi.ring_usage(ring_fd)
+    if used:
+        logger.warning("offload: %d bytes of records still queued at exit: kept in the ring %s for the next start",
+                       used, path)
     totals = read_counters(counters, nslots)
     logger.info("offload totals: %s", ", ".join(f"{k} {v}" for part in totals.values() for k, v in part.items()))
 
 
-def rescue_queue(recv, cfg):
-    """After the last sibling is gone (the server stops): records still in
-    the queue would die with it, so move them to a spill file of this
-    process's, which the next start collects. Returns how many."""
-    recv.setblocking(False)
-    path = os.path.join(cfg["offload_spill_dir"], f"spill-{os.getpid()}.fwo")
-    buf = bytearray(queued_record_max(cfg))
-    n, fd = 0, None
-    try:
-        while True:
-            try:
-                got = recv.recv_into(buf)
-            except (BlockingIOError, InterruptedError):
-                break
-            if not got:
-                break
-            if fd is None:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            view = memoryview(buf)[:got]
-            while view:
-                view = view[os.write(fd, view):]
-            n += 1
-        if fd is not None:
-            os.fsync(fd)
-    finally:
-        if fd is not None:
-            os.close(fd)
-    if n:
-        log.warning("offload: %d record(s) were still queued at exit: kept in %s for the next start", n, path)
-    return n
-
-
 class OffloadQueue:
     """What the serving process holds for offload its whole life (the
-    master, or a server without one): the queue, both ends, so what is
-    queued outlives any worker or sibling; and the shared counters (in a
-    memfd when shared_fd, for a sibling that is spawned, not forked).
-    Raises config.ConfigError for settings the sibling could not work with."""
+    master, or a server without one): the hold on --offload-dir, the ring
+    file (whose records outlive every process), and the shared counters (in
+    a memfd when shared_fd, for a sibling that is spawned, not forked).
+    Raises config.ConfigError for settings the sibling could not work with,
+    a directory another server holds, or a ring that cannot be made."""
 
     def __init__(self, cfg, nslots, shared_fd=False, inherited=None):
         """inherited: what state() gave a master before it re-executed
-        itself (reexec.py): the same queue and counters, taken over."""
+        itself (reexec.py): the same lock, ring and counters, taken over."""
         self.cfg = sibling_config(cfg)
         check_config(self.cfg)
         self.nslots = nslots
-        self.send = self.recv = self.counters = None
-        self.counters_fd = -1
+        self.counters = None
+        self.counters_fd = self.ring_fd = self.lock_fd = -1
         try:
             size = counters_size(nslots)
             if inherited:
-                self.send = socket.socket(fileno=inherited["send"])
-                self.recv = socket.socket(fileno=inherited["recv"])
+                self.lock_fd, self.ring_fd = inherited["lock_fd"], inherited["ring_fd"]
                 self.counters_fd = inherited["counters_fd"]
             else:
-                self.send, self.recv = make_queue(self.cfg)
+                os.makedirs(self.cfg["offload_spill_dir"], exist_ok=True)
+                self.lock_fd = lock_dir(self.cfg["offload_dir"])
+                self.ring_fd = open_ring(self.cfg)
                 if shared_fd:
                     self.counters_fd = os.memfd_create("forkwsgi-offload-counters", os.MFD_CLOEXEC)
                     os.ftruncate(self.counters_fd, size)
@@ -145,33 +189,44 @@ class OffloadQueue:
     def state(self):
         """(JSON state, descriptors to keep across exec) for a re-executed
         master; needs the counters in a memfd (shared_fd)."""
-        state = {"send": self.send.fileno(), "recv": self.recv.fileno(), "counters_fd": self.counters_fd}
+        state = {"lock_fd": self.lock_fd, "ring_fd": self.ring_fd, "counters_fd": self.counters_fd}
         return state, list(state.values())
 
     def describe(self):
-        return "Offload to {} (journal {}, overflow {})".format(
-            self.cfg["offload_sink"], self.cfg["offload_dir"], self.cfg["offload_overflow"])
+        _, cap = _forkwsgi.ring_usage(self.ring_fd)
+        return "Offload to {} (ring {} of {} KiB, journal {}, overflow {})".format(
+            self.cfg["offload_sink"], ring_path(self.cfg), cap >> 10, self.cfg["offload_dir"],
+            self.cfg["offload_overflow"])
+
+    def usage(self):
+        """(bytes of records in the ring, its capacity)."""
+        return _forkwsgi.ring_usage(self.ring_fd)
 
     def producer_options(self, slot):
         """producer.setup()'s arguments for the producer in counter slot `slot`."""
-        return {"options": producer_options(self.cfg, self.send, self.counters, slot),
+        return {"options": producer_options(self.cfg, self.ring_fd, self.counters, slot),
                 "stats": (self.counters, self.nslots)}
 
     def sibling_counters(self):
         return sibling_counters(self.counters, self.nslots)
 
+    def close_in_child(self):
+        """In a forked worker or sibling: let go of the hold on the
+        directory (it is the master's: a new server may start as soon as the
+        master is gone, while old workers still finish)."""
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)
+            self.lock_fd = -1
+
     def close_out(self, logger=log):
-        """Once the last sibling is gone: what is still queued to a spill
-        file, the totals to the log."""
-        close_out(self.recv, self.cfg, self.counters, self.nslots, logger)
+        """Once the last sibling is gone: the totals to the log."""
+        close_out(self.counters, self.nslots, self.ring_fd, ring_path(self.cfg), logger)
 
     def close(self):
-        for sock in (self.send, self.recv):
-            if sock is not None:
-                sock.close()
         if self.counters is not None:
             self.counters.close()
-        if self.counters_fd >= 0:
-            os.close(self.counters_fd)
-        self.send = self.recv = self.counters = None
-        self.counters_fd = -1
+        for fd in (self.counters_fd, self.ring_fd, self.lock_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.counters = None
+        self.counters_fd = self.ring_fd = self.lock_fd = -1

@@ -4,10 +4,11 @@ them to a sink in batches, and remembers what the sink acknowledged.
 Delivery is at least once. A record is in one of these places, and each
 survives the death of any one process:
 
-- the queue (a SOCK_SEQPACKET socket pair the master holds open), until the
-  sibling has appended it to the journal: it peeks at a record, journals it,
-  and only then takes it off the queue (a sibling killed in between journals
-  it twice; the duplicate is recognised by its producer pid and sequence);
+- the ring (a file under --offload-dir that every worker maps: it outlives
+  every process), until the sibling has appended it to the journal: it
+  reads records in place, journals them in one write, and only then frees
+  their room (a sibling killed in between journals them twice; a successor
+  recognises them by producer pid, sequence and time);
 - a worker's spill file (overflow, or too large for the queue), until the
   sibling has copied it into the journal; the offset read so far is in the
   state file;
@@ -24,15 +25,13 @@ import logging
 import mmap
 import os
 import resource
-import select
 import signal
-import socket
 import time
 
 from .. import _forkwsgi, process
 from .counters import SIB, SIB_CUMULATIVE, SIB_NAMES, counters_size, sibling_counters
 from .journal import Journal
-from .queue import queued_record_max
+from .queue import flock_within, ring_path
 from .records import Record, frame
 from .sinks import SinkDiskError, make_sink
 from .spills import SpillCollector
@@ -133,12 +132,25 @@ class DiskTrouble:
             self.since, self.failures, self.unlogged, self.retry_at = None, 0, 0, 0.0
 
 
+def open_reader(cfg):
+    """Become the ring's one reader: open the ring file (a description of
+    our own), hold flock on it while we live (a predecessor still draining,
+    the sibling of a server that was killed, reads first), map it in C.
+    Returns the fd."""
+    fd = os.open(ring_path(cfg), os.O_RDWR | os.O_CLOEXEC)
+    if not flock_within(fd, cfg["graceful_timeout"] + 5.0,
+                        lambda: log.info("offload: another sibling still reads the ring (a server that stopped): "
+                                         "waiting")):
+        os.close(fd)
+        raise RuntimeError("another offload sibling still reads the ring")
+    _forkwsgi.ring_open_reader(fd)
+    return fd
+
+
 class Sibling:
-    def __init__(self, sock, cfg, counters=None, producers_alive=None, priority=None):
-        self.sock = sock                  # receiving end of the queue (socket.socket)
+    def __init__(self, cfg, counters=None, producers_alive=None, priority=None):
         self.cfg = cfg
         self.counters = counters          # shared mmap region (SIB layout) or None
-        self.rbuf = bytearray(queued_record_max(cfg))     # peeked into again and again
         self.batch_size = cfg["offload_batch"]
         self.linger = cfg["offload_linger"]
         self.journal = Journal(cfg["offload_dir"], cfg["offload_fsync"])
@@ -152,9 +164,8 @@ class Sibling:
             self.stats.update({n: prev[n] for n in SIB_CUMULATIVE})
         self.retry_at = 0.0
         self.backoff = 0.1
-        self.last_journaled = None               # (pid, seq) of the newest journaled record
+        self.dups = None                         # keys of unacked journal records (resume): a predecessor's
         self.next_spill_scan = 0.0
-        self.queue_gone = False
         self.priority = priority
         self.spill_backlog = False               # records wait in spill files
         self.queue_backlog = False               # the last read stopped before the queue was empty
@@ -165,53 +176,49 @@ class Sibling:
     # -- reading ------------------------------------------------------------
 
     def resume(self):
-        n = 0
-        for rec, seg, off in self.journal.unacked():
+        """Deliver first what the journal holds and the sink did not
+        acknowledge. Their keys tell the first records of the ring that a
+        predecessor journaled and died before freeing."""
+        keys = set()
+        for rec, seg, off, key in self.journal.unacked():
             self.pending.append((rec, seg, off))
-            self.last_journaled = (rec.pid, rec.seq)
-            n += 1
-        if n:
-            log.info("offload: %d journaled record(s) not yet delivered: delivering them", n)
+            keys.add(key)
+        if keys:
+            log.info("offload: %d journaled record(s) not yet delivered: delivering them", len(keys))
+            self.dups = keys
+        used = _forkwsgi.ring_reader_stats()["used"]
+        if used:
+            log.info("offload: the ring holds %d bytes of records from before this sibling: delivering them", used)
 
     def read_queue(self, limit=4096):
-        """Move up to `limit` records from the queue into the journal: each
-        is peeked at, appended to the journal, and only then taken off (in
-        C: _forkwsgi.offload_take). Returns how many were taken.
+        """Move up to `limit` records from the ring into the journal: read in
+        place, appended in one write, and only then freed (in C:
+        _forkwsgi.ring_take). Returns how many were taken.
 
-        A stop on a full disk takes them off without journaling (pending
-        with no journal position): the queue dies with the master, so the
-        sink straight from memory is their only way out."""
+        A stop on a full disk reads them without journaling (pending with
+        the ring position after them, freed once delivered): the sink
+        straight from memory is their way out of a pod that is going away."""
         n = 0
         direct = self.disk.failing and self.stop_at is not None
         while n < limit:
             try:
                 if direct:
-                    taken, state, bad = _forkwsgi.offload_take(self.sock.fileno(), -1, self.rbuf, limit - n,
-                                                               1 << 62, self.last_journaled)
-                    entries = [(Record(*t[:6]), None, None) for t in taken if t[7]]
+                    taken, state, end = _forkwsgi.ring_take(-1, limit - n, 1 << 62, None)
+                    entries = [(Record(*t[:6]), None, end) for t in taken]
                 else:
-                    taken, state, bad, entries = self.journal.take(self.sock.fileno(), self.rbuf, limit - n,
-                                                                   self.last_journaled)
+                    taken, state, entries = self.journal.take(limit - n, self.dups)
                     self.stats["journaled"] += len(entries)
             except OSError as e:
-                self.disk.failed("the journal", e)          # the record stays queued
+                self.disk.failed("the journal", e)          # the records stay in the ring
                 break
-            if bad:
-                log.error("offload: dropped %d malformed record(s) from the queue", bad)
-                self.stats["dequeued"] += bad
             # (Records not fresh were journaled by our predecessor: pending since resume().)
             self.pending.extend(entries)
-            if taken:
-                self.last_journaled = taken[-1][4:6]
-                if not direct:
-                    self.disk.ok()
+            if entries or state == "empty":
+                self.dups = None                 # past the predecessor's last batch
+            if taken and not direct:
+                self.disk.ok()
             self.stats["dequeued"] += len(taken)
             n += len(taken)
-            if state == "eof" and not self.queue_gone:
-                # No record is empty: every sending end is closed (the
-                # process holding the queue is gone).
-                log.warning("offload: the queue was closed (its holder exited): delivering what is left")
-                self.queue_gone = True
             if state != "more":
                 break
         return n
@@ -271,6 +278,8 @@ class Sibling:
                 self.journal.ack(seg, off)
             except OSError as e:                  # kept in memory; saved with the next ack
                 self.disk.failed("the journal state", e)
+        if len(journaled) < len(batch):           # read straight from the ring: free it now
+            _forkwsgi.ring_release(max(end for _, seg, end in batch if seg is None))
         self.sent_direct += len(batch) - len(journaled)
         self.stats["delivered"] += len(batch)
         self.stats["batches"] += 1
@@ -332,8 +341,6 @@ class Sibling:
         if prepare:
             prepare()
         self.resume()
-        poller = select.poll()
-        poller.register(self.sock.fileno(), select.POLLIN)
         while True:
             now = time.monotonic()
             if self.journal.state_dirty and not self.disk.wait():
@@ -350,8 +357,6 @@ class Sibling:
                 limit = min(room, 4096)
                 self.queue_backlog = self.read_queue(limit) >= limit
                 self.publish()
-                if self.queue_gone and self.stop_at is None:
-                    self.request_stop(time.monotonic() + self.cfg["graceful_timeout"], read=False)
             if self.priority is not None:
                 self.priority.update(time.time() - self.pending[0][0].ts if self.pending else 0.0,
                                      self.spill_backlog or self.queue_backlog)
@@ -361,7 +366,7 @@ class Sibling:
                 # Draining: read what is queued, deliver it, stop when both
                 # are empty or the graceful timeout is up (what is left stays
                 # journaled for the next start).
-                queued = not self.stop_reading and not self.queue_gone and self._queue_has_data()
+                queued = not self.stop_reading and _forkwsgi.ring_has_data()
                 if not self.pending and not queued or time.monotonic() >= self.stop_at:
                     break
                 if not delivered and self.pending and time.monotonic() < self.retry_at:
@@ -380,10 +385,7 @@ class Sibling:
             if self.disk.failing:
                 time.sleep(max(self.disk.wait(), 0.01))   # records wait in the queue for room
                 continue
-            try:
-                poller.poll(500)                 # idle: the first record wakes us
-            except InterruptedError:
-                pass
+            _forkwsgi.ring_wait(500)             # idle: the first record wakes us (futex, no GIL)
         if not self.disk.failing:
             self.collect_spills()
         try:
@@ -405,10 +407,6 @@ class Sibling:
         if close:
             close()
 
-    def _queue_has_data(self):
-        r, _, _ = select.select([self.sock], [], [], 0)
-        return bool(r)
-
 
 def main():
     """Entry point of a sibling started as a program by a server without a
@@ -418,11 +416,10 @@ def main():
     cfg = spec["cfg"]
     process.setup_logging(cfg.get("log_level", "INFO"))
     counters = mmap.mmap(spec["counters_fd"], counters_size(1))
-    sock = socket.socket(fileno=spec["fd"])
-    run_sibling(sock, cfg, spec["parent"], counters=sibling_counters(counters, 1))
+    run_sibling(cfg, spec["parent"], counters=sibling_counters(counters, 1))
 
 
-def run_sibling(sock, cfg, parent_pid, counters=None):
+def run_sibling(cfg, parent_pid, counters=None):
     """Entry point in the sibling process; never returns."""
     code = 0
     try:
@@ -434,7 +431,7 @@ def run_sibling(sock, cfg, parent_pid, counters=None):
         # Before the sink starts threads of its own (librdkafka's): they
         # inherit the policy and the nice level.
         priority = Priority(cfg["offload_nice"])
-        sib = Sibling(sock, cfg, counters, priority=priority)
+        sib = Sibling(cfg, counters, priority=priority)
 
         def drain(signum, frame):
             sib.request_stop(time.monotonic() + cfg["graceful_timeout"])
@@ -452,6 +449,7 @@ def run_sibling(sock, cfg, parent_pid, counters=None):
         # Whoever started us held these until now (a stop asked for
         # during start-up waits for the handlers instead of killing us).
         process.release_stop_signals()
+        open_reader(cfg)
         sib.run()
     except BaseException:
         log.exception("the offload sibling failed")

@@ -45,7 +45,8 @@ class ForkStarter:
             pid = os.fork()
             if pid == 0:
                 self.in_child()
-                run_sibling(self.queue.recv, self.queue.cfg, os.getppid(), counters=self.queue.sibling_counters())
+                self.queue.close_in_child()
+                run_sibling(self.queue.cfg, os.getppid(), counters=self.queue.sibling_counters())
         return pid
 
     def wait(self, pid, timeout):
@@ -65,7 +66,7 @@ class ForkStarter:
 
 class SpawnStarter:
     """Run the sibling as a program (python -m forkwsgi.offload.sibling),
-    handing it the queue's receiving end and the counters' memfd."""
+    handing it the counters' memfd (it opens the ring itself)."""
 
     def __init__(self, queue):
         self.queue = queue
@@ -77,11 +78,10 @@ class SpawnStarter:
         # The sibling imports what this process can (forkwsgi, a python: sink)
         # through this process's path, which may have been changed at run time.
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
-                   FORKWSGI_SIBLING=json.dumps({"fd": q.recv.fileno(), "counters_fd": q.counters_fd,
-                                                "parent": os.getpid(), "cfg": keep}))
+                   FORKWSGI_SIBLING=json.dumps({"counters_fd": q.counters_fd, "parent": os.getpid(), "cfg": keep}))
         with process.stop_signals_held():
             proc = subprocess.Popen([sys.executable, "-m", "forkwsgi.offload.sibling"],
-                                    pass_fds=(q.recv.fileno(), q.counters_fd), env=env,
+                                    pass_fds=(q.counters_fd,), env=env,
                                     stdin=subprocess.DEVNULL, process_group=0)    # no Ctrl-C from a terminal
         self.procs[proc.pid] = proc
         return proc.pid
@@ -187,9 +187,9 @@ _active = []          # the process's one host (the C producer is per process)
 
 
 class Host:
-    """Offload in a process that serves without a master: it holds the queue
-    (both ends, as the master would), is the only producer (counter slot
-    0), and supervises the sibling from one thread."""
+    """Offload in a process that serves without a master: it holds the
+    directory and the ring (as the master would), is the only producer
+    (counter slot 0), and supervises the sibling from one thread."""
 
     def __init__(self, cfg, logger=None):
         if _active:
@@ -235,9 +235,9 @@ class Host:
             time.sleep(pause or 0.0)
 
     def stop(self, graceful=True):
-        """The sibling drains the queue within the graceful timeout (what it
-        cannot deliver stays journaled for the next start); what is still
-        queued after it goes to a spill file; then everything is closed."""
+        """The sibling drains the ring within the graceful timeout (what it
+        cannot deliver stays journaled, and what it could not read stays in
+        the ring, for the next start); then everything is closed."""
         try:
             with self.lock:
                 self.supervisor.stopping = True        # the thread starts no more

@@ -1,0 +1,136 @@
+"""The offload ring (cserver/fw_ring.c): records live in a file under
+--offload-dir, not in a process, so they survive every forkwsgi process
+being SIGKILLed at once (Kubernetes at the end of the grace period, the
+OOM killer of a cgroup, systemd's final SIGKILL); and one directory holds
+one server."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from httpraw import request, wait_for
+from test_offload import dirs, lines, start  # noqa: F401 - dirs is a fixture
+
+APP_MODES = ("inline",)        # every server here sets its own --threads
+
+
+def keepalive_load(s, tag, seconds, acked, errors):
+    """Requests of 20 records each on one kept-alive connection for
+    `seconds`; the values of records whose request was answered 200 with
+    offload() True go into `acked`. The connection dying (the kill) ends it."""
+    import socket
+    deadline = time.monotonic() + seconds
+    try:
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    except OSError as e:
+        errors.append(e)
+        return
+    f = c.makefile("rb")
+    i = 0
+    try:
+        while time.monotonic() < deadline and i < 100000:
+            c.sendall(f"GET /emit?n=20&id={tag}-{i}- HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+            status = f.readline()
+            length = 0
+            while True:
+                line = f.readline()
+                if line in (b"\r\n", b""):
+                    break
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            body = f.read(length)
+            if not status.startswith(b"HTTP/1.1 200") or len(body) != length:
+                break
+            doc = json.loads(body)
+            acked.update(f"{doc['pid']}-{tag}-{i}-{j}-" for j, ok in enumerate(doc["results"]) if ok)
+            i += 1
+    except (OSError, ValueError):
+        pass                          # killed mid-request: that one was never answered
+    finally:
+        c.close()
+
+
+def group_gone(pgid, timeout=10):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_sigkill_of_every_process_under_load_loses_no_acknowledged_record(make_server, dirs):
+    """Three times in a row: load from 4 kept-alive clients on 2 workers x 2
+    threads, then SIGKILL to the whole process group, then a start on the
+    same directory. Rounds 1 and 3 have the sink down (records pile up in
+    the ring, the sibling holding only --offload-max-pending), round 2 a
+    healthy sink (records everywhere: ring, journal, batches in flight).
+    At the end every record whose request was answered is delivered. With
+    the kernel queue of before, each such kill lost the records in its
+    socket buffer (68, 126 and 177 in three tries)."""
+    acked = set()
+    in_ring = []
+    for rnd in range(3):
+        down = rnd != 1
+        if down:
+            (dirs["ctl"] / "fail").write_text("")
+        elif (dirs["ctl"] / "fail").exists():
+            (dirs["ctl"] / "fail").unlink()
+        s = start(make_server, dirs, "--offload-max-pending", "10", "--offload-linger", "0.3",
+                  "--offload-queue-bytes", "4M", workers="2", threads="2", new_session=True)
+        if rnd:
+            assert "ring holds" in s.log() or wait_for(lambda: "ring holds" in s.log() or
+                                                       "journaled record(s) not yet delivered" in s.log(), 5), \
+                s.log()
+        before = len(acked)
+        errors = []
+        clients = [threading.Thread(target=keepalive_load, args=(s, f"r{rnd}c{k}", 1.5, acked, errors))
+                   for k in range(4)]
+        for c in clients:
+            c.start()
+        time.sleep(1.2)
+        os.killpg(s.pid, signal.SIGKILL)
+        for c in clients:
+            c.join(30)
+        assert not errors, errors
+        assert s.proc.wait(10) == -signal.SIGKILL
+        assert group_gone(s.pid), "processes of the killed server still run"
+        assert len(acked) - before > 500, (len(acked) - before, s.log())
+        ring = dirs["journal"] / "ring.fwr"
+        with open(ring, "rb") as f:
+            meta = f.read(256)
+        head, tail = int.from_bytes(meta[64:72], "little"), int.from_bytes(meta[128:136], "little")
+        in_ring.append(head - tail)
+    assert in_ring[0] > 0 and in_ring[2] > 0, in_ring      # the sink was down: the kill found records there
+    (dirs["ctl"] / "fail").unlink()
+    s = start(make_server, dirs, workers="1", threads="1")
+    delivered = lambda: {bytes.fromhex(x["value"]).decode() for x in lines(dirs["out"])}   # the test sink writes hex
+    assert wait_for(lambda: acked <= delivered(), timeout=60), (len(acked - delivered()), s.log()[-3000:])
+    s.signal(signal.SIGTERM)
+    assert s.proc.wait(30) == 0
+
+
+def test_one_offload_dir_holds_one_server(make_server, dirs, tmp_path):
+    """A second server on the same --offload-dir would read the first one's
+    ring: it stops with one line that names the holder. Once the first is
+    gone the directory is free again, even with its workers SIGKILLed
+    behind it."""
+    first = start(make_server, dirs, workers="1", threads="1")
+    cmd = [sys.executable, "-m", "forkwsgi", "apps:offloader", "--bind", "127.0.0.1:0", "--workers", "1",
+           "--offload-sink", "jsonl:" + str(tmp_path / "other.jsonl"), "--offload-dir", str(dirs["journal"])]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    err = [x for x in r.stderr.splitlines() if "error" in x]
+    assert len(err) == 1 and f"is used by another forkwsgi server (pid {first.pid})" in err[0], r.stderr
+    first.signal(signal.SIGKILL)            # the master only: its workers die after it (parent-death signal)
+    assert first.proc.wait(10) == -signal.SIGKILL
+    second = start(make_server, dirs, workers="1", threads="1")
+    assert request(second.port, b"GET /emit?n=3&id=z HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").status == 200
+    pids = tuple(f"{p}-".encode().hex() for p in second.worker_pids())
+    assert wait_for(lambda: sum(x["value"].startswith(pids) for x in lines(dirs["out"])) >= 3, timeout=20)
