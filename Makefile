@@ -17,6 +17,9 @@ PYTHON   ?= python3
 
 # The project's warning flags (setup.py) and the sanitizers.
 CWARN    := -std=gnu11 -Wall -Wextra -Wimplicit-fallthrough -Werror -Wno-missing-field-initializers
+# setup.py adds -Werror only when asked (users' builds go without it).
+FORKWSGI_WERROR ?= 1
+export FORKWSGI_WERROR
 SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
 SAN_ENV  := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
