@@ -120,10 +120,14 @@ def python_version(py):
 
 
 def zig_cc(workdir, target):
-    """A one-line compiler driver for setuptools: zig cc for `target`."""
+    """A one-line compiler driver for setuptools: zig cc for `target`. It
+    runs the zig binary of the ziglang package itself, not `python -m
+    ziglang`: pip's isolated build hides this Python's site-packages from
+    any Python started inside it."""
+    zig = os.path.join(importlib.util.find_spec("ziglang").submodule_search_locations[0], "zig")
     path = os.path.join(workdir, f"cc-{target}")
     with open(path, "w") as f:
-        f.write(f'#!/bin/sh\nexec "{sys.executable}" -m ziglang cc -target {target} "$@"\n')
+        f.write(f'#!/bin/sh\nexec "{zig}" cc -target {target} "$@"\n')
     os.chmod(path, 0o755)
     return path
 
