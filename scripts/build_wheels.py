@@ -184,7 +184,14 @@ def main(argv=None):
                     help="an interpreter to build a wheel for, or a version such as 3.12 to find "
                          "(repeatable; default: CPython 3.10-3.13)")
     ap.add_argument("--workdir", default=os.path.join(ROOT, "build", "wheels"), help="intermediate files")
+    ap.add_argument("--find-python", metavar="VERSION", help="print the interpreter found for VERSION, and exit")
     args = ap.parse_args(argv)
+    if args.find_python:
+        try:
+            print(resolve(args.find_python))
+        except BuildError as e:
+            sys.exit(f"build_wheels: {e}")
+        return
     if not sys.platform.startswith("linux"):
         sys.exit("forkwsgi needs Linux (epoll, SO_REUSEPORT, SCM_RIGHTS)")
     if not have_tools():
