@@ -9,6 +9,7 @@
 #   make fuzz-ring-smoke / fuzz-ring         the same for the offload ring's reader (damaged ring files)
 #   make asan-ext      extension built with ASan/UBSan into build/asan, pytest run on it
 #   make asan-smoke    the same build, a short run of a real server (tests/asan_smoke.py)
+#   make wheels        sdist + manylinux_2_17 wheels for CPython 3.10-3.13 into dist/ (zig cc, auditwheel)
 #   make clean
 
 CC       ?= cc
@@ -18,6 +19,9 @@ PYTHON   ?= python3
 
 # The project's warning flags (setup.py) and the sanitizers.
 CWARN    := -std=gnu11 -Wall -Wextra -Wimplicit-fallthrough -Werror -Wno-missing-field-initializers
+# setup.py adds -Werror only when asked (users' builds go without it).
+FORKWSGI_WERROR ?= 1
+export FORKWSGI_WERROR
 SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
 SAN_ENV  := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -50,7 +54,8 @@ ASAN_EXT_ENV = LD_PRELOAD=$(LIBASAN) \
     UBSAN_OPTIONS=print_stacktrace=1:log_path=$(abspath $(ASAN_DIR))/logs/ubsan \
     PYTHONPATH=$(abspath $(ASAN_DIR))
 
-.PHONY: help ctest fuzz-smoke fuzz fuzz-proxy fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring asan-ext asan-ext-build asan-smoke clean
+.PHONY: help ctest fuzz-smoke fuzz fuzz-proxy fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring \
+        asan-ext asan-ext-build asan-smoke wheels clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -207,5 +212,15 @@ asan-smoke: asan-ext-build
 	        echo "== sanitizer reports:"; cat $(ASAN_DIR)/logs/*; exit 1; fi; \
 	    echo "no sanitizer reports"; exit $$rc
 
+# ---- packaging -------------------------------------------------------------
+# scripts/build_wheels.py: the sdist, then from it a wheel per interpreter
+# compiled by zig cc for glibc 2.17, checked and tagged by auditwheel. Its
+# tools come from $(PYTHON) or a venv it makes under build/wheel-tools.
+# WHEEL_PYTHONS="3.12 /usr/bin/python3.11" builds for those versions or interpreters only.
+WHEEL_PYTHONS ?=
+
+wheels:
+	$(PYTHON) scripts/build_wheels.py --out dist $(foreach p,$(WHEEL_PYTHONS),--python $(p))
+
 clean:
-	rm -rf $(CBUILD) $(FBUILD) $(ASAN_DIR)
+	rm -rf $(CBUILD) $(FBUILD) $(ASAN_DIR) build/wheels

@@ -2,18 +2,31 @@
 glue in C (src/*.c) and the Python-facing objects in Cython (src/_forkwsgi.pyx).
 
 A C compiler, the Python headers and Cython (a build requirement, which pip
-fetches) are needed. FORKWSGI_SANITIZE=1 builds with ASan/UBSan (for the
-sanitizer test run).
+fetches) are needed, on Linux only.
+
+Environment:
+- FORKWSGI_WERROR=1 turns warnings into errors (-Werror). Development and CI
+  set it (the Makefile, .ci/run, the wheel builds); a user's `pip install`
+  does not, so a newer compiler's new warning does not break it.
+- FORKWSGI_SANITIZE=1 builds with ASan/UBSan (for the sanitizer test run).
 """
 import os
-from glob import glob
+import sys
 
-from Cython.Build import cythonize
-from setuptools import Extension, setup
+if not sys.platform.startswith("linux"):
+    sys.exit("forkwsgi needs Linux (epoll, SO_REUSEPORT, SCM_RIGHTS)")
 
-cflags = ["-std=gnu11", "-Wall", "-Wextra", "-Wimplicit-fallthrough", "-Werror",
+from glob import glob  # noqa: E402
+
+from Cython.Build import cythonize  # noqa: E402
+from setuptools import Extension, setup  # noqa: E402
+
+cflags = ["-std=gnu11", "-pthread", "-Wall", "-Wextra", "-Wimplicit-fallthrough",
           "-Wno-missing-field-initializers", "-O2", "-fvisibility=hidden"]
-ldflags = []
+# -pthread: before glibc 2.34 the pthread functions live in libpthread.
+ldflags = ["-pthread"]
+if os.environ.get("FORKWSGI_WERROR") == "1":
+    cflags.append("-Werror")
 if os.environ.get("FORKWSGI_SANITIZE"):
     cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
     ldflags += ["-fsanitize=address,undefined"]

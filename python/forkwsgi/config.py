@@ -544,8 +544,8 @@ def env_names(s):
 # FORKWSGI_* variables that are no setting but the project's own: the
 # offload sibling's hand-over (offload/supervisor.py), an in-place reload (reexec.py), the build (setup.py), the
 # tests (and FORKWSGI_TEST_*) and scripts/kafka_broker.py. No warning for these.
-OWN_VARIABLES = {"FORKWSGI_SIBLING", "FORKWSGI_SANITIZE", "FORKWSGI_NO_KAFKA", "FORKWSGI_KAFKA_HOME",
-                 "FORKWSGI_HYPOTHESIS_EXAMPLES", "FORKWSGI_CMD_ARGS", "FORKWSGI_REEXEC",
+OWN_VARIABLES = {"FORKWSGI_SIBLING", "FORKWSGI_SANITIZE", "FORKWSGI_WERROR", "FORKWSGI_NO_KAFKA",
+                 "FORKWSGI_KAFKA_HOME", "FORKWSGI_HYPOTHESIS_EXAMPLES", "FORKWSGI_CMD_ARGS", "FORKWSGI_REEXEC",
                  "FORKWSGI_PROMETHEUS_DIR"}
 
 
