@@ -78,7 +78,9 @@ def test_counts_and_histograms_are_exact():
         assert value(m, "forkwsgi_app_duration_seconds_count") == 90
         assert 0 < value(m, "forkwsgi_request_duration_seconds_sum") < 90
         assert value(m, "forkwsgi_requests_in_flight") == 0
-        assert value(m, "forkwsgi_workers", state="alive") == 2
+        # Two gauges, no overlapping labels: sum() over either counts each worker once.
+        assert value(m, "forkwsgi_workers") == 2 and value(m, "forkwsgi_workers_accepting") == 2
+        assert not [k for k in m if k[0].startswith("forkwsgi_workers") and k[1]]
         assert value(m, "forkwsgi_workers_configured") == 2
         pids = {dict(k[1])["pid"] for k in m if k[0] == "forkwsgi_worker_connections"}
         assert pids == {str(p) for p in s.worker_pids()}

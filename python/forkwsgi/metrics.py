@@ -134,10 +134,13 @@ def exposition(master):
         o.sample("forkwsgi_worker_handoffs_total", board[w.slot]["handed_out"], direction="out", **label)
     o.sample("forkwsgi_requests_in_flight", in_flight_total)
 
-    o.family("forkwsgi_workers", "gauge", "Workers alive (accepting: ready and not retiring).")
-    o.sample("forkwsgi_workers", len(live), state="alive")
-    o.sample("forkwsgi_workers", sum(1 for w, _, _ in live if w.ready and not w.retiring and not w.old),
-             state="accepting")
+    # Two gauges, not one with a state label: the accepting workers are
+    # among the alive ones, and sum() over overlapping label values would
+    # count them twice.
+    o.family("forkwsgi_workers", "gauge", "Workers alive (starting, serving or retiring).")
+    o.sample("forkwsgi_workers", len(live))
+    o.family("forkwsgi_workers_accepting", "gauge", "Workers taking new connections: ready and not retiring.")
+    o.sample("forkwsgi_workers_accepting", sum(1 for w, _, _ in live if w.ready and not w.retiring and not w.old))
     o.family("forkwsgi_workers_configured", "gauge", "Workers the master keeps (--workers, SIGTTIN/TTOU).")
     o.sample("forkwsgi_workers_configured", master.num_workers)
     o.family("forkwsgi_threads_per_worker", "gauge", "App threads per worker (--threads).")
