@@ -311,6 +311,60 @@ def test_a_typo_in_the_config_file_is_named_at_start(tmp_path, make_server):
     assert "'thraeds' is not a setting: ignored (did you mean threads?)" in s.log()
 
 
+# A gunicorn config file as they are written: helper variables and
+# constants around the settings (gunicorn ignores every name that is not
+# one of its settings).
+HELPERS_CONF = """import multiprocessing, os
+BASE_DIR = os.path.dirname(os.path.abspath(__file__))
+LOG_DIR = os.path.join(BASE_DIR, "logs")
+cpu = multiprocessing.cpu_count()
+cores = cpu
+host = os.getenv("HOST", "127.0.0.1")
+port = os.getenv("PORT", "0")
+use_bind = f"{host}:{port}"
+use_loglevel = "info"
+workers_per_core = 1.0
+max_workers_str = "2"
+timeout_str = "30"
+log_data = {"workers": 1}
+def on_demand(x):
+    return x
+class Helper:
+    pass
+bind = use_bind
+loglevel = use_loglevel
+workers = 1
+timeout = int(timeout_str)
+"""
+
+
+def test_helper_names_in_a_config_file_are_ignored_typos_are_not(tmp_path, make_server):
+    """Names that are no setting of forkwsgi's or gunicorn's, and no near miss
+    of one (helper variables, ALL_CAPS constants, functions, classes), are
+    ignored silently, at start and under --check-config. A typo of a setting
+    and a gunicorn setting with no counterpart here are still named: a
+    warning at start, an error under --check-config."""
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text(HELPERS_CONF)
+    rc, out, err = run_cli("apps:hello", "-c", str(conf), "--check-config")
+    assert rc == 0 and "configuration OK" in out and err == "", (out, err)
+    s = make_server("apps:hello", "-c", str(conf))
+    assert s.get("/").status == 200
+    log = s.log()
+    assert "WARNING" not in log and "not a setting" not in log, log
+
+    conf.write_text(HELPERS_CONF + 'thraeds = 4\nworker_tmp_dir = "/dev/shm"\n')
+    rc, out, err = run_cli("apps:hello", "-c", str(conf), "--check-config")
+    assert rc == 1, (out, err)
+    problems = [ln for ln in err.splitlines() if ln.startswith("forkwsgi: error:")]
+    assert len(problems) == 2, err
+    assert "'thraeds' is not a setting: ignored (did you mean threads?)" in problems[0]
+    assert "'worker_tmp_dir' (gunicorn) has no counterpart here" in problems[1]
+    s = make_server("apps:hello", "-c", str(conf))
+    warned = [ln for ln in s.log().splitlines() if "WARNING" in ln]
+    assert len(warned) == 2 and "thraeds" in warned[0] and "worker_tmp_dir" in warned[1], warned
+
+
 @pytest.mark.parametrize("workers", ["2", "0"], ids=["master", "no-master"])
 def test_ops_flags_pid_env_pythonpath_name_umask(tmp_path, make_server, workers):
     """gunicorn's operations flags: --pid (the master's PID, written once

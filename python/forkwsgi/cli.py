@@ -102,8 +102,9 @@ def log_file_problem(cfg):
 
 
 def check(app_spec, cfg, problems):
-    """--check-config: the settings (names that are no setting count as
-    errors here), the bind addresses, and that the app imports. Exit 0 or 1."""
+    """--check-config, the strict mode: the settings (what start-up only
+    warns of counts as an error here), the bind addresses, and that the app
+    imports. Exit 0 or 1."""
     problems = list(problems)
     problems += filter(None, [log_file_problem(cfg)])
     for addr in cfg["bind"]:

@@ -285,8 +285,9 @@ class Setting:
 SETTINGS = [
     Setting("config", ["-c", "--config"], None, help="Python config file assigning settings by name", metavar="FILE", section="General"),
     Setting("check_config", ["--check-config"], False, _bool, section="General",
-            help="check the settings (an unknown name in the config file is an error here) and that the "
-                 "app imports, then exit: 0 if all is well, 1 with the reason if not"),
+            help="check the settings (a name in the config file that is a typo of a setting, or a gunicorn "
+                 "setting with no counterpart here, is an error here) and that the app imports, then exit: "
+                 "0 if all is well, 1 with the reason if not"),
     Setting("print_config", ["--print-config"], False, _bool, section="General",
             help="print every setting in effect and where it came from, then exit"),
     Setting("bind", ["-b", "--bind"], ["127.0.0.1:8000"], multiple=True, metavar="ADDR",
@@ -565,6 +566,34 @@ def unknown_env(environ=None):
     return warnings
 
 
+def edits(a, b):
+    """How many one-letter edits (insert, delete, replace, or swap two
+    neighbours) turn a into b (optimal string alignment distance)."""
+    before, row = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cost = min(row[j] + 1, cur[j - 1] + 1, row[j - 1] + (ca != cb))
+            if before is not None and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cost = min(cost, before[j - 2] + 1)          # two letters swapped
+            cur.append(cost)
+        before, row = row, cur
+    return row[-1]
+
+
+def typo_of(name, known):
+    """The name in `known` that `name` (from a config file) is a typo of,
+    or None. Only a near miss counts: one edit away (two for names of six
+    letters or more), so the helper names config files are full of
+    (use_bind, workers_per_core, BASE_DIR) are not taken for typos.
+    Settings and hooks are lowercase: a name with capitals is a constant."""
+    if name.startswith("_") or name != name.lower():
+        return None
+    limit = 2 if len(name) >= 6 else 1
+    best = min(known, key=lambda k: edits(name, k))
+    return best if edits(name, best) <= limit else None
+
+
 def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
     """Settings, from the least to the most authoritative (gunicorn's order):
     defaults (WEB_CONCURRENCY, PORT, SCRIPT_NAME and FORWARDED_ALLOW_IPS change those of
@@ -573,8 +602,9 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
     variables, FORKWSGI_CMD_ARGS (command-line flags in one variable, like
     GUNICORN_CMD_ARGS), the command line. Returns (app_spec, cfg).
     origins: a dict to fill with where each setting that is not a default
-    came from; warnings: a list to fill with names in the config file that
-    are no setting; hook_fns: a dict to fill with the config file's server
+    came from; warnings: a list to fill with what is ignored: names in the
+    config file that look like a setting's (a typo, or gunicorn's with no
+    counterpart here); hook_fns: a dict to fill with the config file's server
     hooks (hooks.py), by name."""
     environ = os.environ if environ is None else environ
     origins = {} if origins is None else origins
@@ -630,14 +660,21 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
             elif k in gunicorn_compat.NO_COUNTERPART:
                 warnings.append(f"{where}: {k!r} (gunicorn) has no counterpart here: ignored; "
                                 f"{gunicorn_compat.NO_COUNTERPART[k]}")
-            elif callable(v) and not k.startswith("_") and difflib.get_close_matches(k, hooks.SIGNATURES, 1, 0.85):
-                close = difflib.get_close_matches(k, hooks.SIGNATURES, 1, 0.85)[0]
-                warnings.append(f"{where}: function {k!r} is no server hook: never called (did you mean {close}?)")
-            elif not k.startswith("_") and not callable(v) and not isinstance(v, types.ModuleType):
-                known = list(BY_NAME) + list(gunicorn_compat.ALIASES) + list(hooks.SIGNATURES)
-                close = difflib.get_close_matches(k, known, 1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                warnings.append(f"{where}: {k!r} is not a setting: ignored{hint}")
+            elif isinstance(v, types.ModuleType):
+                continue                  # the file's imports
+            elif callable(v):
+                meant = typo_of(k, hooks.SIGNATURES)
+                if meant:
+                    warnings.append(f"{where}: function {k!r} is no server hook: never called "
+                                    f"(did you mean {meant}?)")
+            else:
+                # A name of neither forkwsgi's nor gunicorn's: a typo of one
+                # is named; any other (a helper variable, a constant) is the
+                # file's own business, ignored as gunicorn ignores it.
+                meant = typo_of(k, [*BY_NAME, *gunicorn_compat.ALIASES, *gunicorn_compat.NO_COUNTERPART,
+                                    *hooks.SIGNATURES])
+                if meant:
+                    warnings.append(f"{where}: {k!r} is not a setting: ignored (did you mean {meant}?)")
     for s in SETTINGS:
         found = [n for n in env_names(s) if n in environ]
         if len(found) > 1:
