@@ -175,7 +175,7 @@ class Arbiter(reexec.InPlaceReload):
                     raise
                 # The check before the exec passed, the import now fails (the
                 # code changed again meanwhile): the workers serve on.
-                self.no_app = f"{type(e).__name__}: {e}"
+                self.no_app = appload.describe_error(e)
                 self.log.error("reload: the app does not import: %s; the %d running worker(s) serve on "
                                "with the code they have; fix it and send SIGHUP again", self.no_app,
                                len(self.workers))

@@ -120,7 +120,7 @@ def check(app_spec, cfg, problems):
         except appload.AppImportError as e:
             problems.append(str(e))
         except Exception as e:  # noqa: BLE001 - the app's own error, reported
-            problems.append(f"error while importing the app {app_spec!r}: {type(e).__name__}: {e}")
+            problems.append(f"error while importing the app {app_spec!r}: {appload.describe_error(e)}")
     for p in problems:
         print(f"forkwsgi: error: {p}", file=sys.stderr)
     if not problems:

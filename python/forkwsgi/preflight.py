@@ -32,9 +32,7 @@ def main(argv):
         print(e, file=sys.stderr)
         return 1
     except BaseException as e:  # noqa: BLE001 - the app's own error, reported
-        import traceback
-        last = traceback.format_exception(type(e), e, e.__traceback__)[-3:]
-        print(f"error while importing the app {app_spec!r}: {''.join(last).strip()}", file=sys.stderr)
+        print(f"error while importing the app {app_spec!r}: {appload.describe_error(e)}", file=sys.stderr)
         return 1
     return 0
 
