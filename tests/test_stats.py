@@ -234,6 +234,46 @@ def test_forkwsgi_top_once_json():
         s.stop()
 
 
+def run_top(addr, *args):
+    host, port = addr
+    return subprocess.run([sys.executable, "-m", "forkwsgi", "top", f"{host}:{port}", *args],
+                          capture_output=True, text=True, timeout=30,
+                          env=dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", "")))
+
+
+def test_forkwsgi_top_age_of_the_oldest_request_is_exact():
+    """top's OLDEST REQUEST age comes from the document's request_age (exact),
+    not uWSGI's request_start (whole seconds: now - request_start overstated
+    the age by the fraction of a second at which the request began). The
+    request begins half a second past a whole second, so the old reading
+    would be about 0.5 s off."""
+    s = start("--workers", "1", "--threads", "2", app="apps:sleep")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 1)
+        assert wait_for(lambda: 0.5 <= time.time() % 1 < 0.6, 2, interval=0.005)
+        slow = Conn(s.port, timeout=20)
+        slow.send(b"GET /?t=4 HTTP/1.1\r\nHost: t\r\n\r\n")
+        sent = time.monotonic()
+        assert wait_for(lambda: fetch(s.stats_addr)["load"] == 1, 5)
+        core = next(c for c in fetch(s.stats_addr)["workers"][0]["cores"] if c["in_request"])
+        assert isinstance(core["req_info"]["request_start"], int)           # uWSGI's, for uwsgitop
+        assert 0 < core["req_info"]["request_age"] < time.monotonic() - sent + 0.05
+        time.sleep(1)
+        p = run_top(s.stats_addr, "--once", "--json", "--interval", "0.3")
+        # top's last reading of the document came before it exited: the true
+        # age then is at most this, and less only by the time top took to
+        # print and exit.
+        at_most = time.monotonic() - sent
+        assert p.returncode == 0, p.stderr
+        (row,) = json.loads(p.stdout)["workers"]
+        assert row["oldest_request"] == "GET /?t=4" and row["state"] == "busy" and row["in_flight"] == 1
+        assert at_most - 0.3 <= row["oldest_age_s"] <= at_most + 0.1, (row, at_most)
+        assert slow.read_response().status == 200
+        slow.close()
+    finally:
+        s.stop()
+
+
 @pytest.mark.skipif(not shutil.which("tmux"), reason="needs tmux")
 def test_forkwsgi_top_live_in_a_terminal():
     s = start("--workers", "2", app="apps:hello")

@@ -113,7 +113,11 @@ def uwsgi_document(master, previous):
             "cores": [{"id": t, "requests": calls, "static_requests": 0, "routed_requests": 0,
                        "offloaded_requests": 0, "write_errors": 0, "read_errors": 0,
                        "in_request": int(bool(began)), "vars": [],
+                       # request_start is uWSGI's (whole seconds, for uwsgitop);
+                       # request_age, forkwsgi's own: seconds in the app, exact
+                       # to the microsecond (what forkwsgi top shows).
                        "req_info": {"request_start": int(now - (now_ns - began) / 1e9),
+                                    "request_age": round((now_ns - began) / 1e9, 6),
                                     "request": line} if began else {}}
                       for t, began, line, calls in threads],
             "forkwsgi": {"slot": w.slot, "retiring": w.retiring or w.old, "in_flight": worker_in_flight,
