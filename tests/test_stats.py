@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -270,6 +271,39 @@ def test_forkwsgi_top_age_of_the_oldest_request_is_exact():
         assert at_most - 0.3 <= row["oldest_age_s"] <= at_most + 0.1, (row, at_most)
         assert slow.read_response().status == 200
         slow.close()
+    finally:
+        s.stop()
+
+
+def test_a_worker_with_requests_in_flight_is_busy_in_every_document():
+    """status (busy / idle) and in_flight come from one reading: under load,
+    no document shows a worker idle with requests in flight, or busy with
+    none (they came from two readings, a moment apart, and disagreed in
+    about a third of the documents). Bounded: 2 s of load, 4 clients."""
+    s = start("--workers", "1", "--threads", "2", app="apps:hello")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 1)
+        stop = time.monotonic() + 2
+
+        def load():
+            with Conn(s.port) as c:
+                while time.monotonic() < stop:
+                    c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                    c.read_response()
+        clients = [threading.Thread(target=load) for _ in range(4)]
+        for t in clients:
+            t.start()
+        docs, seen_busy, wrong = 0, 0, []
+        while time.monotonic() < stop:
+            for w in fetch(s.stats_addr)["workers"]:
+                docs += 1
+                seen_busy += w["forkwsgi"]["in_flight"] > 0
+                if (w["status"] == "busy") != (w["forkwsgi"]["in_flight"] > 0):
+                    wrong.append((w["status"], w["forkwsgi"]["in_flight"]))
+        for t in clients:
+            t.join(10)
+        assert docs > 20 and seen_busy > 0
+        assert wrong == [], f"{len(wrong)} of {docs}: {wrong[:5]}"
     finally:
         s.stop()
 

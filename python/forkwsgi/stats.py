@@ -106,7 +106,9 @@ def uwsgi_document(master, previous):
             "id": w.index, "pid": w.pid, "accepting": int(w.ready and not w.retiring),
             "requests": requests, "delta_requests": requests - previous.get(w.pid, 0),
             "exceptions": c["exceptions"], "harakiri_count": master.timeouts[w.index], "signals": 0,
-            "signal_queue": 0, "status": "busy" if busy else "idle", "rss": rss, "vsz": vsz,
+            # From the same reading as in_flight below, so the two never
+            # disagree: a request taken but not yet on an app thread counts.
+            "signal_queue": 0, "status": "busy" if worker_in_flight else "idle", "rss": rss, "vsz": vsz,
             "running_time": c["total_us"], "last_spawn": int(w.spawned),
             "respawn_count": master.spawns[w.index] - 1, "tx": c["bytes_out"],
             "avg_rt": c["total_us"] // requests if requests else 0, "apps": [],
