@@ -21,11 +21,13 @@ DEFAULT_JSON_FORMAT = (
     '"method": "%(m)s", "path": "%(U)s", "query": "%(q)s", "protocol": "%(H)s", "status": %(s)s, '
     '"bytes": %(B)s, "referer": "%(f)s", "user_agent": "%(a)s", "duration_us": %(D)s, "pid": "%(p)s"}')
 
-# One-letter atoms: (atom, argument).
+# One-letter atoms: (atom, argument). b is B: gunicorn writes
+# str(resp.sent) or '-', and its sent is a number, so '-' never shows (a
+# body of none is "0"), unlike Apache's %b.
 LETTERS = {
     "h": ("remote_addr", ""), "l": ("text", "-"), "u": ("user", ""), "t": ("time", ""),
     "r": ("request", ""), "m": ("method", ""), "U": ("path", ""), "q": ("query", ""),
-    "H": ("protocol", ""), "s": ("status", ""), "B": ("bytes", ""), "b": ("bytes_clf", ""),
+    "H": ("protocol", ""), "s": ("status", ""), "B": ("bytes", ""), "b": ("bytes", ""),
     "f": ("request_header", "referer"), "a": ("request_header", "user-agent"),
     "T": ("seconds", ""), "M": ("millis", ""), "D": ("micros", ""), "L": ("decimal", ""),
     "p": ("pid", ""),

@@ -356,7 +356,7 @@ SETTINGS = [
             section="Logging",
             help="the access log line, with gunicorn's atoms: %%(h)s remote address, %%(l)s '-', %%(u)s user "
                  "(Basic auth), %%(t)s time, %%(r)s request line, %%(m)s method, %%(U)s path, %%(q)s query, "
-                 "%%(H)s protocol, %%(s)s status, %%(B)s body bytes, %%(b)s body bytes or '-', %%(f)s referer, "
+                 "%%(H)s protocol, %%(s)s status, %%(B)s and %%(b)s body bytes (0 for none), %%(f)s referer, "
                  "%%(a)s user agent, %%(T)s %%(M)s %%(D)s %%(L)s duration in s, ms, us, decimal s, %%(p)s "
                  "<pid>, %%({header}i)s request header, %%({header}o)s response header, %%({VAR}e)s "
                  "environ variable (default: gunicorn's, or a JSON object with --access-log-json)"),
