@@ -219,15 +219,38 @@ def test_bad_settings_are_one_line_errors(tmp_path):
     import subprocess
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, PYTHONPATH=here)
+    # The caller's PYTHONPATH after it, so the tree under test is the one run.
+    env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for args, want in (
         (["--access-logfile", str(tmp_path / "no" / "such" / "dir.log")], "--access-logfile"),
-        (["--access-logformat", "%(h)s %(zz)s"], "unknown atom %(zz)s"),
     ):
         p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:hello", "--bind", "127.0.0.1:0", *args],
                            capture_output=True, text=True, env=env, timeout=30)
         assert p.returncode == 2, p.stderr
         assert want in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_an_unknown_atom_is_written_as_a_dash_with_one_warning(make_server, tmp_path):
+    """As gunicorn: an atom it does not know either does not stop the start;
+    it is written as '-'. One warning at start names them all; under
+    --check-config (the strict mode, where every start-up warning is an
+    error) it is an error."""
+    import subprocess
+    import sys
+    fmt = "%(h)s %(zz)s %(s)s %(yy)s %({x-a}i)s"
+    s, path = start(make_server, tmp_path, "--access-logformat", fmt)
+    with Conn(s.port) as c:
+        c.send(b"GET / HTTP/1.1\r\nHost: t\r\nX-A: a\r\n\r\n")
+        assert c.read_response().status == 200
+    assert lines_of(path, 1) == ["127.0.0.1 - 200 - a"]
+    warned = [ln for ln in s.log().splitlines() if "WARNING" in ln]
+    assert len(warned) == 1 and "unknown atom(s) %(zz)s %(yy)s, written as '-'" in warned[0], s.log()
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:hello", "--access-logformat", fmt, "--check-config"],
+                       capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert p.returncode == 1 and p.stderr.startswith("forkwsgi: error: --access-logformat (command line): "
+                                                     "unknown atom(s) %(zz)s %(yy)s"), p.stderr
 
 
 def test_off_by_default(make_server, tmp_path):

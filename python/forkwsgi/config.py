@@ -352,14 +352,15 @@ SETTINGS = [
             help="write an access log line per response to FILE ('-': standard output); off by default. "
                  "Written in C by a thread of each worker, never blocking a request: lines that do not fit "
                  "a full buffer are dropped and counted. SIGUSR1 reopens the file (logrotate)"),
-    Setting("access_logformat", ["--access-logformat"], None, accesslog.check_format, metavar="FORMAT",
+    Setting("access_logformat", ["--access-logformat"], None, metavar="FORMAT",
             section="Logging",
             help="the access log line, with gunicorn's atoms: %%(h)s remote address, %%(l)s '-', %%(u)s user "
                  "(Basic auth), %%(t)s time, %%(r)s request line, %%(m)s method, %%(U)s path, %%(q)s query, "
                  "%%(H)s protocol, %%(s)s status, %%(B)s and %%(b)s body bytes (0 for none), %%(f)s referer, "
                  "%%(a)s user agent, %%(T)s %%(M)s %%(D)s %%(L)s duration in s, ms, us, decimal s, %%(p)s "
                  "<pid>, %%({header}i)s request header, %%({header}o)s response header, %%({VAR}e)s "
-                 "environ variable (default: gunicorn's, or a JSON object with --access-log-json)"),
+                 "environ variable (default: gunicorn's, or a JSON object with --access-log-json); an atom "
+                 "that is none of these is written as '-', as gunicorn does (with a warning at start)"),
     Setting("access_log_json", ["--access-log-json"], False, _bool, section="Logging",
             help="access log lines as JSON objects: values are JSON-escaped and numbers stay numbers"),
     Setting("stats", ["--stats"], None, metavar="ADDR", section="Observability",
@@ -690,6 +691,11 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
                 continue
             cfg[k] = BY_NAME[k].parse(v, where)
             origins[k] = where
+    unknown_atoms = accesslog.unknown_atoms(cfg["access_logformat"])
+    if unknown_atoms:
+        # gunicorn starts with them (and writes '-'): a warning, not an error.
+        warnings.append(f"--access-logformat ({origins['access_logformat']}): unknown atom(s) "
+                        f"{' '.join(unknown_atoms)}, written as '-' (see forkwsgi --help)")
     return app_spec, cfg
 
 
