@@ -247,12 +247,13 @@ def test_keep_alive_default_outlasts_the_proxies_upstream_idle_timeouts():
     assert f"(default: {config.defaults()['keepalive']})" in out
 
 
-def print_config(*args, env=None, cwd=HERE):
-    e = dict(os.environ, PYTHONPATH=HERE)
+def print_config(*args, env=None, cwd=HERE, app="apps:hello"):
+    # The caller's PYTHONPATH after HERE: the tree under test is the one run.
+    e = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for k in [k for k in e if k.startswith("FORKWSGI_") or k in ("PORT", "WEB_CONCURRENCY")]:
         del e[k]
     e.update(env or {})
-    p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:hello", *args, "--print-config"],
+    p = subprocess.run([sys.executable, "-m", "forkwsgi", *([app] if app else []), *args, "--print-config"],
                        capture_output=True, text=True, timeout=20, env=e, cwd=cwd)
     assert p.returncode == 0, p.stderr
     out = {}
@@ -283,6 +284,24 @@ def test_settings_precedence_gunicorn_order(tmp_path):
     got = print_config(env={"WEB_CONCURRENCY": "6", "PORT": "5005", "FORKWSGI_BIND": "127.0.0.1:7007"})
     assert got["workers"] == ("6", "WEB_CONCURRENCY")
     assert got["bind"] == ("['127.0.0.1:7007']", "FORKWSGI_BIND")
+
+
+def test_print_config_shows_the_app_and_the_hooks(tmp_path):
+    """--print-config shows what the server would run: the app (from the
+    command line, or wsgi_app in a config file) and the server hooks the
+    config file defines, each with where it came from."""
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text('wsgi_app = "apps:echo"\nworkers = 2\n'
+                    'def on_starting(server):\n    pass\n'
+                    'def post_fork(server, worker):\n    pass\n')
+    got = print_config("-c", str(conf), app=None)
+    assert got["app"] == ("'apps:echo'", f"config file {conf}")
+    assert got["hooks"] == ("on_starting, post_fork", f"config file {conf}")
+    assert got["workers"] == ("2", f"config file {conf}")
+    got = print_config("-c", str(conf))                  # the command line's app wins
+    assert got["app"] == ("'apps:hello'", "command line")
+    got = print_config()
+    assert got["hooks"] == ("none", "none defined")
 
 
 def test_check_config(tmp_path):

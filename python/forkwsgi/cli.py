@@ -30,7 +30,7 @@ def main(argv=None):
         return fail(e)
     unknown += config.unknown_env()
     if cfg["print_config"]:
-        print(config.describe(cfg, origins))
+        print(config.describe(cfg, origins, app_spec, hook_fns))
         return 0
     try:
         logs.setup(cfg)

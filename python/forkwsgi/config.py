@@ -289,7 +289,8 @@ SETTINGS = [
                  "setting with no counterpart here, is an error here) and that the app imports, then exit: "
                  "0 if all is well, 1 with the reason if not"),
     Setting("print_config", ["--print-config"], False, _bool, section="General",
-            help="print every setting in effect and where it came from, then exit"),
+            help="print the app, every setting in effect and the server hooks defined, with where each "
+                 "came from, then exit"),
     Setting("bind", ["-b", "--bind"], ["127.0.0.1:8000"], multiple=True, metavar="ADDR",
             help="where to listen, repeatable: HOST:PORT, [::1]:PORT, unix:/path, fd://N"),
     Setting("backlog", ["--backlog"], 2048, _positive_int, "listen() backlog (capped by net.core.somaxconn)"),
@@ -603,7 +604,7 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
     variables, FORKWSGI_CMD_ARGS (command-line flags in one variable, like
     GUNICORN_CMD_ARGS), the command line. Returns (app_spec, cfg).
     origins: a dict to fill with where each setting that is not a default
-    came from; warnings: a list to fill with what is ignored: names in the
+    came from (and "app" the app, "hooks" the server hooks); warnings: a list to fill with what is ignored: names in the
     config file that look like a setting's (a typo, or gunicorn's with no
     counterpart here); hook_fns: a dict to fill with the config file's server
     hooks (hooks.py), by name."""
@@ -612,6 +613,8 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
     warnings = [] if warnings is None else warnings
     args = vars(build_parser().parse_args(argv))
     app_spec = args.pop("app", None)
+    if app_spec:
+        origins["app"] = "command line"
     extra = {}
     if environ.get("FORKWSGI_CMD_ARGS", "").strip():
         try:
@@ -619,7 +622,8 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
         except ValueError as e:
             raise ConfigError(f"FORKWSGI_CMD_ARGS: {e}") from None
         extra = vars(build_parser().parse_args(words))
-        app_spec = app_spec or extra.pop("app", None)
+        if not app_spec and extra.get("app"):
+            app_spec, origins["app"] = extra["app"], "FORKWSGI_CMD_ARGS"
         extra.pop("app", None)
     cfg = defaults()
     for var, name, value in (("WEB_CONCURRENCY", "workers", lambda v: v),
@@ -648,12 +652,14 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
             elif k in ("app", "wsgi_app"):
                 if not isinstance(v, str):
                     raise ConfigError(f"{where}: {k} must be a string MODULE:APP")
-                app_spec = app_spec or v
+                if not app_spec:
+                    app_spec, origins["app"] = v, where
             elif k in hooks.SIGNATURES:
                 try:
                     (hook_fns if hook_fns is not None else {})[k] = hooks.check(k, v)
                 except hooks.HookError as e:
                     raise ConfigError(f"{where}: {e}") from None
+                origins["hooks"] = where
             elif k == "worker_class":
                 why = gunicorn_compat.worker_class_warning(v)
                 if why:
@@ -699,7 +705,11 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
     return app_spec, cfg
 
 
-def describe(cfg, origins):
-    """The settings in effect, one line each: name = value  (where from)."""
+def describe(cfg, origins, app_spec=None, hook_fns=()):
+    """What the server would run with, one line each: name = value  (where
+    from): the app, every setting, and the server hooks defined."""
     width = max(len(s.name) for s in SETTINGS)
-    return "\n".join(f"{s.name:<{width}} = {cfg[s.name]!r}  ({origins.get(s.name, 'default')})" for s in SETTINGS)
+    lines = [f"{'app':<{width}} = {app_spec!r}  ({origins.get('app', 'not given')})"]
+    lines += [f"{s.name:<{width}} = {cfg[s.name]!r}  ({origins.get(s.name, 'default')})" for s in SETTINGS]
+    lines.append(f"{'hooks':<{width}} = {', '.join(hook_fns) or 'none'}  ({origins.get('hooks', 'none defined')})")
+    return "\n".join(lines)
