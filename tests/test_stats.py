@@ -158,11 +158,25 @@ def test_restarts_and_totals_survive_them():
         s.stop()
 
 
+def test_the_start_up_line_gives_the_stats_address_as_no_url():
+    """The stats server is no HTTP server (uWSGI's: a raw JSON document per
+    connection): the start-up line says so, and gives HOST:PORT, not an
+    http:// URL a browser would be pointed at in vain."""
+    s = start("--workers", "1", app="apps:hello")
+    try:
+        host, port = s.stats_addr
+        assert f"Stats (uWSGI's, raw JSON over TCP) at {host}:{port}" in s.log(), s.log()
+        assert f"http://{host}:{port}" not in s.log()
+    finally:
+        s.stop()
+
+
 def test_unix_socket_and_reload_in_place_keep_the_stats_server(tmp_path):
     path = str(tmp_path / "stats.sock")
     s = ServerProc("apps:hello", "--workers", "1", "--stats", f"unix:{path}")
     try:
         assert wait_for(lambda: len(s.worker_pids()) == 1)
+        assert f"Stats (uWSGI's, raw JSON over a unix socket) at unix:{path}" in s.log()
         with Conn(s.port) as c:
             c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
             c.read_response()

@@ -147,7 +147,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 server = kind(self.cfg[name], socket.socket(fileno=fd) if fd is not None else None)
                 self.observers.append(server)
                 if fd is None:
-                    self.log.info("%s at %s", name.capitalize(), binding.describe(server.sock)[2])
+                    self.log.info("%s", server.announcement())
             elif fd is not None:
                 os.close(fd)                  # dropped from the settings by a reload
         inherited_queue = st and st["offload"]

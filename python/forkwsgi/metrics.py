@@ -189,6 +189,9 @@ class MetricsServer(stats.Observer):
 
     name = "metrics"
 
+    def announcement(self):
+        return f"Metrics at {binding.describe(self.sock)[2]}"            # HTTP: /metrics, /healthz
+
     def respond(self, conn, master):
         head = b""
         while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < 8192:

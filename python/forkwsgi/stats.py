@@ -201,6 +201,10 @@ class Observer:
     def respond(self, conn, master):
         raise NotImplementedError
 
+    def announcement(self):
+        """The start-up log line: what is served, and where."""
+        raise NotImplementedError
+
     def close(self):
         self.sock.close()
 
@@ -216,4 +220,13 @@ class StatsServer(Observer):
 
     def respond(self, conn, master):
         conn.sendall(json.dumps(uwsgi_document(master, self.previous)).encode())
+
+    def announcement(self):
+        # No http://: it is no HTTP server (a browser or curl would not
+        # get an HTTP response), but a socket that writes one JSON document.
+        if self.sock.family == socket.AF_UNIX:
+            return f"Stats (uWSGI's, raw JSON over a unix socket) at {binding.describe(self.sock)[2]}"
+        host, port = self.sock.getsockname()[:2]
+        host = f"[{host}]" if self.sock.family == socket.AF_INET6 else host
+        return f"Stats (uWSGI's, raw JSON over TCP) at {host}:{port}"
 
