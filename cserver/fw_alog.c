@@ -599,12 +599,6 @@ static void put_item(fw_alog *a, out *o, const fw_alog_item *it, int slot, const
     case FW_AL_BYTES:
         put_u64(o, r->body_bytes);
         break;
-    case FW_AL_BYTES_CLF:
-        if (r->body_bytes)
-            put_u64(o, r->body_bytes);
-        else
-            put_raw(o, "-", 1);
-        break;
     case FW_AL_SECONDS:
         put_u64(o, us / 1000000);
         break;

@@ -33,8 +33,7 @@ enum fw_alog_atom {
     FW_AL_QUERY,         /* q */
     FW_AL_PROTOCOL,      /* H: HTTP/1.1 */
     FW_AL_STATUS,        /* s */
-    FW_AL_BYTES,         /* B: body bytes sent */
-    FW_AL_BYTES_CLF,     /* b: the same, "-" for none */
+    FW_AL_BYTES,         /* B and b: body bytes sent (0 for none, as gunicorn's b) */
     FW_AL_SECONDS,       /* T */
     FW_AL_MILLIS,        /* M */
     FW_AL_MICROS,        /* D */

@@ -74,7 +74,7 @@ cdef extern from "glue.h":
     enum fw_alog_atom:
         FW_AL_TEXT, FW_AL_REMOTE_ADDR, FW_AL_REMOTE_PORT, FW_AL_USER, FW_AL_TIME, FW_AL_REQUEST
         FW_AL_METHOD, FW_AL_PATH, FW_AL_QUERY, FW_AL_PROTOCOL, FW_AL_STATUS, FW_AL_BYTES
-        FW_AL_BYTES_CLF, FW_AL_SECONDS, FW_AL_MILLIS, FW_AL_MICROS, FW_AL_DECIMAL, FW_AL_PID
+        FW_AL_SECONDS, FW_AL_MILLIS, FW_AL_MICROS, FW_AL_DECIMAL, FW_AL_PID
         FW_AL_REQ_HEADER, FW_AL_RESP_HEADER, FW_AL_URI
 
     fw_alog *fw_alog_new(const fw_alog_cfg *cfg)
@@ -216,7 +216,7 @@ ACCESS_LOG_ATOMS = {
     "text": FW_AL_TEXT, "remote_addr": FW_AL_REMOTE_ADDR, "remote_port": FW_AL_REMOTE_PORT,
     "user": FW_AL_USER, "time": FW_AL_TIME, "request": FW_AL_REQUEST, "method": FW_AL_METHOD,
     "path": FW_AL_PATH, "query": FW_AL_QUERY, "protocol": FW_AL_PROTOCOL, "status": FW_AL_STATUS,
-    "bytes": FW_AL_BYTES, "bytes_clf": FW_AL_BYTES_CLF, "seconds": FW_AL_SECONDS,
+    "bytes": FW_AL_BYTES, "seconds": FW_AL_SECONDS,
     "millis": FW_AL_MILLIS, "micros": FW_AL_MICROS, "decimal": FW_AL_DECIMAL, "pid": FW_AL_PID,
     "request_header": FW_AL_REQ_HEADER, "response_header": FW_AL_RESP_HEADER, "uri": FW_AL_URI,
 }

@@ -71,16 +71,23 @@ def test_every_atom_field_by_field(make_server, tmp_path):
 
 def test_default_format_is_gunicorns(make_server, tmp_path):
     s, path = start(make_server, tmp_path)
-    s.get("/p?q=1", headers=b"User-Agent: ua\r\n")
-    s.get("/missing?status=404&len=0", method="GET")
-    s.get("/h?len=7", method="HEAD")
+    # One connection: lines of different connections may be written in
+    # either order (with app threads), those of one connection in order.
+    with Conn(s.port) as c:
+        c.send(b"GET /p?q=1 HTTP/1.1\r\nHost: t\r\nUser-Agent: ua\r\n\r\n")
+        assert c.read_response().status == 200
+        c.send(b"GET /missing?status=404&len=0 HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.read_response().status == 404
+        c.send(b"HEAD /h?len=7 HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.read_response(method="HEAD").status == 200
     lines = lines_of(path, 3)
     combined = re.compile(r'(\S+) (\S+) (\S+) (\[[^]]+\]) "([^"]*)" (\d{3}) (\S+) "([^"]*)" "([^"]*)"')
     got = [combined.fullmatch(ln).groups() for ln in lines]
     assert [g[0] for g in got] == ["127.0.0.1"] * 3
+    # %(b)s of no body is 0, as gunicorn writes it (str(resp.sent) or '-': never '-').
     assert [(g[4], g[5], g[6]) for g in got] == [("GET /p?q=1 HTTP/1.1", "200", "5"),
-                                                 ("GET /missing?status=404&len=0 HTTP/1.1", "404", "-"),
-                                                 ("HEAD /h?len=7 HTTP/1.1", "200", "-")]
+                                                 ("GET /missing?status=404&len=0 HTTP/1.1", "404", "0"),
+                                                 ("HEAD /h?len=7 HTTP/1.1", "200", "0")]
     assert got[0][8] == "ua" and got[0][7] == "-"
 
 
@@ -212,15 +219,38 @@ def test_bad_settings_are_one_line_errors(tmp_path):
     import subprocess
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, PYTHONPATH=here)
+    # The caller's PYTHONPATH after it, so the tree under test is the one run.
+    env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for args, want in (
         (["--access-logfile", str(tmp_path / "no" / "such" / "dir.log")], "--access-logfile"),
-        (["--access-logformat", "%(h)s %(zz)s"], "unknown atom %(zz)s"),
     ):
         p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:hello", "--bind", "127.0.0.1:0", *args],
                            capture_output=True, text=True, env=env, timeout=30)
         assert p.returncode == 2, p.stderr
         assert want in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_an_unknown_atom_is_written_as_a_dash_with_one_warning(make_server, tmp_path):
+    """As gunicorn: an atom it does not know either does not stop the start;
+    it is written as '-'. One warning at start names them all; under
+    --check-config (the strict mode, where every start-up warning is an
+    error) it is an error."""
+    import subprocess
+    import sys
+    fmt = "%(h)s %(zz)s %(s)s %(yy)s %({x-a}i)s"
+    s, path = start(make_server, tmp_path, "--access-logformat", fmt)
+    with Conn(s.port) as c:
+        c.send(b"GET / HTTP/1.1\r\nHost: t\r\nX-A: a\r\n\r\n")
+        assert c.read_response().status == 200
+    assert lines_of(path, 1) == ["127.0.0.1 - 200 - a"]
+    warned = [ln for ln in s.log().splitlines() if "WARNING" in ln]
+    assert len(warned) == 1 and "unknown atom(s) %(zz)s %(yy)s, written as '-'" in warned[0], s.log()
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:hello", "--access-logformat", fmt, "--check-config"],
+                       capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert p.returncode == 1 and p.stderr.startswith("forkwsgi: error: --access-logformat (command line): "
+                                                     "unknown atom(s) %(zz)s %(yy)s"), p.stderr
 
 
 def test_off_by_default(make_server, tmp_path):

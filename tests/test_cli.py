@@ -247,12 +247,13 @@ def test_keep_alive_default_outlasts_the_proxies_upstream_idle_timeouts():
     assert f"(default: {config.defaults()['keepalive']})" in out
 
 
-def print_config(*args, env=None, cwd=HERE):
-    e = dict(os.environ, PYTHONPATH=HERE)
+def print_config(*args, env=None, cwd=HERE, app="apps:hello"):
+    # The caller's PYTHONPATH after HERE: the tree under test is the one run.
+    e = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for k in [k for k in e if k.startswith("FORKWSGI_") or k in ("PORT", "WEB_CONCURRENCY")]:
         del e[k]
     e.update(env or {})
-    p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:hello", *args, "--print-config"],
+    p = subprocess.run([sys.executable, "-m", "forkwsgi", *([app] if app else []), *args, "--print-config"],
                        capture_output=True, text=True, timeout=20, env=e, cwd=cwd)
     assert p.returncode == 0, p.stderr
     out = {}
@@ -285,6 +286,24 @@ def test_settings_precedence_gunicorn_order(tmp_path):
     assert got["bind"] == ("['127.0.0.1:7007']", "FORKWSGI_BIND")
 
 
+def test_print_config_shows_the_app_and_the_hooks(tmp_path):
+    """--print-config shows what the server would run: the app (from the
+    command line, or wsgi_app in a config file) and the server hooks the
+    config file defines, each with where it came from."""
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text('wsgi_app = "apps:echo"\nworkers = 2\n'
+                    'def on_starting(server):\n    pass\n'
+                    'def post_fork(server, worker):\n    pass\n')
+    got = print_config("-c", str(conf), app=None)
+    assert got["app"] == ("'apps:echo'", f"config file {conf}")
+    assert got["hooks"] == ("on_starting, post_fork", f"config file {conf}")
+    assert got["workers"] == ("2", f"config file {conf}")
+    got = print_config("-c", str(conf))                  # the command line's app wins
+    assert got["app"] == ("'apps:hello'", "command line")
+    got = print_config()
+    assert got["hooks"] == ("none", "none defined")
+
+
 def test_check_config(tmp_path):
     """--check-config: exit 0 when the settings are valid and the app imports;
     1 with one line per problem otherwise, a name in the config file that is
@@ -309,6 +328,60 @@ def test_a_typo_in_the_config_file_is_named_at_start(tmp_path, make_server):
     conf.write_text("keepalive = 5\nthraeds = 4\n")
     s = make_server("apps:hello", "-c", str(conf))
     assert "'thraeds' is not a setting: ignored (did you mean threads?)" in s.log()
+
+
+# A gunicorn config file as they are written: helper variables and
+# constants around the settings (gunicorn ignores every name that is not
+# one of its settings).
+HELPERS_CONF = """import multiprocessing, os
+BASE_DIR = os.path.dirname(os.path.abspath(__file__))
+LOG_DIR = os.path.join(BASE_DIR, "logs")
+cpu = multiprocessing.cpu_count()
+cores = cpu
+host = os.getenv("HOST", "127.0.0.1")
+port = os.getenv("PORT", "0")
+use_bind = f"{host}:{port}"
+use_loglevel = "info"
+workers_per_core = 1.0
+max_workers_str = "2"
+timeout_str = "30"
+log_data = {"workers": 1}
+def on_demand(x):
+    return x
+class Helper:
+    pass
+bind = use_bind
+loglevel = use_loglevel
+workers = 1
+timeout = int(timeout_str)
+"""
+
+
+def test_helper_names_in_a_config_file_are_ignored_typos_are_not(tmp_path, make_server):
+    """Names that are no setting of forkwsgi's or gunicorn's, and no near miss
+    of one (helper variables, ALL_CAPS constants, functions, classes), are
+    ignored silently, at start and under --check-config. A typo of a setting
+    and a gunicorn setting with no counterpart here are still named: a
+    warning at start, an error under --check-config."""
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text(HELPERS_CONF)
+    rc, out, err = run_cli("apps:hello", "-c", str(conf), "--check-config")
+    assert rc == 0 and "configuration OK" in out and err == "", (out, err)
+    s = make_server("apps:hello", "-c", str(conf))
+    assert s.get("/").status == 200
+    log = s.log()
+    assert "WARNING" not in log and "not a setting" not in log, log
+
+    conf.write_text(HELPERS_CONF + 'thraeds = 4\nworker_tmp_dir = "/dev/shm"\n')
+    rc, out, err = run_cli("apps:hello", "-c", str(conf), "--check-config")
+    assert rc == 1, (out, err)
+    problems = [ln for ln in err.splitlines() if ln.startswith("forkwsgi: error:")]
+    assert len(problems) == 2, err
+    assert "'thraeds' is not a setting: ignored (did you mean threads?)" in problems[0]
+    assert "'worker_tmp_dir' (gunicorn) has no counterpart here" in problems[1]
+    s = make_server("apps:hello", "-c", str(conf))
+    warned = [ln for ln in s.log().splitlines() if "WARNING" in ln]
+    assert len(warned) == 2 and "thraeds" in warned[0] and "worker_tmp_dir" in warned[1], warned
 
 
 @pytest.mark.parametrize("workers", ["2", "0"], ids=["master", "no-master"])

@@ -1,11 +1,14 @@
 """gunicorn's config files (issue 11): its setting names and its server
 hooks, each called in the right process at the right moment. The config
 file below is written as for gunicorn: gunicorn's names only."""
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from conftest import HERE, ServerProc
 from httpraw import Conn, wait_for
@@ -80,8 +83,11 @@ def test_every_hook_in_the_right_process_at_the_right_moment(tmp_path):
         assert sorted(n[1] for n in named(path, "post_fork")) == workers
         assert all(n[1] == n[2] and n[3] == master for n in named(path, "post_fork"))
         assert sorted(n[1] for n in named(path, "post_worker_init")) == workers
-        # The order at start: on_starting, when_ready, then per worker pre_fork (master) before its post_fork.
+        # The order at start (gunicorn's): nworkers_changed (None -> 2), on_starting, when_ready,
+        # then per worker pre_fork (master) before its post_fork.
         order = [n[0] for n in notes(path)]
+        assert order[0] == "nworkers_changed" and named(path, "nworkers_changed") == [
+            ["nworkers_changed", master, "2", "None"]]
         assert order.index("on_starting") < order.index("when_ready") < order.index("pre_fork") < order.index("post_fork")
 
         # A request: pre_request and post_request in the worker that served it.
@@ -97,10 +103,10 @@ def test_every_hook_in_the_right_process_at_the_right_moment(tmp_path):
         # SIGTTIN / SIGTTOU: nworkers_changed in the master; the retired worker's exit hooks.
         s.signal(signal.SIGTTIN)
         assert wait_for(lambda: len(named(path, "post_worker_init")) == 3, 10)
-        assert named(path, "nworkers_changed") == [["nworkers_changed", master, "3", "2"]]
+        assert named(path, "nworkers_changed")[1:] == [["nworkers_changed", master, "3", "2"]]
         s.signal(signal.SIGTTOU)
         assert wait_for(lambda: len(named(path, "child_exit")) == 1, 10), notes(path)
-        assert named(path, "nworkers_changed")[1] == ["nworkers_changed", master, "2", "3"]
+        assert named(path, "nworkers_changed")[2] == ["nworkers_changed", master, "2", "3"]
         gone = named(path, "child_exit")[0]
         assert gone[1] == master
         assert ["worker_exit", gone[2], gone[2]] in named(path, "worker_exit")
@@ -128,6 +134,7 @@ def test_every_hook_in_the_right_process_at_the_right_moment(tmp_path):
         assert wait_for(lambda: os.path.exists(tmp_path / "access.log") and
                         "200 /hello" in (tmp_path / "access.log").read_text(), 5)
         assert "is not a setting" not in log and "no counterpart" not in log, log
+        assert " raised" not in log, log                 # no hook failed (an attribute missing, ...)
     finally:
         s.stop()
 
@@ -145,6 +152,116 @@ def test_worker_int_and_worker_abort(tmp_path):
             assert wait_for(lambda: named(path, "worker_abort"), 10), (notes(path), s.log())
         stuck = named(path, "worker_abort")[0][1]
         assert stuck != str(s.pid)
+    finally:
+        s.stop()
+
+
+# Hooks that use what real gunicorn hooks use of server, worker, req and
+# resp; each records what it saw as one JSON line. An attribute missing
+# would raise in the hook: logged ("hook ... raised"), which fails the test.
+ATTRS_CONF = '''
+import json, os
+workers = 2
+threads = 2
+max_requests = 1000
+timeout = 25
+
+def _fact(hook, **values):
+    with open({facts!r}, "a") as f:
+        f.write(json.dumps(dict(values, hook=hook, pid=os.getpid())) + "\\n")
+
+def _server(server):
+    return dict(address=server.address, listeners=[str(s) for s in server.LISTENERS],
+                fds=[s.fileno() for s in server.LISTENERS], workers=sorted(server.WORKERS),
+                ages=sorted(w.age for w in server.WORKERS.values()),
+                proc_name=server.proc_name, num_workers=server.num_workers,
+                worker_class=server.cfg.worker_class, cfg_address=server.cfg.address,
+                preload_app=server.cfg.preload_app)
+
+def _worker(worker):
+    return dict(nr=worker.nr, max_requests=worker.max_requests, timeout=worker.timeout,
+                sockets=[str(s) for s in worker.sockets],
+                wpid=worker.pid)
+
+def nworkers_changed(server, new_value, old_value):
+    _fact("nworkers_changed", new=new_value, old=old_value, **_server(server))
+def on_starting(server): _fact("on_starting", **_server(server))
+def when_ready(server): _fact("when_ready", **_server(server))
+def post_fork(server, worker): _fact("post_fork", **_worker(worker))
+def pre_request(worker, req):
+    _fact("pre_request", scheme=req.scheme, peer=req.peer_addr, fragment=req.fragment, uri=req.uri,
+          body=req.body is not None, **_worker(worker))
+def post_request(worker, req, environ, resp):
+    _fact("post_request", length=resp.response_length, sent=resp.sent, **_worker(worker))
+def child_exit(server, worker): _fact("child_exit", **_server(server), **_worker(worker))
+def worker_exit(server, worker): _fact("worker_exit", **_worker(worker))
+'''
+
+
+def facts(path, hook):
+    if not os.path.exists(path):
+        return []
+    return [f for f in map(json.loads, open(path).read().splitlines()) if f["hook"] == hook]
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["preloaded", "lazy-apps"])
+def test_hooks_see_gunicorns_attributes(tmp_path, lazy):
+    """server.address, .LISTENERS, .WORKERS, .proc_name, .num_workers,
+    .cfg.worker_class, .cfg.address, .cfg.preload_app; worker.nr,
+    .max_requests, .timeout, .sockets; req.scheme, .peer_addr, .fragment,
+    .body; resp.response_length: each as gunicorn gives it, read from
+    inside the hooks of a real server. nworkers_changed(server, 2, None)
+    comes first, as in gunicorn."""
+    conf = tmp_path / "gunicorn.conf.py"
+    path = str(tmp_path / "facts")
+    conf.write_text(ATTRS_CONF.format(facts=path))
+    s = ServerProc("apps:echo", "-c", str(conf), *(["--lazy-apps"] if lazy else []))
+    try:
+        assert wait_for(lambda: len(facts(path, "post_fork")) == 2, 15)
+        url = f"http://127.0.0.1:{s.port}"
+        (changed,) = facts(path, "nworkers_changed")
+        assert (changed["new"], changed["old"], changed["pid"]) == (2, None, s.pid)
+        assert [f["hook"] for f in map(json.loads, open(path).read().splitlines())][:3] == \
+            ["nworkers_changed", "on_starting", "when_ready"]
+        (ready,) = facts(path, "when_ready")
+        assert ready["address"] == [["127.0.0.1", s.port]] and ready["listeners"] == [url]
+        assert ready["cfg_address"] == [["127.0.0.1", 0]]            # as configured: --bind 127.0.0.1:0
+        assert all(isinstance(fd, int) and fd >= 0 for fd in ready["fds"])
+        assert ready["proc_name"] == "apps:echo" and ready["num_workers"] == 2
+        assert ready["worker_class"] == "gthread"                    # threads = 2
+        assert ready["preload_app"] is (not lazy)
+        for f in facts(path, "post_fork"):
+            assert f["wpid"] == f["pid"] and f["nr"] == 0
+            assert f["max_requests"] == 1000 and f["timeout"] == 25 and f["sockets"] == [url]
+
+        with Conn(s.port) as c:
+            for i in range(3):
+                c.send(f"GET /x?n={i}#frag HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+                r = c.read_response()
+                assert r.status == 200
+            client_port = c.sock.getsockname()[1]
+        assert wait_for(lambda: len(facts(path, "post_request")) == 3, 5)
+        pre, post = facts(path, "pre_request")[0], facts(path, "post_request")[0]
+        assert pre["scheme"] == "http" and pre["peer"] == ["127.0.0.1", client_port]
+        assert pre["fragment"] == "frag" and pre["uri"] == "/x?n=0#frag" and pre["body"]
+        assert post["length"] == post["sent"] == len(r.body)          # the app's Content-Length
+
+        # SIGTTOU: nworkers_changed sees the two workers; the retired one's
+        # child_exit (master) and worker_exit (itself) see its count.
+        workers = sorted(s.worker_pids())
+        s.signal(signal.SIGTTOU)
+        assert wait_for(lambda: facts(path, "child_exit"), 10)
+        ttou = facts(path, "nworkers_changed")[1]
+        assert (ttou["new"], ttou["old"]) == (1, 2) and ttou["workers"] == workers and ttou["ages"] == [1, 2]
+        s.signal(signal.SIGTERM)
+        s.proc.wait(20)
+        served = {f["wpid"]: f["nr"] for f in facts(path, "worker_exit")}
+        assert sorted(served) == workers and sum(served.values()) == 3, served
+        exited = facts(path, "child_exit")
+        assert {f["wpid"]: f["nr"] for f in exited} == served
+        assert exited[-1]["workers"] == []                           # the last one out
+        log = s.log()
+        assert " raised" not in log and "Traceback" not in log, log
     finally:
         s.stop()
 

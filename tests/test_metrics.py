@@ -78,7 +78,9 @@ def test_counts_and_histograms_are_exact():
         assert value(m, "forkwsgi_app_duration_seconds_count") == 90
         assert 0 < value(m, "forkwsgi_request_duration_seconds_sum") < 90
         assert value(m, "forkwsgi_requests_in_flight") == 0
-        assert value(m, "forkwsgi_workers", state="alive") == 2
+        # Two gauges, no overlapping labels: sum() over either counts each worker once.
+        assert value(m, "forkwsgi_workers") == 2 and value(m, "forkwsgi_workers_accepting") == 2
+        assert not [k for k in m if k[0].startswith("forkwsgi_workers") and k[1]]
         assert value(m, "forkwsgi_workers_configured") == 2
         pids = {dict(k[1])["pid"] for k in m if k[0] == "forkwsgi_worker_connections"}
         assert pids == {str(p) for p in s.worker_pids()}
@@ -206,5 +208,36 @@ def test_idle_kept_alive_connections_are_counted():
             c.close()
         assert wait_for(lambda: value(samples(s), "forkwsgi_worker_connections", **label) == 0, 5)
         assert value(samples(s), "forkwsgi_worker_idle_connections", **label) == 0
+    finally:
+        s.stop()
+
+
+def test_each_family_is_whole_and_typed():
+    """The whole /metrics, read by prometheus_client's parser: every family
+    once, typed, with its samples (its HELP, TYPE and samples together: a
+    family split in two reads as a typed family with no samples and an
+    'unknown' one). With 2 workers and 2 listeners, so that the families
+    with a sample per worker or per listener have several."""
+    port = free_port()
+    s = ServerProc("apps:prom_app()", "--metrics", f"127.0.0.1:{port}", "--workers", "2",
+                   bind=["127.0.0.1:0", "127.0.0.1:0"])
+    s.metrics_port = port
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 2)
+        get_each_on_a_new_connection(s.port, 4, "/a")
+        r = scrape(s)
+        assert r.status == 200
+        families = list(text_string_to_metric_families(r.body.decode()))
+        names = [f.name for f in families]
+        assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+        assert [f.name for f in families if f.type == "unknown"] == []
+        assert [f.name for f in families if not f.samples] == []
+        by_name = {f.name: f for f in families}
+        for name in ("forkwsgi_worker_connections", "forkwsgi_worker_requests_in_flight"):
+            assert len(by_name[name].samples) == 2, by_name[name]
+        assert len(by_name["forkwsgi_worker_handoffs"].samples) == 4        # in and out, per worker
+        assert len(by_name["forkwsgi_listen_queue"].samples) == 2
+        assert len(by_name["forkwsgi_listen_queue_max"].samples) == 2
+        assert by_name["myapp_hits"].type == "counter"                    # the app's own, after ours
     finally:
         s.stop()

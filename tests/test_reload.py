@@ -153,6 +153,38 @@ def test_code_that_does_not_import_leaves_the_workers_serving(tmp_path):
         s.stop()
 
 
+@pytest.mark.parametrize("mistake, line", [("def broken(:\n", 3), ("x = 1\n1 / 0\n", 4)],
+                         ids=["SyntaxError", "ZeroDivisionError"])
+def test_a_broken_module_the_app_imports_is_named_with_its_line(tmp_path, mistake, line):
+    """The reason a reload is refused names the file and line of the mistake:
+    for a SyntaxError in a module the app imports (its traceback ends in
+    the importer), and for an exception raised at import (its last frame).
+    The old workers serve on."""
+    helper = tmp_path / "deployed_helper.py"
+    helper.write_text('GREETING = "v1"\n')
+    (tmp_path / "deployed_main.py").write_text(
+        "import os\nfrom deployed_helper import GREETING\n"
+        "def app(environ, start_response):\n"
+        "    body = ('%s %d' % (GREETING, os.getpid())).encode()\n"
+        "    start_response('200 OK', [('Content-Length', str(len(body)))])\n"
+        "    return [body]\n")
+    s = ServerProc("deployed_main:app", "--pythonpath", str(tmp_path), "--workers", "2")
+    try:
+        assert versions_served(s)[0] == {"v1"}
+        workers = set(s.worker_pids())
+        helper.write_text('GREETING = "v2"\n# the mistake:\n' + mistake)
+        t = time.time() + 2
+        os.utime(helper, (t, t))              # a new mtime: the import reads the new source
+        s.signal(signal.SIGHUP)
+        assert wait_for(lambda: "reload: the new code does not load" in s.log(), 30), s.log()
+        (reason,) = [ln for ln in s.log().splitlines() if "reload: the new code does not load" in ln]
+        assert f"{helper}, line {line}" in reason, reason
+        served, pids = versions_served(s)
+        assert served == {"v1"} and pids <= workers and set(s.worker_pids()) == workers
+    finally:
+        s.stop()
+
+
 def test_hup_to_the_whole_process_group_reloads_once(tmp_path):
     """kill -HUP -PGID (a terminal hang-up): the workers leave it to the
     master, the check runs in its own group, and the reload happens."""

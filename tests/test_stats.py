@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -157,11 +158,25 @@ def test_restarts_and_totals_survive_them():
         s.stop()
 
 
+def test_the_start_up_line_gives_the_stats_address_as_no_url():
+    """The stats server is no HTTP server (uWSGI's: a raw JSON document per
+    connection): the start-up line says so, and gives HOST:PORT, not an
+    http:// URL a browser would be pointed at in vain."""
+    s = start("--workers", "1", app="apps:hello")
+    try:
+        host, port = s.stats_addr
+        assert f"Stats (uWSGI's, raw JSON over TCP) at {host}:{port}" in s.log(), s.log()
+        assert f"http://{host}:{port}" not in s.log()
+    finally:
+        s.stop()
+
+
 def test_unix_socket_and_reload_in_place_keep_the_stats_server(tmp_path):
     path = str(tmp_path / "stats.sock")
     s = ServerProc("apps:hello", "--workers", "1", "--stats", f"unix:{path}")
     try:
         assert wait_for(lambda: len(s.worker_pids()) == 1)
+        assert f"Stats (uWSGI's, raw JSON over a unix socket) at unix:{path}" in s.log()
         with Conn(s.port) as c:
             c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
             c.read_response()
@@ -230,6 +245,79 @@ def test_forkwsgi_top_once_json():
         bad = subprocess.run([sys.executable, "-m", "forkwsgi", "top", "127.0.0.1:1", "--once"],
                              capture_output=True, text=True, timeout=30)
         assert bad.returncode == 1 and "no answer from 127.0.0.1:1" in bad.stderr
+    finally:
+        s.stop()
+
+
+def run_top(addr, *args):
+    host, port = addr
+    return subprocess.run([sys.executable, "-m", "forkwsgi", "top", f"{host}:{port}", *args],
+                          capture_output=True, text=True, timeout=30,
+                          env=dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", "")))
+
+
+def test_forkwsgi_top_age_of_the_oldest_request_is_exact():
+    """top's OLDEST REQUEST age comes from the document's request_age (exact),
+    not uWSGI's request_start (whole seconds: now - request_start overstated
+    the age by the fraction of a second at which the request began). The
+    request begins half a second past a whole second, so the old reading
+    would be about 0.5 s off."""
+    s = start("--workers", "1", "--threads", "2", app="apps:sleep")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 1)
+        assert wait_for(lambda: 0.5 <= time.time() % 1 < 0.6, 2, interval=0.005)
+        slow = Conn(s.port, timeout=20)
+        slow.send(b"GET /?t=4 HTTP/1.1\r\nHost: t\r\n\r\n")
+        sent = time.monotonic()
+        assert wait_for(lambda: fetch(s.stats_addr)["load"] == 1, 5)
+        core = next(c for c in fetch(s.stats_addr)["workers"][0]["cores"] if c["in_request"])
+        assert isinstance(core["req_info"]["request_start"], int)           # uWSGI's, for uwsgitop
+        assert 0 < core["req_info"]["request_age"] < time.monotonic() - sent + 0.05
+        time.sleep(1)
+        p = run_top(s.stats_addr, "--once", "--json", "--interval", "0.3")
+        # top's last reading of the document came before it exited: the true
+        # age then is at most this, and less only by the time top took to
+        # print and exit.
+        at_most = time.monotonic() - sent
+        assert p.returncode == 0, p.stderr
+        (row,) = json.loads(p.stdout)["workers"]
+        assert row["oldest_request"] == "GET /?t=4" and row["state"] == "busy" and row["in_flight"] == 1
+        assert at_most - 0.3 <= row["oldest_age_s"] <= at_most + 0.1, (row, at_most)
+        assert slow.read_response().status == 200
+        slow.close()
+    finally:
+        s.stop()
+
+
+def test_a_worker_with_requests_in_flight_is_busy_in_every_document():
+    """status (busy / idle) and in_flight come from one reading: under load,
+    no document shows a worker idle with requests in flight, or busy with
+    none (they came from two readings, a moment apart, and disagreed in
+    about a third of the documents). Bounded: 2 s of load, 4 clients."""
+    s = start("--workers", "1", "--threads", "2", app="apps:hello")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 1)
+        stop = time.monotonic() + 2
+
+        def load():
+            with Conn(s.port) as c:
+                while time.monotonic() < stop:
+                    c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                    c.read_response()
+        clients = [threading.Thread(target=load) for _ in range(4)]
+        for t in clients:
+            t.start()
+        docs, seen_busy, wrong = 0, 0, []
+        while time.monotonic() < stop:
+            for w in fetch(s.stats_addr)["workers"]:
+                docs += 1
+                seen_busy += w["forkwsgi"]["in_flight"] > 0
+                if (w["status"] == "busy") != (w["forkwsgi"]["in_flight"] > 0):
+                    wrong.append((w["status"], w["forkwsgi"]["in_flight"]))
+        for t in clients:
+            t.join(10)
+        assert docs > 20 and seen_busy > 0
+        assert wrong == [], f"{len(wrong)} of {docs}: {wrong[:5]}"
     finally:
         s.stop()
 

@@ -4,7 +4,8 @@ forkwsgi writes the access log in C (cserver/fw_alog.c), from what the
 connection holds, without calling Python per request. This module turns a
 format in gunicorn's syntax ("%(h)s %(t)s "%(r)s" ...", the atoms of
 --access-logformat) into the list of items the writer takes, once, and
-opens the file.
+opens the file. An atom gunicorn does not know either is written as "-",
+as gunicorn writes it (unknown_atoms() names them, for a warning at start).
 """
 import os
 import re
@@ -21,11 +22,13 @@ DEFAULT_JSON_FORMAT = (
     '"method": "%(m)s", "path": "%(U)s", "query": "%(q)s", "protocol": "%(H)s", "status": %(s)s, '
     '"bytes": %(B)s, "referer": "%(f)s", "user_agent": "%(a)s", "duration_us": %(D)s, "pid": "%(p)s"}')
 
-# One-letter atoms: (atom, argument).
+# One-letter atoms: (atom, argument). b is B: gunicorn writes
+# str(resp.sent) or '-', and its sent is a number, so '-' never shows (a
+# body of none is "0"), unlike Apache's %b.
 LETTERS = {
     "h": ("remote_addr", ""), "l": ("text", "-"), "u": ("user", ""), "t": ("time", ""),
     "r": ("request", ""), "m": ("method", ""), "U": ("path", ""), "q": ("query", ""),
-    "H": ("protocol", ""), "s": ("status", ""), "B": ("bytes", ""), "b": ("bytes_clf", ""),
+    "H": ("protocol", ""), "s": ("status", ""), "B": ("bytes", ""), "b": ("bytes", ""),
     "f": ("request_header", "referer"), "a": ("request_header", "user-agent"),
     "T": ("seconds", ""), "M": ("millis", ""), "D": ("micros", ""), "L": ("decimal", ""),
     "p": ("pid", ""),
@@ -42,18 +45,15 @@ ENVIRON = {
 }
 
 _TOKEN = re.compile(r"%%|%\(([^)]*)\)s")
-
-
-class FormatError(ValueError):
-    pass
+_HEADER_OR_VARIABLE = re.compile(r"\{([^{}]+)\}([ioe])")
 
 
 def _atom(name, environ):
     if name in LETTERS:
         return LETTERS[name]
-    m = re.fullmatch(r"\{([^{}]+)\}([ioe])", name)
+    m = _HEADER_OR_VARIABLE.fullmatch(name)
     if not m:
-        raise FormatError(f"unknown atom %({name})s (see forkwsgi --help, --access-logformat)")
+        return "text", "-"                  # unknown: gunicorn's SafeAtoms gives '-'
     arg, kind = m.groups()
     if kind == "i":
         return "request_header", arg.lower()
@@ -67,7 +67,7 @@ def _atom(name, environ):
 
 
 def compile_format(fmt, environ=None):
-    """[(atom code, bytes argument)] for the C writer. Raises FormatError."""
+    """[(atom code, bytes argument)] for the C writer."""
     environ = os.environ if environ is None else environ
     items = []
     pos = 0
@@ -94,12 +94,11 @@ def compile_format(fmt, environ=None):
     return [(ATOMS[atom], arg.encode("latin-1", "replace")) for atom, arg in items]
 
 
-def check_format(value):
-    """The registry's converter for --access-logformat."""
-    if value is None:
-        return None
-    compile_format(str(value), {})
-    return str(value)
+def unknown_atoms(fmt):
+    """The atoms of fmt that are none of gunicorn's, as written:
+    ["%(zz)s", ...] (each is written as "-")."""
+    return [m.group(0) for m in _TOKEN.finditer(fmt or "")
+            if m.group(0) != "%%" and m.group(1) not in LETTERS and not _HEADER_OR_VARIABLE.fullmatch(m.group(1))]
 
 
 def open_file(path):

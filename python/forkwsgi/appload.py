@@ -2,6 +2,7 @@
 import ast
 import importlib
 import sys
+import traceback
 
 
 class AppImportError(Exception):
@@ -43,3 +44,16 @@ def load(spec):
     if not callable(obj):
         raise AppImportError(f"{spec!r} is not callable (got {type(obj).__name__})")
     return obj
+
+
+def describe_error(e):
+    """One line for an exception the app's import raised, saying where: a
+    SyntaxError's own file and line (its traceback ends in the importer,
+    not in the file with the mistake) and the offending source line; for
+    any other exception, the file and line of its last frame."""
+    if isinstance(e, SyntaxError):
+        text = (e.text or "").strip()
+        return f"{type(e).__name__}: {e.msg} ({e.filename}, line {e.lineno})" + (f": {text}" if text else "")
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {e}{where}"

@@ -61,7 +61,7 @@ class WorkerInfo:
         self.hook_worker = None      # what hooks got for it (hooks.Worker)
 
 
-class Arbiter(reexec.InPlaceReload):
+class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
     worker_info = WorkerInfo      # what InPlaceReload makes for the workers it takes over
     SIGNALS = {
         signal.SIGHUP: "hup", signal.SIGQUIT: "quit", signal.SIGINT: "int", signal.SIGTERM: "term",
@@ -125,6 +125,9 @@ class Arbiter(reexec.InPlaceReload):
         held) and preload. Raises binding.BindError / appload.AppImportError."""
         process.set_title("forkwsgi: master")
         if not self.inherited:
+            # gunicorn's order: the number of workers is first set (None ->
+            # N), then on_starting.
+            self.hooks.call("nworkers_changed", self, self.num_workers, None)
             self.hooks.call("on_starting", self)
         if self.cfg["master_nice"]:
             os.setpriority(os.PRIO_PROCESS, 0, self.cfg["master_nice"])
@@ -144,7 +147,7 @@ class Arbiter(reexec.InPlaceReload):
                 server = kind(self.cfg[name], socket.socket(fileno=fd) if fd is not None else None)
                 self.observers.append(server)
                 if fd is None:
-                    self.log.info("%s at %s", name.capitalize(), binding.describe(server.sock)[2])
+                    self.log.info("%s", server.announcement())
             elif fd is not None:
                 os.close(fd)                  # dropped from the settings by a reload
         inherited_queue = st and st["offload"]
@@ -175,7 +178,7 @@ class Arbiter(reexec.InPlaceReload):
                     raise
                 # The check before the exec passed, the import now fails (the
                 # code changed again meanwhile): the workers serve on.
-                self.no_app = f"{type(e).__name__}: {e}"
+                self.no_app = appload.describe_error(e)
                 self.log.error("reload: the app does not import: %s; the %d running worker(s) serve on "
                                "with the code they have; fix it and send SIGHUP again", self.no_app,
                                len(self.workers))
@@ -361,7 +364,8 @@ class Arbiter(reexec.InPlaceReload):
         if self.balance == "reuseport":
             sockets = [binding.reuseport_peer(s, self.cfg["backlog"]) for s in self.sockets]
         self.worker_age += 1
-        hw = hooks.Worker(index, self.worker_age, self.log, self.cfg)
+        hw = hooks.Worker(index, self.worker_age, self.log, self.cfg, max_requests=options["max_requests"],
+                          sockets=sockets)
         self.hooks.call("pre_fork", self, hw)
         r, w = os.pipe2(os.O_CLOEXEC)
         # Stop signals are held across fork: the child unblocks them once
@@ -391,6 +395,7 @@ class Arbiter(reexec.InPlaceReload):
         os.close(w)
         self.workers[pid] = WorkerInfo(pid, index, r)
         hw.pid, hw.ppid = pid, self.pid
+        hw.count_requests(lambda: self.slots.counters(slot)["requests"])
         self.workers[pid].hook_worker = hw
         self.spawns[index] += 1
         self.workers[pid].slot = slot
@@ -452,6 +457,8 @@ class Arbiter(reexec.InPlaceReload):
             w = self.workers.pop(pid, None)
             if w is None:
                 continue
+            if w.hook_worker:
+                w.hook_worker.count_requests(None)        # its last count, before the slot is reused
             self.hooks.call("child_exit", self, w.hook_worker or hooks.Worker(w.index, 0, self.log, self.cfg, pid))
             if self.app_metrics:
                 self.app_metrics.worker_exited(pid)

@@ -30,7 +30,7 @@ def main(argv=None):
         return fail(e)
     unknown += config.unknown_env()
     if cfg["print_config"]:
-        print(config.describe(cfg, origins))
+        print(config.describe(cfg, origins, app_spec, hook_fns))
         return 0
     try:
         logs.setup(cfg)
@@ -102,8 +102,9 @@ def log_file_problem(cfg):
 
 
 def check(app_spec, cfg, problems):
-    """--check-config: the settings (names that are no setting count as
-    errors here), the bind addresses, and that the app imports. Exit 0 or 1."""
+    """--check-config, the strict mode: the settings (what start-up only
+    warns of counts as an error here), the bind addresses, and that the app
+    imports. Exit 0 or 1."""
     problems = list(problems)
     problems += filter(None, [log_file_problem(cfg)])
     for addr in cfg["bind"]:
@@ -119,7 +120,7 @@ def check(app_spec, cfg, problems):
         except appload.AppImportError as e:
             problems.append(str(e))
         except Exception as e:  # noqa: BLE001 - the app's own error, reported
-            problems.append(f"error while importing the app {app_spec!r}: {type(e).__name__}: {e}")
+            problems.append(f"error while importing the app {app_spec!r}: {appload.describe_error(e)}")
     for p in problems:
         print(f"forkwsgi: error: {p}", file=sys.stderr)
     if not problems:

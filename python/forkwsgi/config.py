@@ -285,10 +285,12 @@ class Setting:
 SETTINGS = [
     Setting("config", ["-c", "--config"], None, help="Python config file assigning settings by name", metavar="FILE", section="General"),
     Setting("check_config", ["--check-config"], False, _bool, section="General",
-            help="check the settings (an unknown name in the config file is an error here) and that the "
-                 "app imports, then exit: 0 if all is well, 1 with the reason if not"),
+            help="check the settings (a name in the config file that is a typo of a setting, or a gunicorn "
+                 "setting with no counterpart here, is an error here) and that the app imports, then exit: "
+                 "0 if all is well, 1 with the reason if not"),
     Setting("print_config", ["--print-config"], False, _bool, section="General",
-            help="print every setting in effect and where it came from, then exit"),
+            help="print the app, every setting in effect and the server hooks defined, with where each "
+                 "came from, then exit"),
     Setting("bind", ["-b", "--bind"], ["127.0.0.1:8000"], multiple=True, metavar="ADDR",
             help="where to listen, repeatable: HOST:PORT, [::1]:PORT, unix:/path, fd://N"),
     Setting("backlog", ["--backlog"], 2048, _positive_int, "listen() backlog (capped by net.core.somaxconn)"),
@@ -351,14 +353,15 @@ SETTINGS = [
             help="write an access log line per response to FILE ('-': standard output); off by default. "
                  "Written in C by a thread of each worker, never blocking a request: lines that do not fit "
                  "a full buffer are dropped and counted. SIGUSR1 reopens the file (logrotate)"),
-    Setting("access_logformat", ["--access-logformat"], None, accesslog.check_format, metavar="FORMAT",
+    Setting("access_logformat", ["--access-logformat"], None, metavar="FORMAT",
             section="Logging",
             help="the access log line, with gunicorn's atoms: %%(h)s remote address, %%(l)s '-', %%(u)s user "
                  "(Basic auth), %%(t)s time, %%(r)s request line, %%(m)s method, %%(U)s path, %%(q)s query, "
-                 "%%(H)s protocol, %%(s)s status, %%(B)s body bytes, %%(b)s body bytes or '-', %%(f)s referer, "
+                 "%%(H)s protocol, %%(s)s status, %%(B)s and %%(b)s body bytes (0 for none), %%(f)s referer, "
                  "%%(a)s user agent, %%(T)s %%(M)s %%(D)s %%(L)s duration in s, ms, us, decimal s, %%(p)s "
                  "<pid>, %%({header}i)s request header, %%({header}o)s response header, %%({VAR}e)s "
-                 "environ variable (default: gunicorn's, or a JSON object with --access-log-json)"),
+                 "environ variable (default: gunicorn's, or a JSON object with --access-log-json); an atom "
+                 "that is none of these is written as '-', as gunicorn does (with a warning at start)"),
     Setting("access_log_json", ["--access-log-json"], False, _bool, section="Logging",
             help="access log lines as JSON objects: values are JSON-escaped and numbers stay numbers"),
     Setting("stats", ["--stats"], None, metavar="ADDR", section="Observability",
@@ -565,6 +568,34 @@ def unknown_env(environ=None):
     return warnings
 
 
+def edits(a, b):
+    """How many one-letter edits (insert, delete, replace, or swap two
+    neighbours) turn a into b (optimal string alignment distance)."""
+    before, row = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cost = min(row[j] + 1, cur[j - 1] + 1, row[j - 1] + (ca != cb))
+            if before is not None and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cost = min(cost, before[j - 2] + 1)          # two letters swapped
+            cur.append(cost)
+        before, row = row, cur
+    return row[-1]
+
+
+def typo_of(name, known):
+    """The name in `known` that `name` (from a config file) is a typo of,
+    or None. Only a near miss counts: one edit away (two for names of six
+    letters or more), so the helper names config files are full of
+    (use_bind, workers_per_core, BASE_DIR) are not taken for typos.
+    Settings and hooks are lowercase: a name with capitals is a constant."""
+    if name.startswith("_") or name != name.lower():
+        return None
+    limit = 2 if len(name) >= 6 else 1
+    best = min(known, key=lambda k: edits(name, k))
+    return best if edits(name, best) <= limit else None
+
+
 def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
     """Settings, from the least to the most authoritative (gunicorn's order):
     defaults (WEB_CONCURRENCY, PORT, SCRIPT_NAME and FORWARDED_ALLOW_IPS change those of
@@ -573,14 +604,17 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
     variables, FORKWSGI_CMD_ARGS (command-line flags in one variable, like
     GUNICORN_CMD_ARGS), the command line. Returns (app_spec, cfg).
     origins: a dict to fill with where each setting that is not a default
-    came from; warnings: a list to fill with names in the config file that
-    are no setting; hook_fns: a dict to fill with the config file's server
+    came from (and "app" the app, "hooks" the server hooks); warnings: a list to fill with what is ignored: names in the
+    config file that look like a setting's (a typo, or gunicorn's with no
+    counterpart here); hook_fns: a dict to fill with the config file's server
     hooks (hooks.py), by name."""
     environ = os.environ if environ is None else environ
     origins = {} if origins is None else origins
     warnings = [] if warnings is None else warnings
     args = vars(build_parser().parse_args(argv))
     app_spec = args.pop("app", None)
+    if app_spec:
+        origins["app"] = "command line"
     extra = {}
     if environ.get("FORKWSGI_CMD_ARGS", "").strip():
         try:
@@ -588,7 +622,8 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
         except ValueError as e:
             raise ConfigError(f"FORKWSGI_CMD_ARGS: {e}") from None
         extra = vars(build_parser().parse_args(words))
-        app_spec = app_spec or extra.pop("app", None)
+        if not app_spec and extra.get("app"):
+            app_spec, origins["app"] = extra["app"], "FORKWSGI_CMD_ARGS"
         extra.pop("app", None)
     cfg = defaults()
     for var, name, value in (("WEB_CONCURRENCY", "workers", lambda v: v),
@@ -617,12 +652,14 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
             elif k in ("app", "wsgi_app"):
                 if not isinstance(v, str):
                     raise ConfigError(f"{where}: {k} must be a string MODULE:APP")
-                app_spec = app_spec or v
+                if not app_spec:
+                    app_spec, origins["app"] = v, where
             elif k in hooks.SIGNATURES:
                 try:
                     (hook_fns if hook_fns is not None else {})[k] = hooks.check(k, v)
                 except hooks.HookError as e:
                     raise ConfigError(f"{where}: {e}") from None
+                origins["hooks"] = where
             elif k == "worker_class":
                 why = gunicorn_compat.worker_class_warning(v)
                 if why:
@@ -630,14 +667,21 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
             elif k in gunicorn_compat.NO_COUNTERPART:
                 warnings.append(f"{where}: {k!r} (gunicorn) has no counterpart here: ignored; "
                                 f"{gunicorn_compat.NO_COUNTERPART[k]}")
-            elif callable(v) and not k.startswith("_") and difflib.get_close_matches(k, hooks.SIGNATURES, 1, 0.85):
-                close = difflib.get_close_matches(k, hooks.SIGNATURES, 1, 0.85)[0]
-                warnings.append(f"{where}: function {k!r} is no server hook: never called (did you mean {close}?)")
-            elif not k.startswith("_") and not callable(v) and not isinstance(v, types.ModuleType):
-                known = list(BY_NAME) + list(gunicorn_compat.ALIASES) + list(hooks.SIGNATURES)
-                close = difflib.get_close_matches(k, known, 1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                warnings.append(f"{where}: {k!r} is not a setting: ignored{hint}")
+            elif isinstance(v, types.ModuleType):
+                continue                  # the file's imports
+            elif callable(v):
+                meant = typo_of(k, hooks.SIGNATURES)
+                if meant:
+                    warnings.append(f"{where}: function {k!r} is no server hook: never called "
+                                    f"(did you mean {meant}?)")
+            else:
+                # A name of neither forkwsgi's nor gunicorn's: a typo of one
+                # is named; any other (a helper variable, a constant) is the
+                # file's own business, ignored as gunicorn ignores it.
+                meant = typo_of(k, [*BY_NAME, *gunicorn_compat.ALIASES, *gunicorn_compat.NO_COUNTERPART,
+                                    *hooks.SIGNATURES])
+                if meant:
+                    warnings.append(f"{where}: {k!r} is not a setting: ignored (did you mean {meant}?)")
     for s in SETTINGS:
         found = [n for n in env_names(s) if n in environ]
         if len(found) > 1:
@@ -653,10 +697,19 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
                 continue
             cfg[k] = BY_NAME[k].parse(v, where)
             origins[k] = where
+    unknown_atoms = accesslog.unknown_atoms(cfg["access_logformat"])
+    if unknown_atoms:
+        # gunicorn starts with them (and writes '-'): a warning, not an error.
+        warnings.append(f"--access-logformat ({origins['access_logformat']}): unknown atom(s) "
+                        f"{' '.join(unknown_atoms)}, written as '-' (see forkwsgi --help)")
     return app_spec, cfg
 
 
-def describe(cfg, origins):
-    """The settings in effect, one line each: name = value  (where from)."""
+def describe(cfg, origins, app_spec=None, hook_fns=()):
+    """What the server would run with, one line each: name = value  (where
+    from): the app, every setting, and the server hooks defined."""
     width = max(len(s.name) for s in SETTINGS)
-    return "\n".join(f"{s.name:<{width}} = {cfg[s.name]!r}  ({origins.get(s.name, 'default')})" for s in SETTINGS)
+    lines = [f"{'app':<{width}} = {app_spec!r}  ({origins.get('app', 'not given')})"]
+    lines += [f"{s.name:<{width}} = {cfg[s.name]!r}  ({origins.get(s.name, 'default')})" for s in SETTINGS]
+    lines.append(f"{'hooks':<{width}} = {', '.join(hook_fns) or 'none'}  ({origins.get('hooks', 'none defined')})")
+    return "\n".join(lines)

@@ -2,8 +2,10 @@
 
 A setting forkwsgi has under another name is taken under gunicorn's
 (ALIASES); one it has no counterpart for is named in a warning at start and
-is an error under --check-config (NO_COUNTERPART says what to do instead);
-a typo gets a "did you mean". Hooks (on_starting, pre_fork, ...) are in
+is an error under --check-config (NO_COUNTERPART says what to do instead;
+it lists every setting of gunicorn's that forkwsgi does not take);
+a typo gets a "did you mean". Any other name (a helper variable, a
+constant) is the file's own business, ignored as gunicorn ignores it. Hooks (on_starting, pre_fork, ...) are in
 hooks.py. A leaf module: data only.
 """
 
@@ -55,6 +57,39 @@ NO_COUNTERPART = {
     "spew": "no tracing mode",
     "sendfile": "sendfile is always used for wsgi.file_wrapper",
     "reuse_port": "use --balance reuseport",
+    "syslog_prefix": "log to stderr and let journald or the container runtime collect it",
+    "syslog_facility": "log to stderr and let journald or the container runtime collect it",
+    "disable_redirect_access_to_syslog": "log to stderr and let journald or the container runtime collect it",
+    "logger_class": "use --log-config or --log-config-dict (the server logs to the 'forkwsgi' logger)",
+    "default_proc_name": "use proc_name (-n)",
+    "raw_paste_global_conf": "give the app as MODULE:APP",
+    "enable_backlog_metric": "--metrics reports forkwsgi_listen_queue, --stats the listen queue",
+    "permit_obsolete_folding": "folded (obs-fold) header lines are refused (400), as RFC 9112 allows",
+    "ssl_context": "terminate TLS in the proxy in front (nginx, HAProxy)",
+    "protocol": "HTTP/1.x only: put nginx's proxy_pass, not uwsgi_pass, in front",
+    "uwsgi_allow_ips": "HTTP/1.x only: put nginx's proxy_pass, not uwsgi_pass, in front",
+    "http_protocols": "HTTP/1.x only: the proxy in front speaks HTTP/2 to the clients",
+    "http2_cleartext": "HTTP/1.x only: the proxy in front speaks HTTP/2 to the clients",
+    "http2_max_concurrent_streams": "HTTP/1.x only: the proxy in front speaks HTTP/2 to the clients",
+    "http2_initial_window_size": "HTTP/1.x only: the proxy in front speaks HTTP/2 to the clients",
+    "http2_max_frame_size": "HTTP/1.x only: the proxy in front speaks HTTP/2 to the clients",
+    "http2_max_header_list_size": "HTTP/1.x only: the proxy in front speaks HTTP/2 to the clients",
+    "http_parser": "the HTTP parser is forkwsgi's own, in C",
+    "asgi_loop": "WSGI only: no ASGI worker",
+    "asgi_lifespan": "WSGI only: no ASGI worker",
+    "asgi_disconnect_grace_period": "WSGI only: no ASGI worker",
+    "control_socket": "signals control the master (HUP, TTIN, TTOU, ...); --stats and --metrics show it",
+    "control_socket_mode": "signals control the master (HUP, TTIN, TTOU, ...); --stats and --metrics show it",
+    "control_socket_disable": "signals control the master (HUP, TTIN, TTOU, ...); --stats and --metrics show it",
+    "dirty_apps": "no dirty (background) workers: run such jobs in a process of their own",
+    "dirty_workers": "no dirty (background) workers: run such jobs in a process of their own",
+    "dirty_threads": "no dirty (background) workers: run such jobs in a process of their own",
+    "dirty_timeout": "no dirty (background) workers: run such jobs in a process of their own",
+    "dirty_graceful_timeout": "no dirty (background) workers: run such jobs in a process of their own",
+    "on_dirty_starting": "no dirty (background) workers: run such jobs in a process of their own",
+    "dirty_post_fork": "no dirty (background) workers: run such jobs in a process of their own",
+    "dirty_worker_init": "no dirty (background) workers: run such jobs in a process of their own",
+    "dirty_worker_exit": "no dirty (background) workers: run such jobs in a process of their own",
 }
 
 # worker_class values forkwsgi's model covers (a worker with --threads app threads).

@@ -27,15 +27,41 @@ def _labels(**kw):
 
 
 class _Out:
+    """The exposition text, built family by family.
+
+    family() declares a metric family (its HELP and TYPE), sample() adds a
+    sample to the family it belongs to, and text() writes each family's
+    HELP, TYPE and samples together, in the order the families were
+    declared. Prometheus' text format needs a family's samples right after
+    its TYPE line: a family split in two is read (by prometheus_client's
+    parser, among others) as a typed family with no samples and a second,
+    'unknown' one holding them. Building the text here, not line by line
+    in exposition(), keeps that true however the samples are gathered (per
+    worker, per listener, ...). A sample of no declared family, or a family
+    declared twice, is a bug: it raises."""
+
+    # A histogram's samples carry these suffixes on its name.
+    HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
     def __init__(self):
-        self.lines = []
+        self.families = {}          # name -> [HELP line, TYPE line, samples...], in declaration order
 
     def family(self, name, kind, help_text):
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} {kind}")
+        if name in self.families:
+            raise ValueError(f"metric family {name} declared twice")
+        self.families[name] = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+
+    def _family_of(self, sample_name):
+        if sample_name in self.families:
+            return self.families[sample_name]
+        for suffix in self.HISTOGRAM_SUFFIXES:
+            base = sample_name[:-len(suffix)]
+            if sample_name.endswith(suffix) and self.families.get(base, ["", ""])[1].endswith(" histogram"):
+                return self.families[base]
+        raise ValueError(f"sample {sample_name} belongs to no declared metric family")
 
     def sample(self, name, value, **labels):
-        self.lines.append(f"{name}{_labels(**labels)} {value}")
+        self._family_of(name).append(f"{name}{_labels(**labels)} {value}")
 
     def histogram(self, name, help_text, buckets, total_seconds):
         """buckets: per-bucket counts (not cumulative), bounds from the core."""
@@ -48,7 +74,7 @@ class _Out:
         self.sample(f"{name}_count", running)
 
     def text(self):
-        return "\n".join(self.lines) + "\n"
+        return "".join(line + "\n" for lines in self.families.values() for line in lines)
 
 
 def exposition(master):
@@ -108,10 +134,13 @@ def exposition(master):
         o.sample("forkwsgi_worker_handoffs_total", board[w.slot]["handed_out"], direction="out", **label)
     o.sample("forkwsgi_requests_in_flight", in_flight_total)
 
-    o.family("forkwsgi_workers", "gauge", "Workers alive (accepting: ready and not retiring).")
-    o.sample("forkwsgi_workers", len(live), state="alive")
-    o.sample("forkwsgi_workers", sum(1 for w, _, _ in live if w.ready and not w.retiring and not w.old),
-             state="accepting")
+    # Two gauges, not one with a state label: the accepting workers are
+    # among the alive ones, and sum() over overlapping label values would
+    # count them twice.
+    o.family("forkwsgi_workers", "gauge", "Workers alive (starting, serving or retiring).")
+    o.sample("forkwsgi_workers", len(live))
+    o.family("forkwsgi_workers_accepting", "gauge", "Workers taking new connections: ready and not retiring.")
+    o.sample("forkwsgi_workers_accepting", sum(1 for w, _, _ in live if w.ready and not w.retiring and not w.old))
     o.family("forkwsgi_workers_configured", "gauge", "Workers the master keeps (--workers, SIGTTIN/TTOU).")
     o.sample("forkwsgi_workers_configured", master.num_workers)
     o.family("forkwsgi_threads_per_worker", "gauge", "App threads per worker (--threads).")
@@ -164,6 +193,9 @@ class MetricsServer(stats.Observer):
     """The --metrics socket: one HTTP answer per connection (then close)."""
 
     name = "metrics"
+
+    def announcement(self):
+        return f"Metrics at {binding.describe(self.sock)[2]}"            # HTTP: /metrics, /healthz
 
     def respond(self, conn, master):
         head = b""

@@ -4,8 +4,9 @@ Run by a master before it re-executes itself for a reload (reexec.py): the
 settings load (a config file that no longer parses fails here), the master
 mode still applies, and the app imports in a fresh interpreter. Exit 0 if
 so; otherwise 1 with the reason on stderr, and the master keeps its workers.
-Unlike --check-config, names in the config file that are no setting stay
-warnings: they did not stop the server from starting either.
+Unlike --check-config, what start-up only warns of (a typo of a setting
+in the config file, a gunicorn setting with no counterpart) stays a
+warning: it did not stop the server from starting either.
 """
 import sys
 
@@ -31,9 +32,7 @@ def main(argv):
         print(e, file=sys.stderr)
         return 1
     except BaseException as e:  # noqa: BLE001 - the app's own error, reported
-        import traceback
-        last = traceback.format_exception(type(e), e, e.__traceback__)[-3:]
-        print(f"error while importing the app {app_spec!r}: {''.join(last).strip()}", file=sys.stderr)
+        print(f"error while importing the app {app_spec!r}: {appload.describe_error(e)}", file=sys.stderr)
         return 1
     return 0
 

@@ -106,14 +106,20 @@ def uwsgi_document(master, previous):
             "id": w.index, "pid": w.pid, "accepting": int(w.ready and not w.retiring),
             "requests": requests, "delta_requests": requests - previous.get(w.pid, 0),
             "exceptions": c["exceptions"], "harakiri_count": master.timeouts[w.index], "signals": 0,
-            "signal_queue": 0, "status": "busy" if busy else "idle", "rss": rss, "vsz": vsz,
+            # From the same reading as in_flight below, so the two never
+            # disagree: a request taken but not yet on an app thread counts.
+            "signal_queue": 0, "status": "busy" if worker_in_flight else "idle", "rss": rss, "vsz": vsz,
             "running_time": c["total_us"], "last_spawn": int(w.spawned),
             "respawn_count": master.spawns[w.index] - 1, "tx": c["bytes_out"],
             "avg_rt": c["total_us"] // requests if requests else 0, "apps": [],
             "cores": [{"id": t, "requests": calls, "static_requests": 0, "routed_requests": 0,
                        "offloaded_requests": 0, "write_errors": 0, "read_errors": 0,
                        "in_request": int(bool(began)), "vars": [],
+                       # request_start is uWSGI's (whole seconds, for uwsgitop);
+                       # request_age, forkwsgi's own: seconds in the app, exact
+                       # to the microsecond (what forkwsgi top shows).
                        "req_info": {"request_start": int(now - (now_ns - began) / 1e9),
+                                    "request_age": round((now_ns - began) / 1e9, 6),
                                     "request": line} if began else {}}
                       for t, began, line, calls in threads],
             "forkwsgi": {"slot": w.slot, "retiring": w.retiring or w.old, "in_flight": worker_in_flight,
@@ -195,6 +201,10 @@ class Observer:
     def respond(self, conn, master):
         raise NotImplementedError
 
+    def announcement(self):
+        """The start-up log line: what is served, and where."""
+        raise NotImplementedError
+
     def close(self):
         self.sock.close()
 
@@ -210,4 +220,13 @@ class StatsServer(Observer):
 
     def respond(self, conn, master):
         conn.sendall(json.dumps(uwsgi_document(master, self.previous)).encode())
+
+    def announcement(self):
+        # No http://: it is no HTTP server (a browser or curl would not
+        # get an HTTP response), but a socket that writes one JSON document.
+        if self.sock.family == socket.AF_UNIX:
+            return f"Stats (uWSGI's, raw JSON over a unix socket) at {binding.describe(self.sock)[2]}"
+        host, port = self.sock.getsockname()[:2]
+        host = f"[{host}]" if self.sock.family == socket.AF_INET6 else host
+        return f"Stats (uWSGI's, raw JSON over TCP) at {host}:{port}"
 

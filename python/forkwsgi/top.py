@@ -60,7 +60,6 @@ def sample(addr, before=None, elapsed=None):
     doc = fetch(addr)
     bounds = doc["forkwsgi"]["histogram_bounds"]
     prev = {w["pid"]: w for w in (before or {}).get("workers", [])}
-    now = time.time()
     rows = []
     for w in doc["workers"]:
         p = prev.get(w["pid"])
@@ -68,7 +67,9 @@ def sample(addr, before=None, elapsed=None):
         if p:
             hist = [a - b for a, b in zip(hist, p["forkwsgi"]["durations"])]
         busy = [c for c in w["cores"] if c["in_request"]]
-        oldest = min(busy, key=lambda c: c["req_info"]["request_start"]) if busy else None
+        # request_age, not uWSGI's request_start: that one is in whole
+        # seconds, and now - request_start overstates the age by up to 1 s.
+        oldest = max(busy, key=lambda c: c["req_info"]["request_age"]) if busy else None
         rows.append({
             "worker": w["id"], "pid": w["pid"], "state": "retiring" if w["forkwsgi"]["retiring"] else w["status"],
             "requests": w["requests"],
@@ -76,7 +77,7 @@ def sample(addr, before=None, elapsed=None):
             "p50_s": quantile(hist, bounds, 0.5), "p99_s": quantile(hist, bounds, 0.99),
             "in_flight": w["forkwsgi"]["in_flight"], "rss": w["rss"], "restarts": w["respawn_count"],
             "oldest_request": oldest["req_info"]["request"] if oldest else None,
-            "oldest_age_s": round(now - oldest["req_info"]["request_start"], 1) if oldest else None,
+            "oldest_age_s": round(oldest["req_info"]["request_age"], 1) if oldest else None,
         })
     totals = doc["forkwsgi"]["totals"]
     head = {"pid": doc["pid"], "version": doc["version"].replace(" (forkwsgi)", ""), "requests": totals["requests"],

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 
-from . import accesslog, appload, hooks as hooks_mod, logs, process
+from . import _forkwsgi, accesslog, appload, hooks as hooks_mod, logs, process
 from .hooks import Hooks
 from .offload import producer
 from .server import Server
@@ -87,6 +87,8 @@ def run(setup, log):
                 log.exception("worker %d: error while importing the app %r", setup.index, setup.app_spec)
                 os._exit(APP_LOAD_ERROR)
         hooks, hw = setup.hooks, setup.hook_worker
+        if hw is not None and setup.stats is not None:
+            hw.count_requests(lambda: _forkwsgi.stats_read(setup.stats, 0)["requests"])      # worker.nr
         if "pre_request" in hooks or "post_request" in hooks:
             app = hooks_mod.wrap(app, hooks, hw)          # only then: no cost otherwise
         server = Server(app, sockets=setup.sockets, logger=log, _multiprocess=setup.multiprocess,
