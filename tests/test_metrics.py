@@ -212,18 +212,20 @@ def test_idle_kept_alive_connections_are_counted():
         s.stop()
 
 
-def test_each_family_is_whole_and_typed():
+def test_each_family_is_whole_and_typed(tmp_path):
     """The whole /metrics, read by prometheus_client's parser: every family
     once, typed, with its samples (its HELP, TYPE and samples together: a
     family split in two reads as a typed family with no samples and an
     'unknown' one). With 2 workers and 2 listeners, so that the families
-    with a sample per worker or per listener have several."""
+    with a sample per worker or per listener have several, and with
+    --offload-sink, so that the offload families are there too."""
     port = free_port()
     s = ServerProc("apps:prom_app()", "--metrics", f"127.0.0.1:{port}", "--workers", "2",
+                   "--offload-sink", f"jsonl:{tmp_path / 'out.jsonl'}", "--offload-dir", str(tmp_path / "offload"),
                    bind=["127.0.0.1:0", "127.0.0.1:0"])
     s.metrics_port = port
     try:
-        assert wait_for(lambda: len(s.worker_pids()) == 2)
+        assert wait_for(lambda: value(samples(s), "forkwsgi_workers_accepting") == 2)
         get_each_on_a_new_connection(s.port, 4, "/a")
         r = scrape(s)
         assert r.status == 200
@@ -239,5 +241,6 @@ def test_each_family_is_whole_and_typed():
         assert len(by_name["forkwsgi_listen_queue"].samples) == 2
         assert len(by_name["forkwsgi_listen_queue_max"].samples) == 2
         assert by_name["myapp_hits"].type == "counter"                    # the app's own, after ours
+        assert by_name["forkwsgi_offload_queue_depth"].type == "gauge"
     finally:
         s.stop()
