@@ -134,3 +134,32 @@ def test_one_offload_dir_holds_one_server(make_server, dirs, tmp_path):
     assert request(second.port, b"GET /emit?n=3&id=z HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").status == 200
     pids = tuple(f"{p}-".encode().hex() for p in second.worker_pids())
     assert wait_for(lambda: sum(x["value"].startswith(pids) for x in lines(dirs["out"])) >= 3, timeout=20)
+
+
+def ring_wakes(path):
+    """The wake-ups producers made (fw_ring_meta.wakes: each one a futex
+    syscall in a request)."""
+    with open(path, "rb") as f:
+        return int.from_bytes(f.read(256)[200:208], "little")
+
+
+def test_producers_do_not_wake_the_sibling_while_records_flow(make_server, dirs):
+    """A steady trickle of records (about 150 a second for 2 s): the sibling
+    polls the ring on a timer while records come, so the requests make no
+    futex syscall for it; only the first record after it went idle wakes
+    it. Before, each batch began with a wake-up in some request."""
+    s = start(make_server, dirs, workers="1", threads="1")
+    assert wait_for(lambda: "Booted the offload sibling" in s.log())
+    time.sleep(1.5)                                        # the sibling is idle, asleep on the futex
+    ring = dirs["journal"] / "ring.fwr"
+    before = ring_wakes(ring)
+    end = time.monotonic() + 2.0
+    n = 0
+    while time.monotonic() < end and n < 1000:
+        r = request(s.port, f"GET /emit?n=1&id=t{n}- HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".encode())
+        assert r.status == 200
+        n += 1
+        time.sleep(0.005)
+    assert wait_for(lambda: len(lines(dirs["out"])) == n, timeout=10)
+    wakes = ring_wakes(ring) - before
+    assert n > 100 and 1 <= wakes <= 3, (n, wakes)

@@ -148,6 +148,8 @@ def open_reader(cfg):
 
 
 class Sibling:
+    FLOWING = 1.0          # seconds after the last record during which the sibling polls the ring on a timer
+
     def __init__(self, cfg, counters=None, producers_alive=None, priority=None):
         self.cfg = cfg
         self.counters = counters          # shared mmap region (SIB layout) or None
@@ -165,6 +167,7 @@ class Sibling:
         self.retry_at = 0.0
         self.backoff = 0.1
         self.dups = None                         # keys of unacked journal records (resume): a predecessor's
+        self.last_taken = 0.0                    # monotonic time the last records were taken from the ring
         self.next_spill_scan = 0.0
         self.priority = priority
         self.spill_backlog = False               # records wait in spill files
@@ -218,6 +221,8 @@ class Sibling:
             if taken and not direct:
                 self.disk.ok()
             self.stats["dequeued"] += len(taken)
+            if taken:
+                self.last_taken = time.monotonic()
             n += len(taken)
             if state != "more":
                 break
@@ -384,6 +389,13 @@ class Sibling:
                 continue
             if self.disk.failing:
                 time.sleep(max(self.disk.wait(), 0.01))   # records wait in the queue for room
+                continue
+            if time.monotonic() - self.last_taken < self.FLOWING:
+                # Records came a moment ago, more are likely: look again on a
+                # timer, so that no producer has to wake us (a futex wake is a
+                # syscall in a request). They wake us only once we sleep for
+                # good, FLOWING seconds after the last record.
+                time.sleep(min(max(self.linger, 0.001), 0.05))
                 continue
             _forkwsgi.ring_wait(500)             # idle: the first record wakes us (futex, no GIL)
         if not self.disk.failing:
