@@ -65,7 +65,7 @@ static int claim_fits(const fw_ring *r, uint64_t pos, uint64_t w)
 
 /* ---- the file ------------------------------------------------------------- */
 
-static uint64_t round_capacity(uint64_t want)
+uint64_t fw_ring_capacity(uint64_t want)
 {
     uint64_t cap = FW_RING_MIN;
     while (cap < want && cap < FW_RING_MAX)
@@ -100,7 +100,7 @@ int fw_ring_prepare(int fd, uint64_t *capacity)
         *capacity = m.capacity;
         return 0;
     }
-    uint64_t cap = round_capacity(*capacity);
+    uint64_t cap = fw_ring_capacity(*capacity);
     /* Every block of the file is allocated now: a store into a mapped hole
      * on a full disk would be a SIGBUS in a worker, not an error. */
     int rc = posix_fallocate(fd, 0, (off_t)(FW_RING_META + cap));

@@ -97,6 +97,10 @@ typedef struct fw_ring_slot {
  * it. Returns 0, -EINVAL (not a ring file, or a damaged header), or -errno. */
 int fw_ring_prepare(int fd, uint64_t *capacity);
 
+/* The data area a new ring gets for `want` bytes: the next power of two
+ * within MIN..MAX. */
+uint64_t fw_ring_capacity(uint64_t want);
+
 /* Map a prepared ring file. Returns 0 or -errno (-EINVAL: not a ring). */
 int fw_ring_map(fw_ring *r, int fd);
 void fw_ring_unmap(fw_ring *r);

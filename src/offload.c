@@ -232,6 +232,16 @@ static PyObject *ring_prepare(PyObject *mod, PyObject *args)
     return PyLong_FromUnsignedLongLong(c);
 }
 
+/* ring_capacity(want) -> the data area a new ring gets for `want` bytes. */
+static PyObject *ring_capacity(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    unsigned long long want;
+    if (!PyArg_ParseTuple(args, "K:ring_capacity", &want))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(fw_ring_capacity(want));
+}
+
 /* ring_usage(fd) -> (bytes used, capacity): read from the file's header. */
 static PyObject *ring_usage(PyObject *mod, PyObject *args)
 {
@@ -451,6 +461,8 @@ PyMethodDef fw_offload_methods[] = {
     { "offload", (PyCFunction)(void (*)(void))offload_call, METH_VARARGS | METH_KEYWORDS,
       "offload(topic, value, key=None) -> True if queued or spilled, False if dropped by the overflow policy" },
     { "ring_prepare", ring_prepare, METH_VARARGS, "ring_prepare(fd, capacity) -> capacity: make or check the ring file" },
+    { "ring_capacity", ring_capacity, METH_VARARGS,
+      "ring_capacity(want) -> the data area a new ring gets for want bytes" },
     { "ring_usage", ring_usage, METH_VARARGS, "ring_usage(fd) -> (bytes used, capacity)" },
     { "ring_open_reader", ring_open_reader, METH_VARARGS, "ring_open_reader(fd): this process reads the ring" },
     { "ring_take", ring_take, METH_VARARGS,

@@ -11,7 +11,7 @@ import struct
 import zlib
 
 from .. import _forkwsgi
-from .records import HDR, BadRecord, Record, parse
+from .records import BadRecord, Record, key, parse
 
 log = logging.getLogger("forkwsgi")
 
@@ -235,9 +235,3 @@ class Journal:
             with open(old) as f:
                 self.state.update(json.load(f))
 
-
-def key(buf, off=0):
-    """(pid, seq, ts_ns) of the record at buf[off:]: what _forkwsgi.ring_take
-    compares to recognise a record journaled already."""
-    _, _, _, _, _, _, pid, seq, ts = HDR.unpack_from(buf, off)
-    return pid, seq, ts

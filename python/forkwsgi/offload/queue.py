@@ -122,7 +122,7 @@ def open_ring(cfg):
             raise ConfigError(f"--offload-dir {cfg['offload_dir']}: cannot make the offload ring of {want} bytes "
                               f"({e.strerror or e}): free some space, or set a smaller --offload-queue-bytes") from None
         used, _ = _forkwsgi.ring_usage(fd)
-        if cap != _ring_size(want):
+        if cap != _forkwsgi.ring_capacity(want):
             if not used:
                 os.close(fd)
                 os.unlink(path)             # empty: made anew at the size asked for
@@ -131,15 +131,6 @@ def open_ring(cfg):
                         "size (%d bytes); --offload-queue-bytes applies once it is empty at a start", path, used, cap)
         return fd
     raise ConfigError(f"--offload-dir {cfg['offload_dir']}: cannot make the offload ring")
-
-
-def _ring_size(want):
-    """The data area fw_ring_prepare makes for `want` bytes (a power of two
-    from 64 KiB to 4 GiB)."""
-    cap = 64 << 10
-    while cap < want and cap < 1 << 32:
-        cap <<= 1
-    return cap
 
 
 def close_out(counters, nslots, ring_fd, path, logger):

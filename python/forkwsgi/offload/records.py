@@ -38,6 +38,13 @@ def parse(buf, off=0):
     return Record(topic, key, value, ts / 1e9, pid, seq), total
 
 
+def key(buf, off=0):
+    """(pid, seq, ts_ns) of the record at buf[off:]: what _forkwsgi.ring_take
+    compares to recognise a record journaled already."""
+    _, _, _, _, _, _, pid, seq, ts = HDR.unpack_from(buf, off)
+    return pid, seq, ts
+
+
 def frame(rec):
     """The record's bytes in the queue's format (the inverse of parse)."""
     topic = rec.topic.encode("ascii")
