@@ -122,4 +122,10 @@ int fw_status_read(const void *entry, uint64_t *began, uint64_t *calls, char *li
 /* offload.c: forkwsgi.offload() and its set-up, added to the module. */
 extern PyMethodDef fw_offload_methods[];
 
+/* ring_watch.c: the sibling's way out of SCHED_IDLE when the ring fills. */
+int fw_ring_watch_start(const fw_ring *ring, uint64_t threshold, int interval_ms, int nice);
+int fw_ring_watch_tid(void);
+void fw_ring_watch_arm(int armed);
+unsigned fw_ring_watch_fired(void);
+
 #endif

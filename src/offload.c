@@ -8,6 +8,9 @@
 #include "fw_offload.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -263,6 +266,10 @@ static PyObject *ring_open_reader(PyObject *mod, PyObject *args)
     int fd;
     if (!PyArg_ParseTuple(args, "i:ring_open_reader", &fd))
         return NULL;
+    if (g_reader_open && fw_ring_watch_tid() != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "ring_open_reader: the ring is watched (src/ring_watch.c)");
+        return NULL;
+    }
     if (g_reader_open)
         fw_ofl_reader_close(&g_reader);
     g_reader_open = 0;
@@ -272,6 +279,12 @@ static PyObject *ring_open_reader(PyObject *mod, PyObject *args)
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     g_reader_open = 1;
+#ifdef __GLIBC__
+    /* The reader makes and frees thousands of 1 KiB values a second: keep
+     * freed heap for the next batch instead of giving it back to the
+     * kernel and taking it again as fresh zeroed pages. */
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+#endif
     Py_RETURN_NONE;
 }
 
@@ -289,70 +302,115 @@ static PyObject *record_key(const fw_offload_rec *r)
     return Py_BuildValue("(IIK)", r->h.pid, r->h.seq, (unsigned long long)r->h.ts_ns);
 }
 
-/* ring_take(journal_fd, limit, max_bytes, dups) -> (records, state, end)
+/* A record as `type` (offload/records.py's Record, a namedtuple: topic,
+ * key, value, ts, pid, seq), built as tuple.__new__ builds one. Records
+ * of one batch mostly share a topic: *topic keeps the last one's str. */
+static PyObject *new_record(PyTypeObject *type, const fw_offload_rec *r, PyObject **topic)
+{
+    if (!*topic || PyUnicode_GET_LENGTH(*topic) != r->h.topic_len
+        || memcmp(PyUnicode_DATA(*topic), r->topic, r->h.topic_len) != 0) {
+        Py_XDECREF(*topic);
+        *topic = PyUnicode_DecodeASCII(r->topic, r->h.topic_len, "replace");
+        if (!*topic)
+            return NULL;
+    }
+    PyObject *o = type->tp_alloc(type, 6);
+    if (!o)
+        return NULL;
+    PyObject *items[6] = {
+        Py_NewRef(*topic),
+        r->key ? PyBytes_FromStringAndSize(r->key, r->h.key_len) : Py_NewRef(Py_None),
+        PyBytes_FromStringAndSize(r->value, r->h.value_len),
+        PyFloat_FromDouble(r->h.ts_ns / 1e9),
+        PyLong_FromUnsignedLong(r->h.pid),
+        PyLong_FromUnsignedLong(r->h.seq),
+    };
+    int ok = 1;
+    for (int i = 0; i < 6; i++) {
+        ok = ok && items[i];
+        PyTuple_SET_ITEM(o, i, items[i]);     /* NULLs too: tuple dealloc skips them */
+    }
+    if (!ok)
+        Py_CLEAR(o);
+    return o;
+}
+
+/* ring_take(journal_fd, limit, max_bytes, dups, record, segment, offset)
+ *   -> (entries, taken, state, end)
  * Move up to `limit` records (at most about max_bytes) from the ring into
- * the journal in one write, then free their room. records: (topic, key,
- * value, ts, pid, seq, size, fresh) tuples in ring order; fresh is False
- * for a record whose (pid, seq, ts_ns) is in `dups` (a set, or None):
- * the predecessor journaled it and died before freeing it, so it is not
- * appended again. state: "empty" (nothing more now) or "more". end: the
- * ring position after the last record.
+ * the journal in one write, then free their room. entries: (record,
+ * segment, end offset) for each record appended now, in ring order: the
+ * record as a `record` (a namedtuple type), the offset where it ends in
+ * the journal segment, counted from `offset` (the segment's size before).
+ * A record whose (pid, seq, ts_ns) is in `dups` (a set, or None) was
+ * journaled by a predecessor that died before freeing it: it is taken
+ * but not appended again (no entry). taken: how many records were taken.
+ * state: "empty" (nothing more now) or "more". end: the ring position
+ * after the last record.
  * journal_fd -1: read without journaling and without freeing (a stop on a
- * full disk sends them from memory); ring_release(end) frees them once
- * delivered. A journal write that fails raises OSError: nothing is freed,
- * the records stay in the ring. */
+ * full disk sends them from memory): entries (record, None, end), and
+ * ring_release(end) frees them once delivered. A journal write that fails
+ * raises OSError: nothing is freed, the records stay in the ring. */
 static PyObject *ring_take(PyObject *mod, PyObject *args)
 {
     (void)mod;
     int jfd;
     Py_ssize_t limit, max_bytes;
-    PyObject *dups;
-    if (!PyArg_ParseTuple(args, "innO:ring_take", &jfd, &limit, &max_bytes, &dups))
+    PyObject *dups, *rtype, *seg;
+    unsigned long long offset;
+    if (!PyArg_ParseTuple(args, "innOOOK:ring_take", &jfd, &limit, &max_bytes, &dups, &rtype, &seg, &offset))
         return NULL;
     if (!reader_ready())
         return NULL;
+    PyTypeObject *type = (PyTypeObject *)rtype;
+    if (!PyType_Check(rtype) || !PyType_IsSubtype(type, &PyTuple_Type)
+        || type->tp_basicsize != PyTuple_Type.tp_basicsize || type->tp_itemsize != PyTuple_Type.tp_itemsize) {
+        PyErr_SetString(PyExc_TypeError, "ring_take: record must be a namedtuple type");
+        return NULL;
+    }
     if (limit < 1)
         limit = 1;
     if (limit > 4096)
         limit = 4096;
     fw_offload_rec *fresh = PyMem_Malloc(sizeof(*fresh) * (size_t)limit);
     PyObject *list = PyList_New(0);
+    PyObject *topic = NULL;
     if (!fresh || !list) {
         PyMem_Free(fresh);
         Py_XDECREF(list);
         return PyErr_NoMemory();
     }
     size_t nfresh = 0;
-    Py_ssize_t bytes = 0;
+    Py_ssize_t taken = 0, bytes = 0;
     uint64_t at = g_reader.pos;
     const char *state = "more";
-    while (PyList_GET_SIZE(list) < limit && bytes < max_bytes) {
+    while (taken < limit && bytes < max_bytes) {
         fw_offload_rec rec;
         if (!fw_ofl_reader_next(&g_reader, &at, &rec)) {
             state = "empty";
             break;
         }
-        int is_fresh = 1;
+        taken++;
+        bytes += rec.h.total;
         if (dups != Py_None) {
             PyObject *k = record_key(&rec);
-            is_fresh = k ? !PySet_Contains(dups, k) : -1;
+            int dup = k ? PySet_Contains(dups, k) : -1;
             Py_XDECREF(k);
-            if (is_fresh < 0)
+            if (dup < 0)
                 goto fail;
+            if (dup)
+                continue;
         }
-        PyObject *key = rec.key ? PyBytes_FromStringAndSize(rec.key, rec.h.key_len) : Py_NewRef(Py_None);
-        PyObject *t = key ? Py_BuildValue("(s#Ny#dIIIO)", rec.topic, (Py_ssize_t)rec.h.topic_len, key,
-                                          rec.value, (Py_ssize_t)rec.h.value_len, rec.h.ts_ns / 1e9,
-                                          rec.h.pid, rec.h.seq, rec.h.total, is_fresh ? Py_True : Py_False)
-                          : NULL;
-        if (!t || PyList_Append(list, t) < 0) {
-            Py_XDECREF(t);
+        offset += rec.h.total;
+        PyObject *r = new_record(type, &rec, &topic);
+        /* The end of a record read straight from the ring: set below. */
+        PyObject *e = r ? Py_BuildValue("(NOK)", r, jfd >= 0 ? seg : Py_None, offset) : NULL;
+        if (!e || PyList_Append(list, e) < 0) {
+            Py_XDECREF(e);
             goto fail;
         }
-        Py_DECREF(t);
-        if (is_fresh)
-            fresh[nfresh++] = rec;
-        bytes += rec.h.total;
+        Py_DECREF(e);
+        fresh[nfresh++] = rec;
     }
     if (jfd >= 0) {
         int rc;
@@ -364,12 +422,23 @@ static PyObject *ring_take(PyObject *mod, PyObject *args)
             goto fail;
         }
         fw_ring_release(&g_reader.ring, at);   /* journaled: the room goes back */
+    } else {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+            PyObject *end = PyLong_FromUnsignedLongLong(at);
+            if (!end)
+                goto fail;
+            /* The entry is ours alone until it is returned: filled in place. */
+            PyObject *e = PyList_GET_ITEM(list, i);
+            Py_SETREF(((PyTupleObject *)e)->ob_item[2], end);
+        }
     }
     g_reader.pos = at;
     PyMem_Free(fresh);
-    return Py_BuildValue("(NsK)", list, state, (unsigned long long)at);
+    Py_XDECREF(topic);
+    return Py_BuildValue("(NnsK)", list, taken, state, (unsigned long long)at);
 fail:
     PyMem_Free(fresh);
+    Py_XDECREF(topic);
     Py_DECREF(list);
     return NULL;
 }
@@ -416,9 +485,10 @@ static PyObject *ring_reader_stats(PyObject *mod, PyObject *unused)
     (void)unused;
     if (!reader_ready())
         return NULL;
-    return Py_BuildValue("{sKsKsKsKsK}", "pos", (unsigned long long)g_reader.pos, "holes",
+    return Py_BuildValue("{sKsKsKsKsKsK}", "pos", (unsigned long long)g_reader.pos, "holes",
                          (unsigned long long)g_reader.holes, "bad", (unsigned long long)g_reader.bad, "used",
-                         (unsigned long long)fw_ring_used(&g_reader.ring), "wakes",
+                         (unsigned long long)fw_ring_used(&g_reader.ring), "capacity",
+                         (unsigned long long)g_reader.ring.cap, "wakes",
                          (unsigned long long)atomic_load(&g_reader.ring.meta->wakes));
 }
 
@@ -433,6 +503,50 @@ static PyObject *ring_has_data(PyObject *mod, PyObject *unused)
     fw_ring_slot s;
     int rc = fw_ring_peek(&g_reader.ring, g_reader.pos, &s);
     return PyBool_FromLong(rc != 0 || s.kind != FW_RING_FREE);
+}
+
+/* ring_watch(threshold, interval_ms, nice) -> tid: start the priority
+ * watch over the reader's ring (src/ring_watch.c); tid is its thread, which
+ * must keep its policy. */
+static PyObject *ring_watch(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    unsigned long long threshold;
+    int interval_ms, nice;
+    if (!PyArg_ParseTuple(args, "Kii:ring_watch", &threshold, &interval_ms, &nice))
+        return NULL;
+    if (!reader_ready())
+        return NULL;
+    if (interval_ms < 1 || interval_ms > 1000) {
+        PyErr_SetString(PyExc_ValueError, "ring_watch: interval_ms must be 1..1000");
+        return NULL;
+    }
+    int rc = fw_ring_watch_start(&g_reader.ring, threshold, interval_ms, nice);
+    if (rc != 0) {
+        errno = -rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLong(fw_ring_watch_tid());
+}
+
+/* ring_watch_arm(armed) -> fired: arm (the sibling went idle) or disarm
+ * the watch; fired counts the times it moved the sibling to SCHED_BATCH. */
+static PyObject *ring_watch_arm(PyObject *mod, PyObject *args)
+{
+    (void)mod;
+    int armed;
+    if (!PyArg_ParseTuple(args, "p:ring_watch_arm", &armed))
+        return NULL;
+    fw_ring_watch_arm(armed);
+    return PyLong_FromUnsignedLong(fw_ring_watch_fired());
+}
+
+/* ring_watch_fired() -> the times the watch moved the sibling to SCHED_BATCH. */
+static PyObject *ring_watch_fired(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    return PyLong_FromUnsignedLong(fw_ring_watch_fired());
 }
 
 /* offload_forget(journal_fd, upto): free the disk blocks of a journal
@@ -466,11 +580,16 @@ PyMethodDef fw_offload_methods[] = {
     { "ring_usage", ring_usage, METH_VARARGS, "ring_usage(fd) -> (bytes used, capacity)" },
     { "ring_open_reader", ring_open_reader, METH_VARARGS, "ring_open_reader(fd): this process reads the ring" },
     { "ring_take", ring_take, METH_VARARGS,
-      "ring_take(journal_fd, limit, max_bytes, dups) -> (records, state, end): ring to journal" },
+      "ring_take(journal_fd, limit, max_bytes, dups, record, segment, offset) -> (entries, taken, state, end): "
+      "ring to journal" },
     { "ring_release", ring_release, METH_VARARGS, "ring_release(upto): free what was read up to a position" },
     { "ring_wait", ring_wait, METH_VARARGS, "ring_wait(timeout_ms) -> bool: sleep until a record comes" },
     { "ring_reader_stats", ring_reader_stats, METH_NOARGS, "ring_reader_stats() -> dict" },
     { "ring_has_data", ring_has_data, METH_NOARGS, "ring_has_data() -> bool" },
+    { "ring_watch", ring_watch, METH_VARARGS,
+      "ring_watch(threshold, interval_ms, nice) -> tid: leave SCHED_IDLE when the ring holds threshold bytes" },
+    { "ring_watch_arm", ring_watch_arm, METH_VARARGS, "ring_watch_arm(armed) -> times fired" },
+    { "ring_watch_fired", ring_watch_fired, METH_NOARGS, "ring_watch_fired() -> times fired" },
     { "offload_forget", offload_forget, METH_VARARGS,
       "offload_forget(journal_fd, upto) -> bool: give a segment's delivered bytes' blocks back "
       "(False: the file system cannot)" },

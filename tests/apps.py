@@ -262,9 +262,10 @@ def where(environ, start_response):
 
 
 def offloader(environ, start_response):
-    """/emit?topic=T&n=N&size=S&key=K&mark=PATH&t=SECONDS: N records of S bytes
-    (value = "<pid>-<i>-" padded with x); writes PATH once they were handed
-    over, then sleeps t. /bad?case=...: a wrong call, answering the exception.
+    """/emit?topic=T&n=N&size=S&key=K&mark=PATH&t=SECONDS&spin=US: N records of
+    S bytes (value = "<pid>-<i>-" padded with x), with US microseconds of
+    busy CPU before each; writes PATH once they were handed over, then
+    sleeps t. /bad?case=...: a wrong call, answering the exception.
     /stats: the offload counters."""
     import forkwsgi
     q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
@@ -293,7 +294,12 @@ def offloader(environ, start_response):
     topic, key = q.get("topic", "events"), q.get("key")
     results = []
     emit = environ["forkwsgi.offload"]
+    spin = int(q.get("spin", "0")) * 1000
     for i in range(n):
+        if spin:
+            until = time.perf_counter_ns() + spin
+            while time.perf_counter_ns() < until:
+                pass
         v = f"{os.getpid()}-{q.get('id', '')}{i}-".encode()
         v += b"x" * max(0, size - len(v))
         results.append(emit(topic, v, key=key.encode() if key else None))

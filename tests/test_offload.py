@@ -295,6 +295,37 @@ def test_overflow_spill_keeps_everything(make_server, dirs):
     assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == 400, timeout=30)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="leaving SCHED_IDLE needs root (or RLIMIT_NICE)")
+def test_an_idle_sibling_on_a_saturated_cpu_keeps_up_without_spilling(make_server, dirs):
+    """The whole server on one CPU that a request keeps busy for 2 s, making
+    about 10,000 records a second. An idle-priority sibling would get no
+    CPU at all: the 256 KiB ring would overflow into the spill file within
+    0.1 s. Its ring watch (a C thread at normal priority) sees the ring pass
+    1/8 full and moves the sibling to a fair share: nothing spills, and
+    every record arrives."""
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(mine)})            # the server's processes inherit it
+    try:
+        s = start(make_server, dirs, "--offload-queue-bytes", "256K", sink=f"jsonl:{dirs['out']}",
+                  workers="1", threads="2")
+    finally:
+        os.sched_setaffinity(0, mine)
+    assert get(s, "/emit?n=10").status == 200
+    assert wait_for(lambda: len(lines(dirs["out"])) == 10)
+    n = 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 2.0:             # bounded: 40 requests at most
+        r = json.loads(get(s, "/emit?n=500&size=256&spin=100&id=s").body)["results"]
+        assert r == [True] * 500
+        n += 500
+        if n >= 20000:
+            break
+    stats = json.loads(get(s, "/stats").body)
+    assert stats["workers"]["spilled"] == 0, (stats, s.log())
+    assert "the ring is more than 1/8 full" in s.log(), s.log()
+    assert wait_for(lambda: len(lines(dirs["out"])) == 10 + n, timeout=30), (len(lines(dirs["out"])), n)
+
+
 def test_spill_file_is_bounded_and_deleted_once_collected(make_server, dirs):
     """--offload-max-spill bounds what waits in a worker's spill file (past
     it: counted drops); a file the sibling has read to the end is deleted
@@ -444,7 +475,7 @@ def test_python_records_match_the_c_framing(tmp_path):
     code = """if 1:
         import os, sys
         from forkwsgi import _forkwsgi
-        from forkwsgi.offload.records import frame, parse, topic_ok
+        from forkwsgi.offload.records import Record, frame, parse, topic_ok
         ring = os.open(os.path.join(sys.argv[1], "ring.fwr"), os.O_RDWR | os.O_CREAT, 0o600)
         journal = os.open(os.path.join(sys.argv[1], "journal"), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         _forkwsgi.ring_prepare(ring, 1 << 20)
@@ -455,10 +486,12 @@ def test_python_records_match_the_c_framing(tmp_path):
         for topic, value, key in cases:
             assert _forkwsgi.offload(topic, value, key=key) is True
             start = os.lseek(journal, 0, os.SEEK_END)
-            taken, state, _ = _forkwsgi.ring_take(journal, 10, 1 << 30, None)
-            assert len(taken) == 1 and state == "empty", (taken, state)
+            entries, taken, state, _ = _forkwsgi.ring_take(journal, 10, 1 << 30, None, Record, 7, start)
+            assert taken == 1 and state == "empty", (taken, state)
             raw = os.pread(journal, 1 << 20, start)
             rec, size = parse(raw)
+            assert entries == [(rec._replace(ts=entries[0][0].ts), 7, start + size)], (entries, rec)
+            assert type(entries[0][0]) is Record and abs(entries[0][0].ts - rec.ts) < 1e-6
             back = frame(rec)        # the same bytes; the time (ns) goes through a float: within 1 us
             assert size == len(raw) and back[:32] + back[40:] == raw[:32] + raw[40:], (topic, raw[:60])
             assert abs(int.from_bytes(back[32:40], "little") - int.from_bytes(raw[32:40], "little")) < 1000

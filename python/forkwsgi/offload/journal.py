@@ -100,22 +100,20 @@ class Journal:
         _forkwsgi.ring_take, one write for all of them, then their room in
         the ring is freed). A record whose key (records.key) is in `dups`
         was journaled by a predecessor that died before freeing it: not
-        appended again. Returns (taken, state, entries): taken as ring_take
-        gives them, state "empty" or "more", entries (Record, segment, end
+        appended again. Returns (taken, state, entries): how many records
+        were taken, state "empty" or "more", entries (Record, segment, end
         offset) for the records appended now. OSError: nothing was
         appended, the records stay in the ring."""
         self.roll()
         try:
-            taken, state, _ = _forkwsgi.ring_take(self.fd, limit, SEGMENT_BYTES - self.size, dups)
+            entries, taken, state, _ = _forkwsgi.ring_take(self.fd, limit, SEGMENT_BYTES - self.size, dups,
+                                                           Record, self.seg, self.size)
         except OSError:
             self.recover()
             raise
-        entries = []
-        for t in taken:
-            if t[7]:                           # fresh: appended now
-                self.size += t[6]
-                self.dirty = True
-                entries.append((Record(*t[:6]), self.seg, self.size))
+        if entries:
+            self.size = entries[-1][2]
+            self.dirty = True
         return taken, state, entries
 
     def recover(self):

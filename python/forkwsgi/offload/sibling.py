@@ -20,6 +20,7 @@ survives the death of any one process:
 """
 import collections
 import contextlib
+import gc
 import json
 import logging
 import mmap
@@ -33,7 +34,7 @@ from .counters import SIB, SIB_CUMULATIVE, SIB_NAMES, counters_size, sibling_cou
 from .journal import Journal
 from .queue import flock_within, ring_path
 from .records import Record, frame
-from .sinks import SinkDiskError, make_sink
+from .sinks import SinkDiskError, Ticket, make_sink, send_now
 from .spills import SpillCollector
 
 log = logging.getLogger("forkwsgi")
@@ -45,45 +46,97 @@ class Priority:
     While it keeps up, every thread of the sibling runs SCHED_IDLE: it gets
     the CPU only when no request thread wants it, and a request thread that
     wakes up preempts it at once, so offloading adds nothing to a request's
-    latency. When it falls behind (the oldest record it holds waited more
-    than BEHIND seconds, or records wait in the queue or spill files beyond
-    what it holds: the CPU is saturated) it switches to SCHED_BATCH at
-    --offload-nice and takes its fair share until it has caught up (nothing
-    waits beyond it, and its oldest is under CAUGHT_UP). Leaving SCHED_IDLE needs root, CAP_SYS_NICE or RLIMIT_NICE;
-    without them the sibling stays SCHED_BATCH (never preempting a request
-    thread on wake-up, but taking its share all the time)."""
+    latency. When it falls behind it switches to SCHED_BATCH at
+    --offload-nice and takes its fair share until it has caught up:
+
+    - the ring fills past WATCH of its size: on a CPU that request threads
+      keep busy an idle sibling gets no time at all, not even to look, so a
+      C thread of its own that stays SCHED_OTHER watches the ring every
+      WATCH_MS and switches the others (src/ring_watch.c), long before the
+      ring overflows into spill files;
+    - or the oldest record it holds waited more than BEHIND seconds, or
+      records wait beyond what it holds (spill files, the queue past
+      --offload-max-pending).
+
+    It goes back to idle once it has caught up (nothing waits beyond it, its
+    oldest is under CAUGHT_UP, the ring is nearly empty) and has shared for
+    at least HOLD seconds: under a steady saturating load it would only be
+    switched back at once. Leaving SCHED_IDLE needs root, CAP_SYS_NICE or
+    RLIMIT_NICE; without them the sibling stays SCHED_BATCH (never
+    preempting a request thread on wake-up, but taking its share all the
+    time)."""
 
     BEHIND = 1.0
     CAUGHT_UP = 0.2
+    HOLD = 3.0
+    WATCH = 1 / 8
+    WATCH_MS = 5
+    LOG_EVERY = 60.0         # seconds between log lines about switching
 
     def __init__(self, nice):
         self.nice = nice
         self.mode = None
+        self.watch_tid = None
+        self.threshold = None
+        self.fired = 0
+        self.since = 0.0                 # monotonic time of the last switch to share
+        self.switches = 0                # to share, since the last log line
+        self.logged_at = -self.LOG_EVERY
+        self.told = False                # "falling behind" was logged: "caught up" will be
         os.setpriority(os.PRIO_PROCESS, 0, nice)
         self.can_idle = os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20 - nice
         self.set("idle" if self.can_idle else "share")
 
+    def watch(self, capacity):
+        """Start the ring watch (the ring's reader is open)."""
+        if self.can_idle and self.watch_tid is None:
+            self.threshold = int(capacity * self.WATCH)
+            self.watch_tid = _forkwsgi.ring_watch(self.threshold, self.WATCH_MS, self.nice)
+            _forkwsgi.ring_watch_arm(self.mode == "idle")
+
     def set(self, mode):
         policy = os.SCHED_IDLE if mode == "idle" else os.SCHED_BATCH
         for tid in os.listdir("/proc/self/task"):
+            if int(tid) == self.watch_tid:
+                continue
             try:
                 os.sched_setscheduler(int(tid), policy, os.sched_param(0))
                 os.setpriority(os.PRIO_PROCESS, int(tid), self.nice)    # per thread on Linux
             except OSError:
                 pass
         self.mode = mode
+        if mode == "share":
+            self.since = time.monotonic()
+        if self.watch_tid is not None:
+            self.fired = _forkwsgi.ring_watch_arm(mode == "idle")
 
-    def update(self, lag, backlog):
+    def _shared(self, why):
+        self.switches += 1
+        now = time.monotonic()
+        if now - self.logged_at >= self.LOG_EVERY:
+            more = f" ({self.switches} time(s) in the last {self.LOG_EVERY:.0f} s)" if self.switches > 1 else ""
+            log.info("offload: falling behind (%s): taking a share of the CPU%s", why, more)
+            self.logged_at, self.switches, self.told = now, 0, True
+
+    def update(self, lag, backlog, used=0):
         """lag: seconds the oldest record the sibling holds has waited;
-        backlog: records wait beyond what it holds (queue, spill files)."""
+        backlog: records wait beyond what it holds (queue, spill files);
+        used: bytes in the ring."""
         if not self.can_idle:
             return
-        if self.mode == "idle" and (lag > self.BEHIND or backlog):
-            log.info("offload: falling behind (%s): taking a share of the CPU",
-                     f"a record waited {lag:.1f} s" if lag > self.BEHIND else "records wait in the queue or on disk")
+        if self.mode == "idle" and self.watch_tid is not None and _forkwsgi.ring_watch_fired() != self.fired:
+            self.mode, self.since = "share", time.monotonic()         # the watch switched every thread
+            self._shared("the ring is more than 1/8 full")
+        elif self.mode == "idle" and (lag > self.BEHIND or backlog):
             self.set("share")
-        elif self.mode == "share" and lag < self.CAUGHT_UP and not backlog:
-            log.info("offload: caught up: back to idle priority")
+            self._shared(f"a record waited {lag:.1f} s" if lag > self.BEHIND else
+                         "records wait in the queue or on disk")
+        elif (self.mode == "share" and lag < self.CAUGHT_UP and not backlog
+              and time.monotonic() - self.since >= self.HOLD
+              and (self.threshold is None or used < self.threshold // 4)):
+            if self.told:
+                log.info("offload: caught up: back to idle priority")
+                self.told = False
             self.set("idle")
 
 
@@ -147,8 +200,24 @@ def open_reader(cfg):
     return fd
 
 
+class Batch:
+    """Records handed to the sink together: entries (Record, journal
+    segment or None, end offset or ring position), the sink's Ticket (None
+    while a failed batch waits for resend_at), settled once delivered or
+    set aside."""
+
+    __slots__ = ("entries", "ticket", "resend_at", "settled")
+
+    def __init__(self, entries):
+        self.entries = entries
+        self.ticket = None
+        self.resend_at = 0.0
+        self.settled = False
+
+
 class Sibling:
     FLOWING = 1.0          # seconds after the last record during which the sibling polls the ring on a timer
+    MAX_IN_FLIGHT = 8      # batches handed to the sink and not yet settled
 
     def __init__(self, cfg, counters=None, producers_alive=None, priority=None):
         self.cfg = cfg
@@ -157,14 +226,14 @@ class Sibling:
         self.linger = cfg["offload_linger"]
         self.journal = Journal(cfg["offload_dir"], cfg["offload_fsync"])
         self.sink = make_sink(cfg["offload_sink"], cfg, stopping=self._past_deadline)
-        self.pending = collections.deque()      # (Record, segment, end offset)
+        self.pending = collections.deque()      # (Record, segment, end offset), not yet handed to the sink
+        self.in_flight = collections.deque()    # Batch, in order
         self.stop_at = None
         self.stop_reading = False
         self.stats = dict.fromkeys(SIB_NAMES, 0)
         if counters is not None:      # a replacement sibling: the totals go on
             prev = dict(zip(SIB_NAMES, SIB.unpack_from(counters, 0)))
             self.stats.update({n: prev[n] for n in SIB_CUMULATIVE})
-        self.retry_at = 0.0
         self.backoff = 0.1
         self.dups = None                         # keys of unacked journal records (resume): a predecessor's
         self.last_taken = 0.0                    # monotonic time the last records were taken from the ring
@@ -206,8 +275,7 @@ class Sibling:
         while n < limit:
             try:
                 if direct:
-                    taken, state, end = _forkwsgi.ring_take(-1, limit - n, 1 << 62, None)
-                    entries = [(Record(*t[:6]), None, end) for t in taken]
+                    entries, taken, state, _ = _forkwsgi.ring_take(-1, limit - n, 1 << 62, None, Record, None, 0)
                 else:
                     taken, state, entries = self.journal.take(limit - n, self.dups)
                     self.stats["journaled"] += len(entries)
@@ -220,10 +288,10 @@ class Sibling:
                 self.dups = None                 # past the predecessor's last batch
             if taken and not direct:
                 self.disk.ok()
-            self.stats["dequeued"] += len(taken)
+            self.stats["dequeued"] += taken
             if taken:
                 self.last_taken = time.monotonic()
-            n += len(taken)
+            n += taken
             if state != "more":
                 break
         return n
@@ -231,7 +299,7 @@ class Sibling:
     def collect_spills(self):
         """Journal what waits in the workers' spill files (spills.py), as far
         as --offload-max-pending allows. True if records were left there."""
-        room = self.cfg["offload_max_pending"] - len(self.pending)
+        room = self.cfg["offload_max_pending"] - len(self.pending) - self.in_flight_records()
         left = self.spills.collect(room, self.pending.append)
         self.stats["journaled"] += self.spills.journaled
         self.spills.journaled = 0
@@ -240,56 +308,123 @@ class Sibling:
     # -- delivering ---------------------------------------------------------
 
     def deliver(self, force=False):
-        """Send one batch if it is full, old enough, or forced. Returns True if
-        something was delivered."""
-        if not self.pending or time.monotonic() < self.retry_at:
-            return False
-        oldest = self.pending[0][0].ts
-        if not force and len(self.pending) < self.batch_size and time.time() - oldest < self.linger:
-            return False
-        batch = [self.pending[i] for i in range(min(self.batch_size, len(self.pending)))]
-        try:
-            self.journal.sync()
-        except OSError as e:                     # sent all the same: the sink is what matters now
-            self.disk.failed("the journal", e)
-        self.stats["in_flight"] = len(batch)
-        try:
-            rejected = self.sink.send([r for r, _, _ in batch])
-            if rejected:
-                self.set_aside([(batch[i][0], reason) for i, reason in rejected])
-        except SinkDiskError as e:
-            # Refused records that cannot be set aside are not lost: the
-            # batch is sent again (its accepted records twice).
-            self.disk.failed("rejected.fwo", e.__cause__)
-            self.stats["retried"] += len(batch)
-            self.retry_at = time.monotonic() + max(self.disk.wait(), 0.1)
-            self.stats["in_flight"] = 0
-            return False
-        except Exception as e:  # noqa: BLE001 - any sink failure is retried
-            self.stats["sink_errors"] += 1
-            self.stats["retried"] += len(batch)
-            self.retry_at = time.monotonic() + self.backoff
-            log.warning("offload: sink failed (%s); %d record(s) retried in %.1f s", e, len(batch), self.backoff)
-            self.backoff = min(self.backoff * 2, 5.0)
-            self.stats["in_flight"] = 0
-            return False
-        self.backoff = 0.1
-        for _ in batch:
-            self.pending.popleft()
-        journaled = [x for x in batch if x[1] is not None]
-        if journaled:
-            _, seg, off = journaled[-1]
+        """Settle the batches the sink has finished, in order, then hand it
+        new ones: when full, old enough, or forced (a stop). Up to
+        MAX_IN_FLIGHT batches are with the sink at once, so its round trip
+        (the broker's acks) does not set the pace. Returns True if a batch
+        was settled."""
+        poll = getattr(self.sink, "poll", None)
+        if poll is not None and self.in_flight:
+            poll(0)
+        settled = self._settle()
+        now = time.monotonic()
+        for b in self.in_flight:                  # failed batches whose pause is over
+            if b.ticket is None and now >= b.resend_at:
+                b.ticket = self._hand(b.entries)
+        while self.pending and len(self.in_flight) < self.MAX_IN_FLIGHT:
+            if (not force and len(self.pending) < self.batch_size
+                    and time.time() - self.pending[0][0].ts < self.linger):
+                break
+            entries = [self.pending.popleft() for _ in range(min(self.batch_size, len(self.pending)))]
             try:
-                self.journal.ack(seg, off)
+                self.journal.sync()
+            except OSError as e:                  # sent all the same: the sink is what matters now
+                self.disk.failed("the journal", e)
+            b = Batch(entries)
+            self.in_flight.append(b)
+            b.ticket = self._hand(entries)
+        # A sink that delivers in send() is done already: settle now, so
+        # that the journal gives their room back before the next read.
+        settled = self._settle() or settled
+        self.stats["in_flight"] = self.in_flight_records()
+        return settled
+
+    def _hand(self, entries):
+        records = [r for r, _, _ in entries]
+        submit = getattr(self.sink, "submit", None)
+        if submit is None:
+            return send_now(self.sink, records)
+        try:
+            return submit(records)
+        except Exception as e:  # noqa: BLE001 - any sink failure is retried
+            t = Ticket(records)
+            t.failure, t.left = e, 0
+            return t
+
+    def _settle(self):
+        """Batches the sink finished: a failed one waits for its pause and
+        is handed over again (the sink may hold some of its records twice:
+        at least once); from the first, in order, the delivered ones are
+        acknowledged in the journal (one state write for all of them) or,
+        read straight from the ring, freed there."""
+        now = time.monotonic()
+        for b in self.in_flight:
+            if b.ticket is None or not b.ticket.done or b.settled:
+                continue
+            try:
+                rejected = b.ticket.outcome()
+                if rejected:
+                    self.set_aside([(b.entries[i][0], reason) for i, reason in rejected])
+                b.settled = True
+                self.backoff = 0.1
+            except SinkDiskError as e:
+                # Refused records that cannot be set aside are not lost: the
+                # batch is sent again (its accepted records twice).
+                self.disk.failed("rejected.fwo", e.__cause__)
+                self._resend(b, now + max(self.disk.wait(), 0.1))
+            except Exception as e:  # noqa: BLE001 - any sink failure is retried
+                self.stats["sink_errors"] += 1
+                log.warning("offload: sink failed (%s); %d record(s) retried in %.1f s", e, len(b.entries),
+                            self.backoff)
+                self._resend(b, now + self.backoff)
+                self.backoff = min(self.backoff * 2, 5.0)
+        acked = released = None
+        n = 0
+        while self.in_flight and self.in_flight[0].settled:
+            b = self.in_flight.popleft()
+            n += 1
+            for _, seg, end in b.entries:
+                if seg is None:                   # read straight from the ring
+                    released = end if released is None else max(released, end)
+                    self.sent_direct += 1
+                else:
+                    acked = (seg, end)
+            self.stats["delivered"] += len(b.entries)
+            self.stats["batches"] += 1
+        if acked is not None:
+            try:
+                self.journal.ack(*acked)
             except OSError as e:                  # kept in memory; saved with the next ack
                 self.disk.failed("the journal state", e)
-        if len(journaled) < len(batch):           # read straight from the ring: free it now
-            _forkwsgi.ring_release(max(end for _, seg, end in batch if seg is None))
-        self.sent_direct += len(batch) - len(journaled)
-        self.stats["delivered"] += len(batch)
-        self.stats["batches"] += 1
-        self.stats["in_flight"] = 0
-        return True
+        if released is not None:
+            _forkwsgi.ring_release(released)
+        return n > 0
+
+    def _resend(self, b, when):
+        self.stats["retried"] += len(b.entries)
+        b.ticket, b.resend_at = None, when
+
+    def in_flight_records(self):
+        return sum(len(b.entries) for b in self.in_flight)
+
+    def oldest_ts(self):
+        """When the oldest record the sibling holds (in flight or pending) was made; None if none."""
+        if self.in_flight:
+            return self.in_flight[0].entries[0][0].ts
+        return self.pending[0][0].ts if self.pending else None
+
+    def next_resend(self):
+        """Seconds until a failed batch may be handed over again (None: none waits)."""
+        waits = [b.resend_at for b in self.in_flight if b.ticket is None]
+        return max(0.0, min(waits) - time.monotonic()) if waits else None
+
+    def wait(self, seconds):
+        """Sleep up to `seconds`; with batches at the sink, until its first report."""
+        poll = getattr(self.sink, "poll", None)
+        if poll is not None and any(b.ticket is not None and not b.ticket.done for b in self.in_flight):
+            poll(seconds)
+        else:
+            time.sleep(seconds)
 
     def set_aside(self, refused):
         """Records the sink refused for good: appended to rejected.fwo (the
@@ -327,8 +462,8 @@ class Sibling:
         return self.stop_at is not None and time.monotonic() >= self.stop_at
 
     def publish(self):
-        self.stats["pending"] = len(self.pending)
-        self.stats["oldest_ts"] = self.pending[0][0].ts if self.pending else 0.0
+        self.stats["pending"] = len(self.pending) + self.in_flight_records()
+        self.stats["oldest_ts"] = self.oldest_ts() or 0.0
         if self.counters is not None:
             SIB.pack_into(self.counters, 0, *(int(self.stats[n]) if n != "oldest_ts" else float(self.stats[n])
                                                for n in SIB_NAMES))
@@ -353,7 +488,7 @@ class Sibling:
             if now >= self.next_spill_scan and not self.disk.wait():
                 self.spill_backlog = self.collect_spills()
                 self.next_spill_scan = now + (0.05 if self.spill_backlog else 0.5)
-            room = self.cfg["offload_max_pending"] - len(self.pending)
+            room = self.cfg["offload_max_pending"] - len(self.pending) - self.in_flight_records()
             self.queue_backlog = room <= 0
             # A full disk: the journal is tried again after a pause, except
             # in a stop (then records go to the sink straight from the queue).
@@ -363,8 +498,10 @@ class Sibling:
                 self.queue_backlog = self.read_queue(limit) >= limit
                 self.publish()
             if self.priority is not None:
-                self.priority.update(time.time() - self.pending[0][0].ts if self.pending else 0.0,
-                                     self.spill_backlog or self.queue_backlog)
+                oldest = self.oldest_ts()
+                self.priority.update(time.time() - oldest if oldest else 0.0,
+                                     self.spill_backlog or self.queue_backlog,
+                                     _forkwsgi.ring_reader_stats()["used"])
             delivered = self.deliver(force=self.stop_at is not None)
             self.publish()
             if self.stop_at is not None:
@@ -372,20 +509,27 @@ class Sibling:
                 # are empty or the graceful timeout is up (what is left stays
                 # journaled for the next start).
                 queued = not self.stop_reading and _forkwsgi.ring_has_data()
-                if not self.pending and not queued or time.monotonic() >= self.stop_at:
+                held = self.pending or self.in_flight
+                if not held and not queued or time.monotonic() >= self.stop_at:
                     break
-                if not delivered and self.pending and time.monotonic() < self.retry_at:
-                    time.sleep(min(0.05, max(0.0, self.retry_at - time.monotonic())))
+                if not delivered and held:
+                    resend = self.next_resend()
+                    self.wait(min(0.05, resend if resend is not None else 0.05))
                 continue
-            if self.pending:
-                # A batch is forming: sleep until it is due, without waking
-                # for each record that arrives meanwhile (they wait in the
-                # queue and are read in one go). One wake-up per batch, not
-                # per record: the request threads share the CPU with us.
-                due = self.pending[0][0].ts + self.linger - time.time()
-                if time.monotonic() < self.retry_at:
-                    due = self.retry_at - time.monotonic()
-                time.sleep(min(max(due, 0.001), 0.05 if room <= 0 else self.linger))
+            if self.pending or self.in_flight:
+                # A batch is forming, or the sink has batches: sleep until
+                # the next is due or the sink reports, without waking for
+                # each record that arrives meanwhile (they wait in the queue
+                # and are read in one go). One wake-up per batch, not per
+                # record: the request threads share the CPU with us.
+                due = []
+                if self.pending and len(self.in_flight) < self.MAX_IN_FLIGHT:
+                    due.append(self.pending[0][0].ts + self.linger - time.time())
+                resend = self.next_resend()
+                if resend is not None:
+                    due.append(resend)
+                timeout = min(due) if due else self.linger
+                self.wait(min(max(timeout, 0.001), 0.05 if room <= 0 else self.linger))
                 continue
             if self.disk.failing:
                 time.sleep(max(self.disk.wait(), 0.01))   # records wait in the queue for room
@@ -407,13 +551,14 @@ class Sibling:
         if self.sent_direct:
             log.warning("offload: %d record(s) sent straight from the queue: the journal's disk was full",
                         self.sent_direct)
-        left = sum(1 for _, seg, _ in self.pending if seg is not None)
+        held = list(self.pending) + [e for b in self.in_flight for e in b.entries]
+        left = sum(1 for _, seg, _ in held if seg is not None)
         if left:
             log.warning("offload: %d record(s) not delivered before the stop: kept in %s for the next start",
                         left, self.journal.dir)
-        if len(self.pending) > left:
+        if len(held) > left:
             log.error("offload: %d record(s) taken from the queue on a full disk could not be delivered "
-                      "before the stop: lost", len(self.pending) - left)
+                      "before the stop: lost", len(held) - left)
         log.info("offload: %s", ", ".join(f"{n} {self.stats[n]}" for n in SIB_NAMES if n != "oldest_ts"))
         close = getattr(self.sink, "close", None)
         if close:
@@ -440,6 +585,10 @@ def run_sibling(cfg, parent_pid, counters=None):
         process.leave_to_the_master((signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1))
         process.die_with_parent(parent_pid)
         process.set_title("forkwsgi: offload")
+        # Thousands of records a second are made and dropped: collect
+        # cycles rarely, and never look at what the server made before.
+        gc.freeze()
+        gc.set_threshold(100_000, 50, 100)
         # Before the sink starts threads of its own (librdkafka's): they
         # inherit the policy and the nice level.
         priority = Priority(cfg["offload_nice"])
@@ -462,6 +611,7 @@ def run_sibling(cfg, parent_pid, counters=None):
         # during start-up waits for the handlers instead of killing us).
         process.release_stop_signals()
         open_reader(cfg)
+        priority.watch(_forkwsgi.ring_reader_stats()["capacity"])
         sib.run()
     except BaseException:
         log.exception("the offload sibling failed")

@@ -4,7 +4,13 @@ A sink has send(batch) and, optionally, close(). batch: a list of Record.
 send returns when the sink holds every record (None), or a list of
 (index, reason) for records it refuses for good (they are set aside in
 rejected.fwo, counted and logged, never retried); it raises for a failure
-that may pass (the whole batch is retried, with back-off)."""
+that may pass (the whole batch is retried, with back-off).
+
+A sink that delivers in the background (KafkaSink) has submit(batch) and
+poll(timeout) instead of send: submit hands the batch over and returns a
+Ticket at once, poll serves the delivery reports, and the Ticket is done
+once every record has its outcome. The sibling keeps several batches in
+flight that way, so the round trip to the broker does not set its pace."""
 import base64
 import importlib
 import json
@@ -22,6 +28,47 @@ class SinkDiskError(Exception):
 
 class SinkError(Exception):
     """The sink could not take the batch now; it is retried."""
+
+
+class Ticket:
+    """A batch handed to a sink: `left` records still without an outcome.
+    outcome() (once done): None, or the (index, reason) of records refused
+    for good; raises the failure when some record may be retried."""
+
+    __slots__ = ("records", "left", "errors", "failure", "rejected")
+
+    def __init__(self, records):
+        self.records = records
+        self.left = len(records)
+        self.errors = []                   # (index or the report's message, KafkaError)
+        self.failure = None                # an exception for the whole batch
+        self.rejected = None
+
+    @property
+    def done(self):
+        return self.left <= 0
+
+    def report(self, err, msg):
+        """A delivery report (confluent-kafka's on_delivery)."""
+        self.left -= 1
+        if err is not None:
+            self.errors.append((msg, err))
+
+    def outcome(self):
+        if self.failure is not None:
+            raise self.failure
+        return self.rejected
+
+
+def send_now(sink, records):
+    """A finished Ticket for a sink that delivers in send()."""
+    t = Ticket(records)
+    t.left = 0
+    try:
+        t.rejected = sink.send(records)
+    except Exception as e:  # noqa: BLE001 - any sink failure is retried
+        t.failure = e
+    return t
 
 
 def _text_or_b64(d, name, b):
@@ -106,6 +153,7 @@ class KafkaSink:
         self.topics = set()               # known to exist (or left to the broker)
         self.create_after = {}            # topic -> monotonic time of the next creation attempt
         self.at_start = set(cfg.get("offload_kafka_topics") or [])
+        self.open = []                    # tickets of this producer not yet done
 
     def _new_producer(self):
         def on_error(err):
@@ -144,45 +192,34 @@ class KafkaSink:
             self.topics.add(topic)
             self.create_after.pop(topic, None)
 
-    def send(self, batch):
+    def submit(self, batch):
+        """Produce the batch; returns its Ticket at once. Its delivery
+        reports arrive through poll(); outcome() then sorts failures: a
+        refused record is returned (set aside), any other failure raises
+        SinkError (the batch is retried: at least once, so a retry may repeat
+        records the broker already has)."""
         if self.fatal is not None:
             self._replace_producer()
         self.ensure_topics(self.at_start | {r.topic for r in batch})
-        left = [len(batch)]
-        failed, rejected = [], []
-
-        def report(i):
-            def on_delivery(err, msg):
-                left[0] -= 1
-                if err is not None:
-                    (rejected if err.name() in self.PERMANENT else failed).append((i, err.str()))
-            return on_delivery
-
+        t = KafkaTicket(batch, self.PERMANENT)
+        produce, report = self.producer.produce, t.report
         for i, r in enumerate(batch):
             while True:
                 try:
-                    self.producer.produce(r.topic, r.value, r.key, timestamp=int(r.ts * 1000),
-                                          on_delivery=report(i))
+                    produce(r.topic, r.value, r.key, timestamp=int(r.ts * 1000), on_delivery=report)
                     break
                 except BufferError:               # librdkafka's own queue is full: let it drain
                     self._wait(0.05)
                 except self.kafka.KafkaException as e:
-                    left[0] -= 1
-                    err = e.args[0]
-                    (rejected if err.name() in self.PERMANENT else failed).append((i, err.str()))
+                    t.report(e.args[0], i)
                     break
-        while left[0] > 0:
-            self._wait(0.1)
-        if failed:
-            raise SinkError(f"{len(failed)} of {len(batch)} record(s) not acknowledged: {failed[0][1]}")
-        return rejected or None
+        self.open.append(t)
+        return t
 
-    def _wait(self, seconds):
-        self.producer.poll(seconds)
-        if self.fatal is not None:
-            raise SinkError(f"fatal producer error: {self.fatal.str()}")
-        if self.stopping():
-            raise SinkError("stopping before every delivery report arrived")
+    def poll(self, timeout):
+        """Serve delivery reports, waiting up to `timeout` seconds for the first."""
+        self.producer.poll(timeout)
+        self.open = [t for t in self.open if not t.done]
 
     def _replace_producer(self):
         """After a fatal error (the idempotent producer lost its sequence):
@@ -191,6 +228,10 @@ class KafkaSink:
         log.error("offload: Kafka producer failed for good (%s): starting a new one", self.fatal.str())
         self.producer.purge()
         self.producer.flush(0)
+        for t in self.open:                   # reports the old producer will never give
+            if not t.done:
+                t.failure, t.left = SinkError(f"producer replaced: {self.fatal.str()}"), 0
+        self.open = []
         self.fatal = None
         self.producer = self._new_producer()
 
@@ -203,6 +244,36 @@ class KafkaSink:
         if left:
             log.warning("offload: %d Kafka record(s) without a delivery report at close (they stay journaled)",
                         left)
+
+
+class KafkaTicket(Ticket):
+    """A Kafka batch: a report's error is a refusal for good (set aside) or
+    a failure for now (the batch is retried)."""
+
+    __slots__ = ("permanent",)
+
+    def __init__(self, records, permanent):
+        super().__init__(records)
+        self.permanent = permanent
+
+    def outcome(self):
+        failed = [err for _, err in self.errors if err.name() not in self.permanent]
+        if failed:
+            raise SinkError(f"{len(failed)} of {len(self.records)} record(s) not acknowledged: {failed[0].str()}")
+        named = set()
+        return [(self._index(where, named), err.str()) for where, err in self.errors] or None
+
+    def _index(self, where, named):
+        """The batch index of a refused record: given when produce() refused
+        it, else found from the report's message (its topic, key and value;
+        of identical records, the first not yet named)."""
+        if isinstance(where, int):
+            return where
+        for i, r in enumerate(self.records):
+            if i not in named and r.topic == where.topic() and r.key == where.key() and r.value == where.value():
+                named.add(i)
+                return i
+        raise SinkError("a refused record is not in its batch")
 
 
 def kafka_config(brokers, cfg):
