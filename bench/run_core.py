@@ -2,7 +2,7 @@
 """Side-by-side benchmark of forkwsgi's core (one process, one thread)
 against a C reference server and the fastest WSGI servers that install here.
 
-    python3 bench/run_core.py            # the full run: 5 rounds, about 15 minutes
+    python3 bench/run_core.py            # the full run: 5 rounds, about 13 minutes
     python3 bench/run_core.py --quick    # 1 round of 2 s cells, about 2 minutes
 
 Run it with the Python where forkwsgi is installed; the peers are installed
@@ -72,11 +72,11 @@ PACKAGE_OF = {"bjoern": "bjoern", "fastpysgi": "fastpysgi", "socketify": "socket
               "gunicorn-sync": "gunicorn", "gunicorn-gthread": "gunicorn"}
 SERVE_PEER = ("bjoern", "fastpysgi", "socketify", "pyruvate", "pyruvate-no-keepalive")
 # gunicorn serves ~10k req/s at ~100 µs of CPU per request, 10x the others:
-# it is kept to the cells where it says something (sync has no keep-alive, so
-# its keep-alive cells would only repeat close-hello) to keep the run short.
+# to keep the run short it has one cell per worker type, gthread on
+# keep-alive hello and sync on close-hello (sync has no keep-alive).
 # pyruvate is run as asked, keep-alive on, where it stalls; its default
 # (keep-alive off: one request per connection) only on close-hello.
-FAST = SERVERS[:6]
+FAST = ["reference", "forkwsgi", "bjoern", "fastpysgi", "socketify", "pyruvate"]
 PIPELINE_PROBE_DEPTH = 3
 MIN_CPU_SECONDS = 0.05      # below this no CPU per request is given (a server that stalls)
 
@@ -91,7 +91,8 @@ WORKLOADS = {
     "pipeline16-hello": Workload("pipelined depth 16, 50 connections, hello", "/", "pipeline.lua",
                                  ["-t1", "-c50"], FAST),
     "close-hello": Workload("Connection: close, 10 connections, hello", "/", "stats.lua",
-                            ["-t1", "-c10", "-H", "Connection: close"], SERVERS),
+                            ["-t1", "-c10", "-H", "Connection: close"],
+                            FAST + ["pyruvate-no-keepalive", "gunicorn-sync"]),
     "post-1k": Workload("keep-alive, 50 connections, POST of 1 KiB JSON read through wsgi.input",
                         "/post", "post.lua", ["-t1", "-c50"], FAST),
 }
@@ -443,7 +444,7 @@ def start_round(names, rnd, app="route"):
 
 def check_server(srv):
     """Wait until the server answers, check its three responses, probe
-    keep-alive and pipelining. Returns its facts."""
+    keep-alive. Returns its facts (run_round adds the pipelining probe's)."""
     facts = {"command": display_command(srv.argv), "port": srv.port}
     if not srv.wait_ready():
         facts["failure"] = "server did not become ready"
@@ -454,7 +455,6 @@ def check_server(srv):
         facts["failure"] = ("wrong response to the " + ", ".join(bad) + " probe: "
                             + "; ".join(facts["probes"][p]["status_line"] for p in bad))
     facts["keepalive"] = srv.probe_keepalive()
-    facts["pipelined"] = srv.probe_pipelining()
     return facts
 
 
@@ -533,6 +533,8 @@ def run_round(rnd, names, workloads, args, unavailable):
                 else:
                     srv, facts = servers[name]
                     r["command"] = facts["command"]
+                    if workload.startswith("pipeline") and "pipelined" not in facts and "failure" not in facts:
+                        facts["pipelined"] = srv.probe_pipelining()
                     why = skip_reason(workload, facts, rnd)
                     if why is None and srv.proc.poll() is not None:
                         why = f"server exited (code {srv.proc.returncode})"
@@ -794,8 +796,9 @@ requests of one read with one write. Workloads:
 
 {cells}
 
-gunicorn costs ~100 µs of CPU per request, 10× the others: it is kept to the cells above
-(sync has no keep-alive) so that the run stays short. Each round starts every server afresh
+gunicorn costs ~100 µs of CPU per request, 10× the others: to keep the run short it has one
+cell per worker type, gthread on keep-alive hello and sync on close-hello (sync has no
+keep-alive). Each round starts every server afresh
 (each on its own port, all idle but the one under load), checks the three responses, probes
 keep-alive (two requests in turn on one connection) and pipelining ({PIPELINE_PROBE_DEPTH} requests in one
 write, all answered within 2 s, else the pipelining cell is skipped), then runs every workload
@@ -867,7 +870,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", "--reps", type=int, default=5,
                     help="interleaved rounds; medians and ratio ranges are over these (default 5)")
-    ap.add_argument("--duration", type=int, default=5, help="measured seconds per cell (default 5)")
+    ap.add_argument("--duration", type=int, default=4, help="measured seconds per cell (default 4)")
     ap.add_argument("--warmup", type=int, default=1, help="discarded warm-up seconds per cell (default 1)")
     ap.add_argument("--quiet-wait", type=float, default=15,
                     help="before each cell, wait up to this many seconds for other "
