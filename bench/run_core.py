@@ -2,7 +2,7 @@
 """Side-by-side benchmark of forkwsgi's core (one process, one thread)
 against a C reference server and the fastest WSGI servers that install here.
 
-    python3 bench/run_core.py            # the full run: 5 rounds, about 13 minutes
+    python3 bench/run_core.py            # the full run: 5 rounds, 13-15 minutes
     python3 bench/run_core.py --quick    # 1 round of 2 s cells, about 2 minutes
 
 Run it with the Python where forkwsgi is installed; the peers are installed
