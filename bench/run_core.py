@@ -1,23 +1,29 @@
 #!/usr/bin/env python3
 """Side-by-side benchmark of forkwsgi's core (one process, one thread)
-against bjoern and gunicorn (sync and gthread, 1 worker each).
+against a C reference server and the fastest WSGI servers that install here.
 
-    python3 bench/run_core.py            # the full run (~9-10 minutes)
-    python3 bench/run_core.py --quick    # 1 repetition of 3 s, to try it out
+    python3 bench/run_core.py            # the full run: 5 rounds, 13-15 minutes
+    python3 bench/run_core.py --quick    # 1 round of 2 s cells, about 2 minutes
 
 Run it with the Python where forkwsgi is installed; the peers are installed
-into their own virtualenv, bench/.venv, which this script creates.
+into their own virtualenv, bench/.venv, which this script creates. The
+reference (bench/refserver.c: epoll, no Python) is built with cc into
+bench/out/refserver.
 
-Every server is pinned to CPU 0 and wrk to CPU 1 (taskset). Each
-(server, workload) cell is run REPS times, round-robin across servers so
-machine noise is spread over all of them; every run starts a fresh server,
-waits until it answers, discards a warm-up run of wrk, then measures.
-Raw wrk output and server logs go to bench/out/ (gitignored); the summary
-goes to the terminal and to the "Core" section of bench/RESULTS.md.
+Every server is pinned to CPU 0 and wrk to CPU 1 (taskset). The figure that
+separates servers is the server's CPU per request (wrk is near 100 % of its
+CPU in most cells, so req/s is bound by the load generator), and the one to
+compare is its ratio to the reference's requests per CPU-second measured in
+the same round. A round starts every server afresh, then runs each workload
+on each server in turn (the server order rotates from round to round), each
+cell a discarded warm-up then a measured wrk run; tables give medians over
+the rounds, and the per-round ratios show how stable they are. Raw wrk output
+and server logs go to bench/out/ (gitignored); the summary goes to the
+terminal and to the "Core" section of bench/RESULTS.md.
 """
 import argparse
+import collections
 import datetime
-import glob
 import hashlib
 import http.client
 import json
@@ -41,7 +47,11 @@ VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
 OUT = os.path.join(BENCH, "out")
 RESULTS = os.path.join(BENCH, "RESULTS.md")
-SECTION = "## Core: single process vs bjoern, gunicorn"
+SECTION = "## Core: single process vs a C reference and the fastest WSGI servers"
+OLD_SECTIONS = ["## Core: single process vs bjoern, gunicorn"]   # replaced by SECTION
+REFSERVER_SRC = os.path.join(BENCH, "refserver.c")
+REFSERVER_BIN = os.path.join(OUT, "refserver")
+REFSERVER_CFLAGS = ["-O2", "-Wall", "-Wextra", "-Werror"]
 
 # Extra gunicorn flags, decided in ensure_venv(): gunicorn 25+ opens a
 # control socket under ~/.gunicorn unless told not to.
@@ -52,34 +62,55 @@ CLIENT_CPU = "1"
 HOST = "127.0.0.1"
 FIRST_PORT = 20100
 
-SERVERS = ["forkwsgi", "bjoern", "gunicorn-sync", "gunicorn-gthread"]
+# The peers, pinned to the versions the figures were taken with (bench/.venv).
+PEER_PACKAGES = {"bjoern": "3.2.2", "gunicorn": "27.0.1", "fastpysgi": "0.6",
+                 "socketify": "0.0.31", "pyruvate": "1.6.1"}
+SERVERS = ["reference", "forkwsgi", "bjoern", "fastpysgi", "socketify", "pyruvate",
+           "pyruvate-no-keepalive", "gunicorn-sync", "gunicorn-gthread"]
+PACKAGE_OF = {"bjoern": "bjoern", "fastpysgi": "fastpysgi", "socketify": "socketify",
+              "pyruvate": "pyruvate", "pyruvate-no-keepalive": "pyruvate",
+              "gunicorn-sync": "gunicorn", "gunicorn-gthread": "gunicorn"}
+SERVE_PEER = ("bjoern", "fastpysgi", "socketify", "pyruvate", "pyruvate-no-keepalive")
+# gunicorn serves ~10k req/s at ~100 µs of CPU per request, 10x the others:
+# to keep the run short it has one cell per worker type, gthread on
+# keep-alive hello and sync on close-hello (sync has no keep-alive).
+# pyruvate is run as asked, keep-alive on, where it stalls; its default
+# (keep-alive off: one request per connection) only on close-hello.
+FAST = ["reference", "forkwsgi", "bjoern", "fastpysgi", "socketify", "pyruvate"]
 PIPELINE_PROBE_DEPTH = 3
+MIN_CPU_SECONDS = 0.05      # below this no CPU per request is given (a server that stalls)
 
-# name -> (description, app, wrk arguments, servers)
+Workload = collections.namedtuple("Workload", "desc path script wrk_args servers")
 WORKLOADS = {
-    "keepalive-hello": ("keep-alive, 50 connections, hello (13 B)", "hello",
-                        ["-t1", "-c50"], SERVERS),
-    "keepalive-4k": ("keep-alive, 50 connections, 4 KiB body", "body4k",
-                     ["-t1", "-c50"], SERVERS),
-    "close-hello": ("Connection: close, 10 connections, hello", "hello",
-                    ["-t1", "-c10", "-H", "Connection: close"], SERVERS),
+    "keepalive-hello": Workload("keep-alive, 50 connections, hello (13 B)", "/", "stats.lua",
+                                ["-t1", "-c50"], FAST + ["gunicorn-gthread"]),
+    "keepalive-4k": Workload("keep-alive, 50 connections, 4 KiB body", "/4k", "stats.lua",
+                             ["-t1", "-c50"], FAST),
     # Servers that do not answer every request of a pipelined batch are
-    # probed, found out and skipped (see Server.probe_pipelining).
-    "pipeline16-hello": ("pipelined depth 16, 50 connections, hello", "hello",
-                         ["-t1", "-c50"], SERVERS),
+    # probed, found out and skipped.
+    "pipeline16-hello": Workload("pipelined depth 16, 50 connections, hello", "/", "pipeline.lua",
+                                 ["-t1", "-c50"], FAST),
+    "close-hello": Workload("Connection: close, 10 connections, hello", "/", "stats.lua",
+                            ["-t1", "-c10", "-H", "Connection: close"],
+                            FAST + ["pyruvate-no-keepalive", "gunicorn-sync"]),
+    "post-1k": Workload("keep-alive, 50 connections, POST of 1 KiB JSON read through wsgi.input",
+                        "/post", "post.lua", ["-t1", "-c50"], FAST),
 }
 
-EXPECTED_BODY = {"hello": b"Hello, World!", "body4k": b"x" * 4096}
-
-
+HELLO = b"Hello, World!"
+POST_BODY = b'{"pad":"' + b"p" * (1024 - 10) + b'"}'
+PROBES = {   # name -> (request, expected body); all three must pass before a round
+    "hello": (b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n", HELLO),
+    "4k": (b"GET /4k HTTP/1.1\r\nHost: bench\r\n\r\n", b"x" * 4096),
+    "post": (b"POST /post HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+             b"Content-Length: %d\r\n\r\n%s" % (len(POST_BODY), POST_BODY), HELLO),
+}
 
 
 # ---------------------------------------------------------------- setup
 
-
-
 def ensure_system_packages():
-    """wrk and libev-dev (bjoern builds against it) from apt, if missing."""
+    """wrk, libev-dev (bjoern builds against it) and libuv1 (socketify) from apt, if missing."""
     missing = []
     if not shutil.which("wrk"):
         missing.append("wrk")
@@ -87,11 +118,25 @@ def ensure_system_packages():
         missing.append("libev-dev")
     if not shutil.which("taskset"):
         missing.append("util-linux")
+    if not shutil.which("cc"):
+        missing.append("gcc")
+    if not any(os.path.exists(f"/usr/lib/{arch}/libuv.so.1")
+               for arch in ("x86_64-linux-gnu", "aarch64-linux-gnu")):
+        missing.append("libuv1")
     if not missing:
         return
     apt_install(*missing)
-    if not shutil.which("wrk") or not shutil.which("taskset"):
-        sys.exit("wrk and taskset are required")
+    if not shutil.which("wrk") or not shutil.which("taskset") or not shutil.which("cc"):
+        sys.exit("wrk, taskset and cc are required")
+
+
+def build_refserver():
+    """cc -O2 bench/refserver.c -> bench/out/refserver (always rebuilt: it takes 0.2 s)."""
+    argv = ["cc", *REFSERVER_CFLAGS, "-o", REFSERVER_BIN, REFSERVER_SRC]
+    r = run_quiet(argv)
+    if r.returncode != 0:
+        sys.exit(f"could not build the reference server ({' '.join(argv)}):\n{r.stdout}")
+    return run_quiet(["cc", "--version"]).stdout.splitlines()[0]
 
 
 def first_error_line(pip_output):
@@ -104,18 +149,41 @@ def first_error_line(pip_output):
     return lines[-1] if lines else "(no output)"
 
 
+def installed_versions():
+    """package -> version installed in bench/.venv, for PEER_PACKAGES."""
+    code = ("import importlib.metadata as m, json, sys\n"
+            "v = {}\n"
+            "for p in sys.argv[1:]:\n"
+            "    try: v[p] = m.version(p)\n"
+            "    except m.PackageNotFoundError: pass\n"
+            "print(json.dumps(v))")
+    r = run_quiet([VENV_PY, "-c", code, *PEER_PACKAGES])
+    return json.loads(r.stdout) if r.returncode == 0 else {}
+
+
 def ensure_venv():
-    """bench/.venv with bjoern and gunicorn; try meinheld and record why it fails."""
+    """bench/.venv with the peers at their pinned versions. Returns (versions,
+    unavailable, meinheld): unavailable maps a package to why it cannot be
+    installed or imported; meinheld is a sentence on why it does not build."""
     if not os.path.exists(VENV_PY):
         log(f"creating {VENV}")
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
     pip = [VENV_PY, "-m", "pip", "--disable-pip-version-check"]
-    if run_quiet([VENV_PY, "-c", "import bjoern, gunicorn"]).returncode != 0:
-        log("installing bjoern and gunicorn into bench/.venv")
-        r = run_quiet([*pip, "install", "bjoern", "gunicorn"])
-        if r.returncode != 0:
-            log(r.stdout[-3000:])
-            sys.exit("could not install bjoern/gunicorn")
+    have = installed_versions()
+    unavailable = {}
+    for package, version in PEER_PACKAGES.items():
+        if have.get(package) != version:
+            log(f"installing {package}=={version} into bench/.venv")
+            r = run_quiet([*pip, "install", f"{package}=={version}"])
+            if r.returncode != 0:
+                unavailable[package] = f"pip install {package}=={version} failed: {first_error_line(r.stdout)}"
+                with open(os.path.join(OUT, f"{package}-pip.log"), "w") as f:
+                    f.write(r.stdout)
+    for package in PEER_PACKAGES:
+        if package not in unavailable:
+            r = run_quiet([VENV_PY, "-c", f"import {package}"])
+            if r.returncode != 0:
+                unavailable[package] = f"import {package} fails: {r.stdout.strip().splitlines()[-1]}"
     log("trying to install meinheld into bench/.venv (expected to fail on 3.11)")
     r = run_quiet([*pip, "install", "meinheld"])
     if r.returncode == 0:
@@ -128,29 +196,23 @@ def ensure_venv():
                     f"{first_error_line(r.stdout)}")
         with open(os.path.join(OUT, "meinheld-pip.log"), "w") as f:
             f.write(r.stdout)
-    gunicorn_help = run_quiet([VENV_PY, "-m", "gunicorn", "--help"]).stdout
-    if "--no-control-socket" in gunicorn_help:
-        GUNICORN_EXTRA[:] = ["--no-control-socket"]
-    versions = run_quiet([VENV_PY, "-c",
-                          "import importlib.metadata as m; "
-                          "print(m.version('bjoern'), m.version('gunicorn'))"]).stdout.split()
-    return meinheld, {"bjoern": versions[0], "gunicorn": versions[1]}
-
-
-# ---------------------------------------------------------------- machine load
-
-
-
+    if "gunicorn" not in unavailable:
+        gunicorn_help = run_quiet([VENV_PY, "-m", "gunicorn", "--help"]).stdout
+        if "--no-control-socket" in gunicorn_help:
+            GUNICORN_EXTRA[:] = ["--no-control-socket"]
+    return installed_versions(), unavailable, meinheld
 
 
 # ---------------------------------------------------------------- servers
 
 def server_argv(server, app, port):
     bind = f"{HOST}:{port}"
+    if server == "reference":
+        return [REFSERVER_BIN, str(port), HOST]
     if server == "forkwsgi":
         return [sys.executable, "-m", "forkwsgi", f"apps:{app}", "--bind", bind]
-    if server == "bjoern":
-        return [VENV_PY, "serve_bjoern.py", app, str(port)]
+    if server in SERVE_PEER:
+        return [VENV_PY, "serve_peer.py", server, app, str(port)]
     if server == "gunicorn-sync":
         return [VENV_PY, "-m", "gunicorn", "-w", "1", "-k", "sync", *GUNICORN_EXTRA,
                 "-b", bind, f"apps:{app}"]
@@ -168,15 +230,39 @@ def display_command(argv):
             a = "python3"
         elif a == VENV_PY:
             a = "bench/.venv/bin/python"
-        elif a == "serve_bjoern.py":
-            a = "bench/serve_bjoern.py"
+        elif a == REFSERVER_BIN:
+            a = "bench/out/refserver"
+        elif a.endswith(".py") and os.path.exists(os.path.join(BENCH, a)):
+            a = f"bench/{a}"
         elif " " in a:
             a = f'"{a}"'
         shown.append(a)
     return " ".join(shown)
 
 
+def read_response(sock, deadline):
+    """One response with a Content-Length body from sock: (head, body); None
+    if the peer closes the connection first; TimeoutError at the deadline."""
+    data = b""
+    while True:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        if sep:
+            m = re.search(rb"\r\ncontent-length:\s*(\d+)", head, re.I)
+            want = int(m.group(1)) if m else 0
+            if len(rest) >= want:
+                return head, rest[:want]
+        if time.monotonic() >= deadline:
+            raise TimeoutError
+        sock.settimeout(deadline - time.monotonic())
+        chunk = sock.recv(65536)        # socket.timeout is a TimeoutError
+        if not chunk:
+            return None
+        data += chunk
+
+
 class Server:
+    """One server process, pinned to CPU 0 (used by run_accesslog.py too)."""
+
     def __init__(self, name, app, port, log_path):
         self.name, self.app, self.port = name, app, port
         self.log_path = log_path
@@ -204,32 +290,44 @@ class Server:
             time.sleep(0.1)
         return False
 
-    def probe(self):
-        """One raw request: status line, response head size, body check."""
-        with socket.create_connection((HOST, self.port), timeout=5) as s:
-            s.sendall(b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n")
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            head, _, body = data.partition(b"\r\n\r\n")
-            want = EXPECTED_BODY[self.app]
-            while len(body) < len(want):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                body += chunk
+    def probe(self, request, expected_body):
+        """One raw request: status line, response head, body check."""
+        try:
+            with socket.create_connection((HOST, self.port), timeout=5) as s:
+                s.sendall(request)
+                answer = read_response(s, time.monotonic() + 5)
+        except OSError:                 # TimeoutError included
+            answer = None
+        if answer is None:
+            return {"status_line": "(no complete response within 5 s)", "head_bytes": 0,
+                    "head": "", "body_ok": False}
+        head, body = answer
         return {"status_line": head.split(b"\r\n")[0].decode("latin-1"),
                 "head_bytes": len(head) + 4,
                 "head": head.decode("latin-1"),
-                "body_ok": body == want}
+                "body_ok": body == expected_body}
+
+    def probe_keepalive(self, timeout=2.0):
+        """Two requests one after the other on one connection. Returns "yes"
+        (both answered), "closes" (the server ends the connection after a
+        response) or "stalls" (the connection stays open, the second response
+        does not come within `timeout` s: pyruvate with keep-alive on)."""
+        try:
+            with socket.create_connection((HOST, self.port), timeout=5) as s:
+                for _ in range(2):
+                    s.sendall(PROBES["hello"][0])
+                    if read_response(s, time.monotonic() + timeout) is None:
+                        return "closes"
+        except TimeoutError:
+            return "stalls"
+        except OSError:                 # reset, or refused to write after the close
+            return "closes"
+        return "yes"
 
     def probe_pipelining(self, depth=PIPELINE_PROBE_DEPTH):
         """Send `depth` requests in one write; count the responses within 2 s."""
         with socket.create_connection((HOST, self.port), timeout=5) as s:
-            s.sendall(b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n" * depth)
+            s.sendall(PROBES["hello"][0] * depth)
             data, deadline = b"", time.monotonic() + 2
             while data.count(b"HTTP/1.1 ") < depth and time.monotonic() < deadline:
                 s.settimeout(max(0.01, deadline - time.monotonic()))
@@ -243,7 +341,12 @@ class Server:
         return data.count(b"HTTP/1.1 ")
 
     def tree_cpu_seconds(self):
-        """user+system CPU of the server and its descendants (gunicorn's worker)."""
+        """CPU time of the server and its descendants (gunicorn's worker,
+        forkwsgi's), in seconds: each thread's on-CPU time from
+        /proc/PID/task/TID/schedstat, in ns. Not utime+stime: those are
+        sampled at each clock tick, and at 250 Hz a 5 s cell of a server at
+        60 % CPU is ~750 samples, a few % of noise in CPU per request. Falls
+        back to utime+stime where the kernel has no schedstat."""
         pids, parents = {self.proc.pid}, {}
         for entry in os.listdir("/proc"):
             if entry.isdigit():
@@ -260,8 +363,22 @@ class Server:
                 if ppid in pids and pid not in pids:
                     pids.add(pid)
                     grew = True
-        ticks = sum(parents[p][1] for p in pids if p in parents)
-        return ticks / os.sysconf("SC_CLK_TCK")
+        if not os.path.exists(f"/proc/{self.proc.pid}/schedstat"):
+            ticks = sum(parents[p][1] for p in pids if p in parents)
+            return ticks / os.sysconf("SC_CLK_TCK")
+        ns = 0
+        for pid in pids:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue                        # exited meanwhile
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                        ns += int(f.read().split()[0])
+                except (OSError, IndexError, ValueError):
+                    pass
+        return ns / 1e9
 
     def stop(self):
         """SIGTERM by PID, SIGKILL if it lingers. Returns (crashed, exit code)."""
@@ -276,13 +393,17 @@ class Server:
         self.logf.close()
         return crashed, self.proc.returncode
 
+    def log_text(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
 
 # ---------------------------------------------------------------- wrk
 
 def wrk_argv(workload, port, seconds):
-    _, _, args, _ = WORKLOADS[workload]
-    script = "pipeline.lua" if workload.startswith("pipeline") else "stats.lua"
-    return ["wrk", *args, f"-d{seconds}s", "--latency", "-s", script, f"http://{HOST}:{port}/"]
+    w = WORKLOADS[workload]
+    return ["wrk", *w.wrk_args, f"-d{seconds}s", "--latency", "-s", w.script,
+            f"http://{HOST}:{port}{w.path}"]
 
 
 def run_wrk(workload, port, seconds):
@@ -303,55 +424,153 @@ def run_wrk(workload, port, seconds):
     return stats, r.stdout, cpu
 
 
-def one_run(server, workload, rep, port, duration, warmup, quiet_wait):
-    app = WORKLOADS[workload][1]
-    tag = f"{workload}.{server}.{rep}"
+# ---------------------------------------------------------------- one round
+
+def start_round(names, rnd, app="route"):
+    """Start every server of the round (each on its own port), wait until each
+    answers and probe it. Returns name -> (Server, facts); facts has
+    "failure" when the server is not usable this round."""
+    started = {}
+    try:
+        for name in names:
+            port = FIRST_PORT + rnd * len(SERVERS) + SERVERS.index(name)
+            started[name] = Server(name, app, port, os.path.join(OUT, f"core.{name}.round{rnd + 1}.log"))
+        return {name: (srv, check_server(srv)) for name, srv in started.items()}
+    except BaseException:                   # Ctrl-C included: stop what was started
+        for srv in started.values():
+            srv.stop()
+        raise
+
+
+def check_server(srv):
+    """Wait until the server answers, check its three responses, probe
+    keep-alive. Returns its facts (run_round adds the pipelining probe's)."""
+    facts = {"command": display_command(srv.argv), "port": srv.port}
+    if not srv.wait_ready():
+        facts["failure"] = "server did not become ready"
+        return facts
+    facts["probes"] = {p: srv.probe(*PROBES[p]) for p in PROBES}
+    bad = [p for p, r in facts["probes"].items() if not r["body_ok"]]
+    if bad:
+        facts["failure"] = ("wrong response to the " + ", ".join(bad) + " probe: "
+                            + "; ".join(facts["probes"][p]["status_line"] for p in bad))
+    facts["keepalive"] = srv.probe_keepalive()
+    return facts
+
+
+def stop_round(servers):
+    """Stop every server by PID; returns name -> (crashed, code, log text)."""
+    ended = {}
+    for name, (srv, _) in servers.items():
+        crashed, code = srv.stop()
+        ended[name] = (crashed, code, srv.log_text())
+    return ended
+
+
+def skip_reason(workload, facts, rnd):
+    """Why this cell is not measured in this round, or None.
+
+    A server that stalls in the keep-alive probe (pyruvate, which then also
+    ignores "Connection: close") is measured in the first round only, to
+    record what it does without spending every round on it."""
+    if "failure" in facts:
+        return facts["failure"]
+    if workload.startswith("pipeline") and facts["pipelined"] < PIPELINE_PROBE_DEPTH:
+        return (f"unsupported: answered {facts['pipelined']} of {PIPELINE_PROBE_DEPTH} pipelined "
+                "requests sent in one write")
+    if facts["keepalive"] == "stalls" and rnd > 0:
+        return ("stalls: the second request on a connection got no response within 2 s "
+                "(measured in round 1 only)")
+    return None
+
+
+def measure(srv, workload, tag, duration, warmup, quiet_wait):
+    """One cell: wait for a quiet machine, warm up (discarded), measure."""
+    result = {}
     waited, busy = wait_until_quiet(quiet_wait)
     if busy >= 10.0:
         log(f"    machine still busy ({busy:.0f}% of a CPU used by others) after {waited:.0f} s; "
             "running anyway")
-    srv = Server(server, app, port, os.path.join(OUT, f"{tag}.server.log"))
-    result = {"server": server, "workload": workload, "rep": rep, "port": port,
-              "command": display_command(srv.argv)}
-    try:
-        if not srv.wait_ready():
-            result["failure"] = "server did not become ready"
-            return result
-        result["probe"] = srv.probe()
-        if workload.startswith("pipeline"):
-            answered = srv.probe_pipelining()
-            if answered < PIPELINE_PROBE_DEPTH:
-                result["unsupported"] = (f"answered {answered} of {PIPELINE_PROBE_DEPTH} "
-                                         "pipelined requests sent in one write")
-                return result
-        run_wrk(workload, port, warmup)                     # discarded
-        cpu0, (proc0, irq0) = srv.tree_cpu_seconds(), cpu_times()
-        t0 = time.monotonic()
-        stats, text, wrk_cpu = run_wrk(workload, port, duration)
-        wall = time.monotonic() - t0
-        server_cpu = srv.tree_cpu_seconds() - cpu0
-        proc1, irq1 = cpu_times()
-        result["server_cpu_pct"] = 100 * server_cpu / wall
-        result["wrk_cpu_pct"] = 100 * wrk_cpu / wall
-        result["softirq_cpu_pct"] = 100 * (irq1 - irq0) / wall
-        result["other_cpu_pct"] = max(0.0, 100 * (proc1 - proc0 - server_cpu - wrk_cpu) / wall)
-        with open(os.path.join(OUT, f"{tag}.wrk.txt"), "w") as f:
-            f.write(text)
-        if stats is None:
-            result["failure"] = "wrk failed: " + text.strip()[-300:]
-        else:
-            result.update(stats)
-    finally:
-        crashed, code = srv.stop()
-        if crashed:
-            result["failure"] = f"server exited during the run (code {code})"
-        with open(srv.log_path, errors="replace") as f:
-            server_log = f.read()
-        result["log_tail"] = server_log[-1500:]
-        result["log_suspicious"] = [ln for ln in server_log.splitlines()
-                                    if re.search(r"error|traceback|exception|warn|critical",
-                                                 ln, re.I)][:10]
+    run_wrk(workload, srv.port, warmup)                     # discarded
+    cpu0, (proc0, irq0) = srv.tree_cpu_seconds(), cpu_times()
+    t0 = time.monotonic()
+    stats, text, wrk_cpu = run_wrk(workload, srv.port, duration)
+    wall = time.monotonic() - t0
+    server_cpu = srv.tree_cpu_seconds() - cpu0
+    proc1, irq1 = cpu_times()
+    result["server_cpu_s"] = server_cpu
+    result["server_cpu_pct"] = 100 * server_cpu / wall
+    result["wrk_cpu_pct"] = 100 * wrk_cpu / wall
+    result["softirq_cpu_pct"] = 100 * (irq1 - irq0) / wall
+    result["other_cpu_pct"] = max(0.0, 100 * (proc1 - proc0 - server_cpu - wrk_cpu) / wall)
+    with open(os.path.join(OUT, f"{tag}.wrk.txt"), "w") as f:
+        f.write(text)
+    if stats is None:
+        result["failure"] = "wrk failed: " + text.strip()[-300:]
+        return result
+    result.update(stats)
+    if stats["requests"] >= 1000 and server_cpu >= MIN_CPU_SECONDS:
+        result["cpu_us_per_req"] = 1e6 * server_cpu / stats["requests"]
+        result["req_per_cpu_s"] = stats["requests"] / server_cpu
     return result
+
+
+def run_round(rnd, names, workloads, args, unavailable):
+    """Every (workload, server) cell of one round, servers in rotated order."""
+    live = [n for n in names if PACKAGE_OF.get(n) not in unavailable]
+    servers = start_round(live, rnd)
+    results = []
+    try:
+        k = rnd % len(names)
+        order = names[k:] + names[:k]
+        for workload in workloads:
+            for name in order:
+                if name not in WORKLOADS[workload].servers:
+                    continue
+                r = {"server": name, "workload": workload, "round": rnd}
+                if name not in servers:
+                    r["skipped"] = f"not available: {unavailable[PACKAGE_OF[name]]}"
+                else:
+                    srv, facts = servers[name]
+                    r["command"] = facts["command"]
+                    if workload.startswith("pipeline") and "pipelined" not in facts and "failure" not in facts:
+                        facts["pipelined"] = srv.probe_pipelining()
+                    why = skip_reason(workload, facts, rnd)
+                    if why is None and srv.proc.poll() is not None:
+                        why = f"server exited (code {srv.proc.returncode})"
+                    if why:
+                        r["skipped"] = why
+                    else:
+                        r.update(measure(srv, workload, f"core.{workload}.{name}.round{rnd + 1}",
+                                         args.duration, args.warmup, args.quiet_wait))
+                results.append(r)
+                log_cell(r, args.rounds)
+    finally:
+        ended = stop_round(servers)
+    facts = {}
+    for name, (srv, f) in servers.items():
+        crashed, code, text = ended[name]
+        f["crashed"] = f"server exited during the round (code {code})" if crashed else None
+        f["log_tail"] = text[-1500:]
+        suspicious = collections.Counter(ln.strip() for ln in text.splitlines()
+                                         if re.search(r"error|traceback|exception|warn|critical", ln, re.I))
+        f["log_suspicious"] = [f"{ln} (×{n})" if n > 1 else ln for ln, n in suspicious.most_common(10)]
+        facts[name] = f
+    return results, facts
+
+
+def log_cell(r, rounds):
+    where = f"[round {r['round'] + 1}/{rounds}] {r['workload']:16} {r['server']:16}"
+    if "skipped" in r:
+        log(f"{where} skipped: {r['skipped']}")
+    elif "failure" in r:
+        log(f"{where} FAILED: {r['failure']}")
+    else:
+        per_cpu = f"{r['req_per_cpu_s']:>9,.0f}" if "req_per_cpu_s" in r else "      n/a"
+        log(f"{where} {r['rps']:>10,.0f} req/s  p99 {r['p99_us'] / 1000:6.2f} ms  "
+            f"{per_cpu} req/CPU-s  non-2xx {r['status']}  errors {r['errors']}  "
+            f"cpu srv {r['server_cpu_pct']:.0f}% wrk {r['wrk_cpu_pct']:.0f}% "
+            f"softirq {r['softirq_cpu_pct']:.0f}% others {r['other_cpu_pct']:.0f}%")
 
 
 # ---------------------------------------------------------------- report
@@ -360,29 +579,43 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
-def summarize(results):
+def round_ratios(results, workload, server):
+    """server's requests per CPU-second over the reference's, per round in
+    which both were measured: {round: ratio}."""
+    per = {(r["server"], r["round"]): r["req_per_cpu_s"] for r in results
+           if r["workload"] == workload and "req_per_cpu_s" in r}
+    return {rnd: per[(server, rnd)] / per[("reference", rnd)]
+            for (s, rnd) in sorted(per) if s == server and ("reference", rnd) in per}
+
+
+def summarize(results, names, workloads):
     rows = []
-    for workload, (desc, _, _, servers) in WORKLOADS.items():
-        for server in servers:
+    for workload in workloads:
+        for server in names:
+            if server not in WORKLOADS[workload].servers:
+                continue
             runs = [r for r in results if r["server"] == server and r["workload"] == workload]
             ok = [r for r in runs if "rps" in r]
+            counted = [r for r in ok if "req_per_cpu_s" in r]
+            ratios = round_ratios(results, workload, server)
             rows.append({
                 "workload": workload, "server": server, "runs": len(runs), "ok": len(ok),
                 "rps": median([r["rps"] for r in ok]),
-                "rps_all": [round(r["rps"]) for r in ok],
-                "p50_ms": median([r["p50_us"] / 1000 for r in ok]),
                 "p99_ms": median([r["p99_us"] / 1000 for r in ok]),
                 "non2xx": sum(r["status"] for r in ok),
                 "errors": sum(r["errors"] for r in ok),
                 "error_detail": {k: sum(r[k] for r in ok)
                                  for k in ("connect", "read", "write", "timeout")},
                 "server_cpu": median([r["server_cpu_pct"] for r in ok]),
-                "cpu_us_per_req": median([r["server_cpu_pct"] * 1e4 / r["rps"] for r in ok]),
+                "cpu_us_per_req": median([r["cpu_us_per_req"] for r in counted]),
+                "req_per_cpu_s": median([r["req_per_cpu_s"] for r in counted]),
+                "req_per_cpu_s_by_round": {r["round"]: r["req_per_cpu_s"] for r in counted},
+                "ratio": median(list(ratios.values())),
+                "ratios": ratios,
                 "wrk_cpu": median([r["wrk_cpu_pct"] for r in ok]),
-                "softirq_cpu": median([r["softirq_cpu_pct"] for r in ok]),
                 "other_cpu": max([r["other_cpu_pct"] for r in ok], default=float("nan")),
                 "failures": [r["failure"] for r in runs if "failure" in r],
-                "unsupported": next((r["unsupported"] for r in runs if "unsupported" in r), None),
+                "skipped": next((r["skipped"] for r in runs if "skipped" in r), None),
             })
     return rows
 
@@ -392,44 +625,57 @@ def lat(ms):
     return "n/a" if ms == 0 else f"{ms:.2f}"
 
 
+def num(x, fmt):
+    return "n/a" if x != x else format(x, fmt)     # NaN: nothing measured
+
+
 def fmt_table(rows):
-    header = ("| workload | server | req/s (median) | req/s (each run) | p50 ms | p99 ms "
-              "| non-2xx | socket errors | server CPU % | server CPU µs/req | wrk CPU % "
-              "| softirq CPU % | others' CPU % (worst run) |")
-    lines = [header, "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    header = ("| workload | server | req/s | p99 ms | server CPU % | server CPU µs/req "
+              "| req per server CPU-s | × reference (median of rounds) | × reference, min–max "
+              "| non-2xx | socket errors | wrk CPU % | others' CPU % (worst run) |")
+    lines = [header, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if not r["ok"]:
-            why = r["unsupported"] or "; ".join(r["failures"]) or "no run"
+            why = r["skipped"] or "; ".join(r["failures"]) or "no run"
             lines.append(f"| {r['workload']} | {r['server']} | — | {why} | | | | | | | | | |")
             continue
         err = str(r["errors"])
         if r["errors"]:
             err += " (" + ", ".join(f"{k} {v}" for k, v in r["error_detail"].items() if v) + ")"
+        ratios = list(r["ratios"].values())
+        spread = f"{min(ratios):.3f}–{max(ratios):.3f}" if ratios else "—"
+        partial = f" ({r['ok']} of {r['runs']} rounds: {r['skipped']})" if r["skipped"] else ""
         lines.append(
-            f"| {r['workload']} | {r['server']} | {r['rps']:,.0f} | "
-            f"{' / '.join(f'{x:,}' for x in r['rps_all'])} | {lat(r['p50_ms'])} | "
-            f"{lat(r['p99_ms'])} | {r['non2xx']} | {err} | {r['server_cpu']:.0f} | "
-            f"{r['cpu_us_per_req']:.1f} | "
-            f"{r['wrk_cpu']:.0f} | {r['softirq_cpu']:.0f} | {r['other_cpu']:.0f} |")
+            f"| {r['workload']} | {r['server']}{partial} | {r['rps']:,.0f} | {lat(r['p99_ms'])} | "
+            f"{r['server_cpu']:.0f} | {num(r['cpu_us_per_req'], '.2f')} | "
+            f"{num(r['req_per_cpu_s'], ',.0f')} | {num(r['ratio'], '.3f')} | {spread} | "
+            f"{r['non2xx']} | {err} | {r['wrk_cpu']:.0f} | {r['other_cpu']:.0f} |")
     return "\n".join(lines)
 
 
-def ratios(rows):
-    by = {(r["workload"], r["server"]): r["rps"] for r in rows if r["ok"]}
-    lines = ["| workload | " + " | ".join(f"forkwsgi / {s}" for s in SERVERS[1:]) + " |",
-             "|---|" + "---:|" * (len(SERVERS) - 1)]
-    for workload in WORKLOADS:
-        cells = []
-        for peer in SERVERS[1:]:
-            if (workload, peer) in by and (workload, "forkwsgi") in by:
-                cells.append(f"{by[(workload, 'forkwsgi')] / by[(workload, peer)]:.2f}×")
-            else:
-                cells.append("—")
-        lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+def fmt_stability(rows, rounds):
+    """Per workload: the reference's own figure per round and, per server, its
+    ratio to the reference per round, with the spread (max - min) / median."""
+    cols = " | ".join(f"round {i + 1}" for i in range(rounds))
+    lines = [f"| workload | server | {cols} | spread |", "|---|---|" + "---:|" * (rounds + 1)]
+    for r in rows:
+        if not r["ok"]:
+            continue
+        if r["server"] == "reference":
+            by_round = r["req_per_cpu_s_by_round"]
+            cells = [f"{by_round[i]:,.0f}" if i in by_round else "—" for i in range(rounds)]
+            vals = list(by_round.values())
+            what = "reference, req per CPU-s"
+        else:
+            cells = [f"{r['ratios'][i]:.3f}" if i in r["ratios"] else "—" for i in range(rounds)]
+            vals = list(r["ratios"].values())
+            what = f"{r['server']} × reference"
+        spread = f"{100 * (max(vals) - min(vals)) / median(vals):.1f} %" if len(vals) > 1 else "—"
+        lines.append(f"| {r['workload']} | {what} | " + " | ".join(cells) + f" | {spread} |")
     return "\n".join(lines)
 
 
-def machine_facts():
+def machine_facts(cc_version):
     def read(path):
         try:
             with open(path) as f:
@@ -442,104 +688,136 @@ def machine_facts():
             cpu = line.split(":", 1)[1].strip()
             break
     wrk_version = run_quiet(["wrk", "-v"]).stdout.strip().splitlines()[0].split(" Copyright")[0]
-    pkg = os.path.join(BENCH, "..", "python", "forkwsgi")
-    so = [f for f in os.listdir(pkg) if f.endswith(".so")]
-    so_facts = "?"
-    if so:
-        path = os.path.join(pkg, so[0])
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()[:12]
-        built = os.path.getmtime(path)
-        sources = glob.glob(os.path.join(BENCH, "..", "cserver", "*.[ch]")) + \
-            glob.glob(os.path.join(BENCH, "..", "src", "*.[ch]"))
-        newer = [os.path.relpath(p, os.path.join(BENCH, "..")) for p in sources
-                 if os.path.getmtime(p) > built]
-        so_facts = (f"`{so[0]}` sha256 {digest}…, built "
-                    f"{datetime.datetime.fromtimestamp(built, datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
-                    + (f"; **older than** {', '.join(sorted(newer))} (stale build?)" if newer else
-                       ", newer than every C source"))
     return {
         "nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
-        "python": platform.python_version(), "wrk": wrk_version,
+        "python": platform.python_version(), "wrk": wrk_version, "cc": cc_version,
         "ip_local_port_range": read("/proc/sys/net/ipv4/ip_local_port_range").replace("\t", "-"),
         "tcp_tw_reuse": read("/proc/sys/net/ipv4/tcp_tw_reuse"),
-        "forkwsgi_so": so_facts,
+        "forkwsgi": forkwsgi_facts(),
     }
 
 
-def git_state():
-    head = run_quiet(["git", "-C", BENCH, "rev-parse", "--short", "HEAD"]).stdout.strip()
-    dirty = run_quiet(["git", "-C", BENCH, "status", "--porcelain", "--", "../cserver", "../src",
-                       "../python"]).stdout.split("\n")
+def forkwsgi_facts():
+    """Where the forkwsgi under test comes from: the extension that
+    `python3 -c 'import forkwsgi'` loads, its hash and build time, and the git
+    state of the checkout it lives in."""
+    r = run_quiet([sys.executable, "-c", "import forkwsgi._forkwsgi as m; print(m.__file__)"])
+    if r.returncode != 0:
+        return "?"
+    so = r.stdout.strip().splitlines()[-1]
+    with open(so, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    built = os.path.getmtime(so)
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(so)))   # .../python/forkwsgi/x.so
+    head, dirty = git_state(checkout)
+    sources = [os.path.join(d, f) for d in (os.path.join(checkout, "cserver"), os.path.join(checkout, "src"))
+               if os.path.isdir(d) for f in os.listdir(d) if f.endswith((".c", ".h", ".pyx"))]
+    newer = [os.path.relpath(p, checkout) for p in sources if os.path.getmtime(p) > built]
+    return (f"git {head or '?'}{' with uncommitted changes in ' + ', '.join(dirty) if dirty else ''} "
+            f"in {checkout} (the extension `{os.path.basename(so)}` sha256 {digest}…, built "
+            f"{datetime.datetime.fromtimestamp(built, datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+            + (f"; **older than** {', '.join(sorted(newer))} (stale build?))" if newer else
+               ", newer than every C source)"))
+
+
+def git_state(where=BENCH):
+    head = run_quiet(["git", "-C", where, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    top = run_quiet(["git", "-C", where, "rev-parse", "--show-toplevel"]).stdout.strip() or where
+    dirty = run_quiet(["git", "-C", top, "status", "--porcelain", "--", "cserver", "src",
+                       "python"]).stdout.split("\n")
     dirty = [ln[3:] for ln in dirty if ln.strip()]
     return head, dirty
 
 
-def write_results(rows, results, meinheld, versions, facts, args, started, elapsed):
-    head, dirty = git_state()
-    probes = {}
+def problems_seen(results, facts_by_round):
+    problems, told = [], set()
+    for facts in facts_by_round:
+        for name, f in facts.items():
+            if f.get("keepalive") == "stalls" and name not in told:
+                told.add(name)
+                problems.append(f"- {name}: stalls under keep-alive: it answered the first request on a "
+                                "connection, then not the second within 2 s (the connection stayed open); "
+                                "measured in round 1 only")
+    for rnd, facts in enumerate(facts_by_round):
+        for name, f in facts.items():
+            tag = f"round {rnd + 1}/{name}"
+            why = f.get("failure") or f.get("crashed")
+            if why:
+                problems.append(f"- {tag}: **{why}**; server log tail:\n\n```\n{f['log_tail']}\n```")
+            elif f.get("log_suspicious"):
+                problems.append(f"- {tag}: server log lines: "
+                                + "; ".join(f"`{ln.strip()}`" for ln in f["log_suspicious"]))
     for r in results:
-        if "probe" in r and r["workload"] == "keepalive-hello":
-            probes.setdefault(r["server"], r["probe"])
-    commands = {}
-    for r in results:
-        commands.setdefault(r["server"], {}).setdefault(r["workload"], r["command"])
-    problems = []
-    for r in results:
-        tag = f"{r['workload']}/{r['server']}/run {r['rep'] + 1}"
         if "failure" in r:
-            problems.append(f"- {tag}: **{r['failure']}**; server log tail:\n\n```\n"
-                            f"{r['log_tail']}\n```")
-        elif r.get("log_suspicious"):
-            problems.append(f"- {tag}: server log lines: "
-                            + "; ".join(f"`{ln.strip()}`" for ln in r["log_suspicious"]))
-        if r.get("probe") and not r["probe"]["body_ok"]:
-            problems.append(f"- {tag}: wrong response body")
+            problems.append(f"- round {r['round'] + 1}/{r['workload']}/{r['server']}: **{r['failure']}**")
+    return problems
 
+
+def write_results(rows, results, facts_by_round, setup, args, started, elapsed):
+    versions, unavailable, meinheld, facts = setup
+    names = sorted({r["server"] for r in results}, key=SERVERS.index)
+    workloads = [w for w in WORKLOADS if any(r["workload"] == w for r in results)]
+    heads = {}
+    for facts_of_round in facts_by_round:
+        for name, f in facts_of_round.items():
+            if "probes" in f:
+                heads.setdefault(name, f["probes"]["hello"])
+    problems = problems_seen(results, facts_by_round)
     port = "PORT"
-    wrk_lines = "\n".join(
-        f"taskset -c {CLIENT_CPU} " + display_command(wrk_argv(w, port, args.duration))
-        for w in WORKLOADS)
-    server_lines = "\n".join(
-        f"{display_command(['taskset', '-c', SERVER_CPU, *server_argv(s, 'APP', port)])}"
-        for s in SERVERS)
+    wrk_lines = "\n".join(f"taskset -c {CLIENT_CPU} " + display_command(wrk_argv(w, port, args.duration))
+                          for w in workloads)
+    server_lines = "\n".join(display_command(["taskset", "-c", SERVER_CPU, *server_argv(s, "route", port)])
+                             for s in names)
+    peers = ", ".join(f"{p} {v}" for p, v in versions.items())
+    missing = "".join(f"\n- {p}: {why}" for p, why in unavailable.items())
+    cells = "\n".join(f"- {w}: {WORKLOADS[w].desc}; servers: {', '.join(s for s in WORKLOADS[w].servers if s in names)}"
+                      for w in workloads)
+    invocation = " ".join(["python3 bench/run_core.py", *sys.argv[1:]])
     section = f"""{SECTION}
 
-Run on {started:%Y-%m-%d %H:%M} UTC by `python3 bench/run_core.py{' --quick' if args.quick else ''}` \
-(took {elapsed / 60:.1f} min).
+Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation}` (took {elapsed / 60:.1f} min;
+{args.rounds} round(s), {args.duration} s measured per cell after a {args.warmup} s warm-up).
 
 **Machine.** nproc {facts['nproc']} ({facts['cpu']}), kernel {facts['kernel']}, \
 Python {facts['python']} (same interpreter for forkwsgi and the peers' venv), {facts['wrk']}, \
-ip_local_port_range {facts['ip_local_port_range']}, tcp_tw_reuse {facts['tcp_tw_reuse']}.
+{facts['cc']}, ip_local_port_range {facts['ip_local_port_range']}, tcp_tw_reuse {facts['tcp_tw_reuse']}.
 Server pinned to CPU {SERVER_CPU}, wrk to CPU {CLIENT_CPU}; everything on 127.0.0.1.
 
-**Software.** forkwsgi from git {head}{' with uncommitted changes in ' + ', '.join(dirty) if dirty else ''} \
-(the installed extension {facts['forkwsgi_so']}); \
-bjoern {versions['bjoern']}, gunicorn {versions['gunicorn']} (in bench/.venv).
-{meinheld}
+**Software.** forkwsgi from {facts['forkwsgi']}; peers in bench/.venv: {peers}.
+The reference is `bench/refserver.c` built with `cc {' '.join(REFSERVER_CFLAGS)}`.
+{meinheld}{missing}
 
-**Method.** Apps: `bench/apps.py` — `hello` (13-byte body) and `body4k` (4096-byte body),
-both with Content-Type text/plain and an explicit Content-Length. For each (server, workload)
-cell, {args.reps} run(s), interleaved round-robin across servers (the server order rotates each
-round); each run starts a fresh server, waits until `GET /` answers 200, runs wrk for
-{args.warmup} s and discards it, then measures {args.duration} s. The table gives the median
-req/s over the runs (and each run's figure), the median of wrk's p50/p99 latency, the total of
-non-2xx responses (wrk counts status ≥ 400) and of socket errors (connect/read/write/timeout)
-over all runs, and median CPU use in % of one CPU: of the server (process tree, on CPU
-{SERVER_CPU}, from /proc/PID/stat), of wrk (on CPU {CLIENT_CPU}, from its rusage), and the
-irq+softirq time of both CPUs from /proc/stat (loopback TCP delivery; the kernel may also have
-charged part of it to the processes, so the columns can add up to more than 200 %). A server
-near 100 % is the bottleneck; wrk near 100 % means the load generator is. "Server CPU µs/req"
-(server CPU time over requests served) is the figure least disturbed by other load.
-Before each run the script waits (up to {args.quiet_wait:.0f} s) for other processes to go
-idle; "others' CPU" is what other processes on the machine used during the worst run of the
-cell — anything above a few % means that cell's figures are disturbed.
-Pipelining (depth 16, `bench/pipeline.lua`) counts every response in req/s, but wrk's latency
-there is per batch of 16 (from sending the batch to its last response). It is measured only
-for servers that pass a probe first: {PIPELINE_PROBE_DEPTH} requests sent in one write must get {PIPELINE_PROBE_DEPTH} responses within 2 s;
-the others are listed with what they did.
+**Method.** Every WSGI server serves `apps:route` (`bench/apps.py`): `GET /` hello (13-byte
+body), `GET /4k` 4096-byte body, `POST /post` reads the 1 KiB JSON body through `wsgi.input`
+and answers hello; all with Content-Type text/plain and an explicit Content-Length. The
+reference answers the same paths with responses of the same size as forkwsgi's (same headers,
+Date included; see the heads below), reads and discards request bodies, and answers all the
+requests of one read with one write. Workloads:
 
-Server commands (APP is `hello` or `body4k`):
+{cells}
+
+gunicorn costs ~100 µs of CPU per request, 10× the others: to keep the run short it has one
+cell per worker type, gthread on keep-alive hello and sync on close-hello (sync has no
+keep-alive). Each round starts every server afresh
+(each on its own port, all idle but the one under load), checks the three responses, probes
+keep-alive (two requests in turn on one connection) and pipelining ({PIPELINE_PROBE_DEPTH} requests in one
+write, all answered within 2 s, else the pipelining cell is skipped), then runs every workload
+on every server, the server order rotated each round; a cell waits (up to
+{args.quiet_wait:.0f} s) for other processes to go idle, runs wrk for {args.warmup} s (discarded), then
+measures {args.duration} s. A server that stalls in the keep-alive probe (the connection stays open,
+the second response never comes) is measured in the first round only. Server CPU is the on-CPU
+time of its process tree over the measured run, summed over its threads from
+/proc/PID/task/TID/schedstat (exact, where utime/stime are clock-tick samples); "req per server
+CPU-s" is requests ÷ that time, and
+"× reference" is that figure over the reference's in the same workload and the same round: the
+median over rounds, and its range. The req/s, p99 and CPU columns are medians over rounds;
+non-2xx (wrk counts status ≥ 400) and socket errors are totals. wrk is near 100 % of its CPU in
+most keep-alive cells, so req/s there is the load generator's ceiling, not the server's:
+compare servers by CPU per request. Pipelined latency is per batch of 16. "Others' CPU" is
+what other processes used during the worst run of the cell: above a few % that cell is
+disturbed.
+
+Server commands:
 
 ```
 {server_lines}
@@ -551,41 +829,65 @@ wrk commands (each also run once for {args.warmup} s first, discarded; run from 
 {wrk_lines}
 ```
 
-### Results
+### Results (medians over rounds)
 
 {fmt_table(rows)}
 
-### forkwsgi / peer, median req/s
+### Stability: the reference's figure and each ratio to it, per round
 
-{ratios(rows)}
+The reference's own requests per CPU-second moves with the machine from round to round; the
+ratio to it, taken within a round, is what should hold still. Spread = (max − min) / median.
 
-### Response heads (hello, as sent to `GET / HTTP/1.1`)
+{fmt_stability(rows, args.rounds)}
+
+### Response heads (`GET / HTTP/1.1`)
 
 """ + "\n".join(f"- {s}: {p['head_bytes']} bytes — `{p['head'].replace(chr(13) + chr(10), ' ⏎ ')}`"
-                for s, p in probes.items()) + f"""
+                for s, p in heads.items()) + f"""
 
 ### Problems seen
 
 {chr(10).join(problems) if problems else 'None: every run completed, no server exited early, no error lines in server logs.'}
 """
+    for old in OLD_SECTIONS:
+        if os.path.exists(RESULTS) and old in open(RESULTS).read():
+            write_section(RESULTS, old, section)
+            return
     write_section(RESULTS, SECTION, section)
 
 
 # ---------------------------------------------------------------- main
 
+def pick(option, value, known):
+    chosen = [v.strip() for v in value.split(",") if v.strip()] if value else list(known)
+    unknown = [v for v in chosen if v not in known]
+    if unknown:
+        sys.exit(f"{option}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    return [k for k in known if k in chosen]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--duration", type=int, default=10, help="measured seconds per run")
-    ap.add_argument("--warmup", type=int, default=2, help="discarded warm-up seconds per run")
+    ap.add_argument("--rounds", "--reps", type=int, default=5,
+                    help="interleaved rounds; medians and ratio ranges are over these (default 5)")
+    ap.add_argument("--duration", type=int, default=4, help="measured seconds per cell (default 4)")
+    ap.add_argument("--warmup", type=int, default=1, help="discarded warm-up seconds per cell (default 1)")
     ap.add_argument("--quiet-wait", type=float, default=15,
-                    help="before each run, wait up to this many seconds for other "
+                    help="before each cell, wait up to this many seconds for other "
                          "processes to go idle")
-    ap.add_argument("--quick", action="store_true", help="1 rep of 3 s (smoke test)")
+    ap.add_argument("--only", metavar="SERVER[,..]",
+                    help=f"servers to run (the reference is always added: it is the ratios' "
+                         f"denominator); of {', '.join(SERVERS)}")
+    ap.add_argument("--workloads", metavar="W[,..]", help=f"of {', '.join(WORKLOADS)}")
+    ap.add_argument("--quick", action="store_true", help="1 round of 2 s cells (smoke test)")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
     args = ap.parse_args()
     if args.quick:
-        args.reps, args.duration, args.warmup = 1, 3, 1
+        args.rounds, args.duration, args.warmup = 1, 2, 1
+    names = pick("--only", args.only, SERVERS)
+    if "reference" not in names:
+        names.insert(0, "reference")
+    workloads = pick("--workloads", args.workloads, list(WORKLOADS))
 
     started = datetime.datetime.now(datetime.timezone.utc)
     t_start = time.monotonic()
@@ -594,47 +896,33 @@ def main():
         sys.exit(f"forkwsgi is not importable from {sys.executable}; run this with the "
                  "Python where forkwsgi is installed")
     ensure_system_packages()
-    meinheld, versions = ensure_venv()
+    cc_version = build_refserver()
+    versions, unavailable, meinheld = ensure_venv()
     log(meinheld)
-    facts = machine_facts()
+    for package, why in unavailable.items():
+        log(f"{package}: {why}")
+    facts = machine_facts(cc_version)
 
-    plan = []
-    for rep in range(args.reps):
-        for workload, (_, _, _, servers) in WORKLOADS.items():
-            k = rep % len(servers)
-            for server in servers[k:] + servers[:k]:
-                plan.append((server, workload, rep))
-    per_run = args.duration + args.warmup + 1.2
-    log(f"{len(plan)} runs, at most about {len(plan) * per_run / 60:.1f} min "
-        "(servers failing the pipelining probe are skipped)")
+    cells = sum(1 for w in workloads for s in names if s in WORKLOADS[w].servers)
+    per_cell = args.duration + args.warmup + 0.8
+    log(f"{args.rounds} round(s) of {cells} cells, at most about "
+        f"{args.rounds * (cells * per_cell + 3 * len(names)) / 60:.1f} min (cells a probe rules out are skipped)")
 
-    results, unsupported = [], set()
-    for i, (server, workload, rep) in enumerate(plan):
-        if (server, workload) in unsupported:
-            continue
-        port = FIRST_PORT + i
-        r = one_run(server, workload, rep, port, args.duration, args.warmup, args.quiet_wait)
-        results.append(r)
-        if "unsupported" in r:
-            unsupported.add((server, workload))
-            log(f"[{i + 1}/{len(plan)}] {workload:17} {server:17} skipped: {r['unsupported']}")
-        elif "rps" in r:
-            log(f"[{i + 1}/{len(plan)}] {workload:17} {server:17} {r['rps']:>10,.0f} req/s  "
-                f"p50 {r['p50_us'] / 1000:.2f} ms  p99 {r['p99_us'] / 1000:.2f} ms  "
-                f"non-2xx {r['status']}  errors {r['errors']}  "
-                f"cpu srv {r['server_cpu_pct']:.0f}% wrk {r['wrk_cpu_pct']:.0f}% "
-                f"softirq {r['softirq_cpu_pct']:.0f}% others {r['other_cpu_pct']:.0f}%")
-        else:
-            log(f"[{i + 1}/{len(plan)}] {workload:17} {server:17} FAILED: {r['failure']}")
+    results, facts_by_round = [], []
+    for rnd in range(args.rounds):
+        round_results, round_facts = run_round(rnd, names, workloads, args, unavailable)
+        results += round_results
+        facts_by_round.append(round_facts)
     elapsed = time.monotonic() - t_start
 
     with open(os.path.join(OUT, "core-results.json"), "w") as f:
-        json.dump({"facts": facts, "versions": versions, "meinheld": meinheld,
-                   "results": results}, f, indent=1)
-    rows = summarize(results)
-    log("\n" + fmt_table(rows) + "\n\n" + ratios(rows) + "\n\n" + meinheld)
+        json.dump({"facts": facts, "versions": versions, "unavailable": unavailable,
+                   "meinheld": meinheld, "rounds": facts_by_round, "results": results}, f, indent=1)
+    rows = summarize(results, names, workloads)
+    log("\n" + fmt_table(rows) + "\n\n" + fmt_stability(rows, args.rounds) + "\n\n" + meinheld)
     if not args.no_write:
-        write_results(rows, results, meinheld, versions, facts, args, started, elapsed)
+        write_results(rows, results, facts_by_round, (versions, unavailable, meinheld, facts),
+                      args, started, elapsed)
         log(f"\nwrote {RESULTS}")
 
 
