@@ -215,7 +215,7 @@ static int ring_within(fw_offload *o, const struct iovec *iov, int iovcnt, size_
 }
 
 int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *key, size_t klen,
-                    const char *value, size_t vlen)
+                    const char *value, size_t vlen, int nowait)
 {
     if (!fw_offload_topic_ok(topic, tlen) || (!key && klen) || (!value && vlen))
         return FW_OFL_EINVAL;
@@ -238,6 +238,8 @@ int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *k
     int rc = total > o->ring_max ? -EMSGSIZE : try_ring(o, iov, 4, total);
     if (rc == 0)
         goto queued;
+    if (nowait)
+        return FW_OFL_AGAIN;       /* the caller comes back without its lock (a new seq: gaps are fine) */
     if (rc != -EAGAIN) {
         /* Too big for the ring, or a damaged ring file: keep it on disk. */
         if (spill(o, iov, 4, total) == FW_OFL_SPILLED)

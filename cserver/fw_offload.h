@@ -101,7 +101,8 @@ enum {
                                file's own error (ENOSPC, EIO, ...) */
     FW_OFL_EINVAL = -1,     /* bad arguments (nothing was written) */
     FW_OFL_ETOOBIG = -2,    /* over max_record (nothing was written) */
-    FW_OFL_EIO = -3         /* internal: a spill that failed (errno set); fw_offload_send drops then */
+    FW_OFL_EIO = -3,        /* internal: a spill that failed (errno set); fw_offload_send drops then */
+    FW_OFL_AGAIN = -4       /* nowait: the record needs the slow way (nothing was written) */
 };
 
 /* The counters as plain numbers, each loaded atomically (for readers in
@@ -121,9 +122,13 @@ void fw_offload_destroy(fw_offload *o);
 int fw_offload_topic_ok(const char *topic, size_t len);
 
 /* Frame and hand over one record. Never blocks longer than block_ms; call
- * without holding an interpreter lock. key NULL: no key. */
+ * without holding an interpreter lock. key NULL: no key.
+ * nowait: only try the ring (a memcpy and a few atomics: fine under a
+ * lock); FW_OFL_AGAIN, with nothing written or counted, when the record
+ * needs the slow way (no room, too big for the ring, a damaged ring):
+ * call again without nowait and without the lock. */
 int fw_offload_send(fw_offload *o, const char *topic, size_t tlen, const char *key, size_t klen,
-                    const char *value, size_t vlen);
+                    const char *value, size_t vlen, int nowait);
 
 /* The sibling's side: its reading position in the ring, and the busy slot
  * it waits at (a producer writing, or one killed mid-write). The ring's

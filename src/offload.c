@@ -21,7 +21,7 @@ typedef struct {
     Py_buffer counters;          /* shared counters (fw_offload_counters), buf NULL if private */
     PyObject *on_drop;           /* called with the topic and errno of each dropped record (it logs) */
     int ready;                   /* read and written under the GIL */
-    _Atomic int calls;           /* offload() calls inside fw_offload_send (without the GIL) */
+    _Atomic int calls;           /* offload() calls in fw_offload_send's slow way (without the GIL) */
 } offload_state;
 
 /* The process's producer: set up once in each worker, after fork. */
@@ -118,12 +118,58 @@ static int as_bytes(PyObject *o, const char *what, PyObject **keep, const char *
     return -1;
 }
 
-static PyObject *offload_call(PyObject *mod, PyObject *args, PyObject *kwds)
+/* offload(topic, value, key=None): parsed by hand (vectorcall): this is
+ * the call a request makes, and argument parsing by format string would
+ * cost about as much as the rest of it. */
+static int offload_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **topic,
+                        PyObject **value, PyObject **key)
+{
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *slots[3] = { NULL, NULL, Py_None };
+    static const char *const names[3] = { "topic", "value", "key" };
+    if (nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "offload() takes at most 3 arguments (%zd given)", nargs + nkw);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        slots[i] = args[i];
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        int at = -1;
+        for (int j = 0; j < 3; j++) {
+            if (PyUnicode_CompareWithASCIIString(name, names[j]) == 0)
+                at = j;
+        }
+        if (at < 0) {
+            PyErr_Format(PyExc_TypeError, "offload() got an unexpected keyword argument '%U'", name);
+            return -1;
+        }
+        if (at < nargs) {
+            PyErr_Format(PyExc_TypeError, "offload() got multiple values for argument '%s'", names[at]);
+            return -1;
+        }
+        slots[at] = args[nargs + i];
+    }
+    if (!slots[0] || !slots[1]) {
+        PyErr_Format(PyExc_TypeError, "offload() missing required argument '%s'", names[slots[0] ? 1 : 0]);
+        return -1;
+    }
+    if (!PyUnicode_Check(slots[0])) {
+        PyErr_Format(PyExc_TypeError, "offload() argument 'topic' must be str, not %.100s",
+                     Py_TYPE(slots[0])->tp_name);
+        return -1;
+    }
+    *topic = slots[0];
+    *value = slots[1];
+    *key = slots[2];
+    return 0;
+}
+
+static PyObject *offload_call(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     (void)mod;
-    static char *kwlist[] = { "topic", "value", "key", NULL };
-    PyObject *topic, *value, *key = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "UO|O:offload", kwlist, &topic, &value, &key))
+    PyObject *topic, *value, *key;
+    if (offload_args(args, nargs, kwnames, &topic, &value, &key) < 0)
         return NULL;
     if (!g_offload.ready) {
         PyErr_SetString(PyExc_RuntimeError,
@@ -153,19 +199,25 @@ static PyObject *offload_call(PyObject *mod, PyObject *args, PyObject *kwds)
             return NULL;
         }
     }
-    /* str/bytes objects are immutable: their buffers stay put without the GIL
-     * while this call holds its references. */
-    Py_INCREF(value);
-    Py_XINCREF(key);
-    int rc, err;
-    atomic_fetch_add(&g_offload.calls, 1);       /* under the GIL: teardown waits for it */
-    Py_BEGIN_ALLOW_THREADS
-    rc = fw_offload_send(&g_offload.ofl, t, (size_t)tlen, k, (size_t)klen, v, (size_t)vlen);
-    err = errno;
-    Py_END_ALLOW_THREADS
-    atomic_fetch_sub(&g_offload.calls, 1);
-    Py_DECREF(value);
-    Py_XDECREF(key);
+    /* The common case with the GIL held: a copy into the ring costs less
+     * than giving the GIL up and taking it back. */
+    int err = 0;
+    int rc = fw_offload_send(&g_offload.ofl, t, (size_t)tlen, k, (size_t)klen, v, (size_t)vlen, 1);
+    if (rc == FW_OFL_AGAIN) {
+        /* The slow way (spill file, waiting for room): without the GIL.
+         * str/bytes objects are immutable: their buffers stay put while
+         * this call holds its references. */
+        Py_INCREF(value);
+        Py_XINCREF(key);
+        atomic_fetch_add(&g_offload.calls, 1);       /* under the GIL: teardown waits for it */
+        Py_BEGIN_ALLOW_THREADS
+        rc = fw_offload_send(&g_offload.ofl, t, (size_t)tlen, k, (size_t)klen, v, (size_t)vlen, 0);
+        err = errno;
+        Py_END_ALLOW_THREADS
+        atomic_fetch_sub(&g_offload.calls, 1);
+        Py_DECREF(value);
+        Py_XDECREF(key);
+    }
     if (vown > 0)
         Py_DECREF(vkeep);
     if (kown > 0)
@@ -572,7 +624,7 @@ PyMethodDef fw_offload_methods[] = {
       "offload_setup(ring_fd, overflow, block_ms, max_record, spill_dir, spill_max=2**64-1, counters=None, "
       "on_drop=None): "
       "this process's producer" },
-    { "offload", (PyCFunction)(void (*)(void))offload_call, METH_VARARGS | METH_KEYWORDS,
+    { "offload", (PyCFunction)(void (*)(void))offload_call, METH_FASTCALL | METH_KEYWORDS,
       "offload(topic, value, key=None) -> True if queued or spilled, False if dropped by the overflow policy" },
     { "ring_prepare", ring_prepare, METH_VARARGS, "ring_prepare(fd, capacity) -> capacity: make or check the ring file" },
     { "ring_capacity", ring_capacity, METH_VARARGS,

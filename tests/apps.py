@@ -279,6 +279,11 @@ def offloader(environ, start_response):
             "topic-name": lambda: forkwsgi.offload("no spaces", b"v"),
             "topic-dots": lambda: forkwsgi.offload("..", b"v"),
             "too-big": lambda: forkwsgi.offload("t", b"x" * (int(q.get("size", "0")))),
+            "missing": lambda: forkwsgi.offload("t"),
+            "kw-unknown": lambda: forkwsgi.offload("t", b"v", kee=b"k"),
+            "kw-twice": lambda: forkwsgi.offload("t", b"v", topic="u"),
+            "too-many": lambda: forkwsgi.offload("t", b"v", b"k", b"x"),
+            "kw-ok": lambda: forkwsgi.offload(value="by keyword", key="k", topic="kw"),
         }
         try:
             calls[case]()

@@ -94,6 +94,10 @@ def test_bad_calls_raise_clear_errors_and_send_nothing(make_server, dirs):
         "key-type": "TypeError: offload(): key must be bytes or str",
         "topic-name": "ValueError: offload(): 'no spaces' is not a valid Kafka topic name",
         "topic-dots": "ValueError: offload(): '..' is not a valid Kafka topic name",
+        "missing": "TypeError: offload() missing required argument 'value'",
+        "kw-unknown": "TypeError: offload() got an unexpected keyword argument 'kee'",
+        "kw-twice": "TypeError: offload() got multiple values for argument 'topic'",
+        "too-many": "TypeError: offload() takes at most 3 arguments (4 given)",
     }
     for case, want in expected.items():
         body = get(s, f"/bad?case={case}").body.decode()
@@ -102,6 +106,10 @@ def test_bad_calls_raise_clear_errors_and_send_nothing(make_server, dirs):
     assert body.startswith("ValueError: offload(): the record is larger than --offload-max-record"), body
     time.sleep(0.5)
     assert lines(dirs["out"]) == []
+    assert get(s, "/bad?case=kw-ok").body == b"no error"          # every argument by keyword
+    assert wait_for(lambda: lines(dirs["out"])), "the record sent by keyword did not arrive"
+    assert [(x["topic"], bytes.fromhex(x["key"]), bytes.fromhex(x["value"])) for x in lines(dirs["out"])] == \
+        [("kw", b"k", b"by keyword")]
 
 
 def test_offload_without_a_sink_says_how_to_enable_it(make_server):
