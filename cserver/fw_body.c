@@ -254,6 +254,13 @@ static int live_peek(fw_conn *c, const char **p, size_t *n)
         }
         if (rc != FW_HTTP_INCOMPLETE)
             return live_fail(c, FW_IO_BAD);
+        if (fw_buf_used(&c->out) > 0) {
+            /* Responses owed (pipelined before this request): the client
+             * may wait for them before it sends the rest. */
+            int w = fw_conn_flush_wait(c);
+            if (w != FW_IO_DONE)
+                return live_fail(c, w);
+        }
         struct pollfd pfd = { .fd = c->w.fd, .events = POLLIN };
         int timeout = c->srv->cfg.body_timeout_ms > 0 ? c->srv->cfg.body_timeout_ms : -1;
         int k = poll(&pfd, 1, timeout);

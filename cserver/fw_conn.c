@@ -2,7 +2,8 @@
  *
  * conn_drive() is the only place that moves a connection between states; the
  * event callbacks just feed it. Pipelined requests are served by the same
- * loop in order, without waiting for another EPOLLIN. */
+ * loop in order, without waiting for another EPOLLIN, and their responses
+ * leave together (see fw_conn.h: the batch). */
 #include "fw_conn.h"
 #include "fw_internal.h"
 #include "fw_pool.h"
@@ -357,7 +358,29 @@ static void record_response(fw_conn *c)
         log_access(c, micros);
 }
 
-/* The response is on the wire: recycle the connection for the next request. */
+/* Between two requests, kept alive: wait for the next one under the idle
+ * timeout (its first byte starts the header timeout). With nothing read and
+ * nothing owed, the connection is idle: its buffers shrink, and a stopping
+ * server applies its stop rule to it. */
+static void conn_between(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    c->state = FW_C_READ_HEAD;
+    c->head_started = 0;
+    fw_timer_start(&srv->t_idle, &c->timer, srv->now);
+    if (srv->cfg.stats)
+        fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
+    if (fw_buf_used(&c->in) == 0 && fw_buf_used(&c->out) == 0) {
+        fw_buf_reset(&c->in, IDLE_KEEP_BYTES);
+        fw_buf_reset(&c->out, IDLE_KEEP_BYTES);
+        if (srv->stopping)
+            fw_conn_start_stop(c);      /* idle now: hand it on while retiring */
+    }
+}
+
+/* The response is on the wire, or queued at the end of a batch (then
+ * counted and logged as it is queued): recycle the connection for the next
+ * request. */
 static void request_end(fw_conn *c)
 {
     fw_server *srv = c->srv;
@@ -391,17 +414,30 @@ static void request_end(fw_conn *c)
             fw_conn_close(c);
         return;
     }
-    c->state = FW_C_READ_HEAD;
-    c->head_started = 0;
-    fw_timer_start(&srv->t_idle, &c->timer, srv->now);
-    if (srv->cfg.stats)
-        fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
-    if (fw_buf_used(&c->in) == 0) {
-        fw_buf_reset(&c->in, IDLE_KEEP_BYTES);
-        fw_buf_reset(&c->out, IDLE_KEEP_BYTES);
-        if (srv->stopping)
-            fw_conn_start_stop(c);      /* idle now: hand it on while retiring */
-    }
+    conn_between(c);
+}
+
+int fw_conn_may_batch(const fw_conn *c)
+{
+    /* The same rule request_end applies: a response after which the
+     * connection closes is written at once, with the batch before it. */
+    if (!c->keep_alive || c->must_close || c->srv->ending_keepalive)
+        return 0;
+    if (c->body.src == FW_B_LIVE && !c->body.done)
+        return 0;
+    if (c->resp.sf_left > 0)
+        return 0;
+    return fw_buf_used(&c->in) > c->consume_at_end && c->batched + 1 < FW_BATCH_MAX_RESPONSES &&
+           fw_buf_used(&c->out) < FW_BATCH_MAX_BYTES;
+}
+
+/* The batched responses are owed and c is about to wait for input: write
+ * them first (FLUSH, under the write timeout), then come back to this state. */
+static void conn_flush_owed(fw_conn *c)
+{
+    c->flush_then = c->state;
+    c->state = FW_C_FLUSH;
+    fw_timer_start(&c->srv->t_write, &c->timer, c->srv->now);
 }
 
 /* READ_HEAD: try to parse a head from `in`. Returns 1 to keep driving, 0 to wait. */
@@ -496,6 +532,10 @@ static void conn_drive(fw_conn *c)
         switch (c->state) {
         case FW_C_READ_HEAD:
             if (!step_head(c)) {
+                if (fw_buf_used(&c->out) > 0) {
+                    conn_flush_owed(c);
+                    break;
+                }
                 conn_watch(c, EPOLLIN);
                 return;
             }
@@ -503,6 +543,10 @@ static void conn_drive(fw_conn *c)
         case FW_C_READ_BODY: {
             int rc = fw_body_preread(c);
             if (rc == FW_HTTP_INCOMPLETE) {
+                if (fw_buf_used(&c->out) > 0) {
+                    conn_flush_owed(c);
+                    break;
+                }
                 conn_watch(c, EPOLLIN);
                 return;
             }
@@ -532,7 +576,14 @@ static void conn_drive(fw_conn *c)
                 return;
             break;
         }
-        case FW_C_WRITE: {
+        case FW_C_WRITE:
+        case FW_C_FLUSH: {
+            if (c->state == FW_C_WRITE && !c->app_active && fw_conn_may_batch(c)) {
+                /* The next request is already here: its response joins this one. */
+                c->batched++;
+                request_end(c);
+                break;
+            }
             int rc = fw_conn_flush(c);
             if (rc == FW_IO_AGAIN) {
                 if (c->timer.list != &srv->t_write)
@@ -544,10 +595,18 @@ static void conn_drive(fw_conn *c)
                 fw_conn_close(c);
                 return;
             }
-            if (c->app_active)
+            c->batched = 0;
+            if (c->state == FW_C_FLUSH) {
+                /* Back to reading, its timeout starting now, as after any write. */
+                if (c->flush_then == FW_C_READ_BODY)
+                    fw_conn_body_wait(c);
+                else
+                    conn_between(c);
+            } else if (c->app_active) {
                 c->state = FW_C_APP;
-            else
+            } else {
                 request_end(c);
+            }
             break;
         }
         case FW_C_LINGER:
@@ -606,7 +665,8 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
         /* A request arriving on an idle connection (kept alive, or new and
          * silent until now) may be better served by another worker: see
          * fw_balance_handoff. It goes there unread. */
-        if (c->state == FW_C_READ_HEAD && srv->pool && fw_buf_used(&c->in) == 0 && !srv->stopping &&
+        if (c->state == FW_C_READ_HEAD && srv->pool && fw_buf_used(&c->in) == 0 &&
+            fw_buf_used(&c->out) == 0 && !srv->stopping &&
             fw_balance_handoff(&srv->bal, &c->place, c->w.fd, listener_index(c), served_before(c),
                                passed_client(c))) {
             fw_conn_close_passed(c);    /* the socket lives on in the datagram, then in the peer */
@@ -629,6 +689,7 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
         return;
     }
     case FW_C_WRITE:
+    case FW_C_FLUSH:
         if (events & (EPOLLERR)) {
             fw_conn_close(c);
             return;
@@ -669,7 +730,8 @@ void fw_conn_on_timeout(fw_conn *c)
         conn_fail(c, 408);
         conn_drive(c);
         return;
-    case FW_C_WRITE: {
+    case FW_C_WRITE:
+    case FW_C_FLUSH: {
         /* Reset rather than close: a plain close would leave the kernel
          * trickling megabytes of queued response into a stalled window. */
         struct linger lg = { .l_onoff = 1, .l_linger = 0 };

@@ -1,7 +1,15 @@
 /* fw_conn: one client connection and the request/response on it.
  *
  * States: READ_HEAD -> [READ_BODY] -> APP -> [WRITE] -> READ_HEAD (keep-alive)
- * or -> LINGER/close. Ownership: between on_request and the end of the
+ * or -> LINGER/close; READ_HEAD/READ_BODY -> [FLUSH] -> READ_HEAD/READ_BODY.
+ *
+ * Pipelining: when a response is complete and the next request's bytes are
+ * already in `in`, its write is deferred (fw_conn_may_batch): the request
+ * ends, the next one is served, and the responses queue up in `out`. They
+ * are written together, in order, when the connection would otherwise wait
+ * for input (FLUSH), or when a response cannot join the batch (it closes
+ * the connection, streams, sends a file, or the batch is full): then WRITE
+ * writes the batch and that response in one go. Ownership: between on_request and the end of the
  * response the app layer owns the request (app_state, the body reader and
  * the response writer below); the loop owns everything else. Only one thread
  * touches a connection at a time: the loop thread, or (with app threads) the
@@ -9,7 +17,8 @@
  * it back (fw_conn_app_done); `thr` says which thread's context is in use.
  *
  * Buffers: `in` (raw bytes from the socket; the parsed head points into it
- * or into head_copy), `out` (bytes queued for the socket), `body.mem`
+ * or into head_copy), `out` (bytes queued for the socket: the current
+ * response, after those of ended pipelined requests still unwritten), `body.mem`
  * (a pre-read body that is not a plain span of `in`) are all owned here. */
 #ifndef FW_CONN_H
 #define FW_CONN_H
@@ -28,6 +37,8 @@ enum fw_conn_state {
     FW_C_APP,           /* the app layer owns the request */
     FW_C_WRITE,         /* waiting for the socket to drain `out` */
     FW_C_LINGER,        /* answered an error: discard input until EOF, then close */
+    FW_C_FLUSH,         /* between requests, writing the batched responses of ended
+                         * requests before waiting for input; then back to flush_then */
     FW_C_CLOSED
 };
 
@@ -73,6 +84,9 @@ typedef struct fw_resp {
     int app_close;           /* app sent Connection: close */
     int app_date;            /* app sent Date: it goes out instead of ours */
     size_t head_start;       /* out length before the head, to roll back a bad head */
+    int head_open;           /* a head is being queued (fw_resp_begin until end_head or
+                              * abort_head): only then is there a head to roll back; what
+                              * is in `out` before it (batched responses) always stays */
     int sf_fd;               /* sendfile source (not owned), -1 if none */
     uint64_t sf_off, sf_left;
     uint64_t sent;           /* body bytes framed for the wire (the access log's B) */
@@ -109,6 +123,9 @@ struct fw_conn {
     size_t consume_at_end;            /* bytes of `in` to drop when the request ends */
     int64_t head_started;             /* first byte of this request (ms) */
     unsigned requests;                /* served on this connection */
+    unsigned batched;                 /* responses in `out` whose requests have ended (their
+                                       * write deferred: pipelining); 0 once `out` is written */
+    int flush_then;                   /* FW_C_FLUSH: the state to go back to */
     int keep_alive;                   /* this response may keep the connection */
     int must_close;
 
@@ -190,6 +207,19 @@ int fw_resp_queue(fw_conn *c, const char *data, size_t len);
 void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count);
 /* The app has no more body: queue the chunked terminator, check lengths. */
 void fw_resp_finish(fw_conn *c);
+
+/* A pipelined batch: at most this many responses, and no response joins it
+ * once `out` holds this many bytes (fairness towards the loop's other
+ * connections, latency of the first response, memory). */
+#define FW_BATCH_MAX_RESPONSES 64
+#define FW_BATCH_MAX_BYTES (64 * 1024)
+
+/* Question (1 yes, 0 no): may the write of c's complete response wait, to
+ * leave with the responses of the pipelined requests after it? Yes when
+ * the connection stays open after it, bytes of a next request are already
+ * read, nothing of it is to come from a file, and the batch has room. Asked
+ * by the thread that owns c, when the app is done with the response. */
+int fw_conn_may_batch(const fw_conn *c);
 
 /* Write what is queued without blocking. */
 int fw_conn_flush(fw_conn *c);

@@ -53,13 +53,17 @@ void fw_resp_error_head(fw_conn *c, int status)
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n", status, r, blen);
-    c->out.len = c->out.off + c->resp.head_start;    /* drop a half-built head */
+    if (c->resp.head_open)
+        c->out.len = c->out.off + c->resp.head_start;    /* drop a half-built head */
+    c->resp.head_open = 0;
+    /* What is queued before it (responses of pipelined requests) stays. */
+    size_t mark = fw_buf_used(&c->out);
     if (fw_buf_append(&c->out, head, (size_t)n) != 0 ||
         append_date(c) != 0 ||
         append_str(&c->out, "\r\n") != 0 || append_str(&c->out, r) != 0 ||
         append_str(&c->out, "\n") != 0)
-        c->out.len = c->out.off;                      /* out of memory: just close */
-    if (c->req.is_head && c->out.len > c->out.off)
+        c->out.len = c->out.off + mark;               /* out of memory: just close */
+    if (c->req.is_head && c->out.len > c->out.off + mark)
         c->out.len -= blen;                           /* HEAD: no body */
     c->resp.started = 1;
     c->resp.status = status;
@@ -75,6 +79,7 @@ int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
     for (size_t i = 0; i < 3 && i < status_len; i++)
         code = code * 10 + (status_line[i] - '0');
     r->head_start = fw_buf_used(&c->out);
+    r->head_open = 1;
     r->status = code;
     r->no_body = c->req.is_head || code < 200 || code == 204 || code == 304;
     r->fixed = r->chunked = r->app_close = r->app_date = r->crlf_owed = 0;
@@ -88,7 +93,9 @@ int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
 
 void fw_resp_abort_head(fw_conn *c)
 {
-    c->out.len = c->out.off + c->resp.head_start;
+    if (c->resp.head_open)
+        c->out.len = c->out.off + c->resp.head_start;
+    c->resp.head_open = 0;
     fw_buf_reset(&c->log_headers, 0);
 }
 
@@ -200,6 +207,7 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     if (!keep)
         c->must_close = 1;
     r->started = 1;
+    r->head_open = 0;
     return 0;
 }
 

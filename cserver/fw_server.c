@@ -498,8 +498,10 @@ static void pool_run(void *ctx, int index, fw_pool_job *job)
     /* The thread is free from here on: say so before the response is
      * written, or the client's next connection can see a stale count. */
     fw_balance_end(&srv->bal, &c->place);
-    if (rc != FW_APP_CLOSE && c->state == FW_C_APP)
-        (void)fw_conn_flush(c);   /* what it could not send, the loop sends */
+    /* What it could not send, the loop sends; and the response of a
+     * pipelined request waits there to leave with the next ones. */
+    if (rc != FW_APP_CLOSE && c->state == FW_C_APP && !(rc == FW_APP_DONE && fw_conn_may_batch(c)))
+        (void)fw_conn_flush(c);
     c->pool_rc = rc;
 }
 

@@ -24,7 +24,8 @@ typedef struct fw_stats {
     _Atomic uint64_t bytes_out;                /* response body bytes */
     _Atomic uint64_t status[6];                /* [1..5]: 1xx..5xx, [0]: anything else */
     _Atomic uint64_t total_us;                 /* sum of request durations (head parsed to
-                                                * response on the wire) */
+                                                * response on the wire, or queued in a
+                                                * pipelined batch: fw_conn.h) */
     _Atomic uint64_t total_hist[FW_STATS_NBUCKETS];
     _Atomic uint64_t conns_open;               /* gauge */
     _Atomic uint64_t conns_idle;               /* gauge: kept alive, waiting for a next request */
@@ -49,7 +50,7 @@ int fw_stats_bucket(uint64_t us);
 /* Upper bound of bucket i in microseconds; UINT64_MAX for the last. */
 uint64_t fw_stats_bound_us(int i);
 
-/* Loop thread: a response is on the wire. */
+/* Loop thread: a response is on the wire (or, pipelined, queued in a batch). */
 void fw_stats_request_done(fw_stats *s, int status, uint64_t body_bytes, uint64_t us);
 /* Loop thread: connections open now, and of them kept alive and idle. */
 void fw_stats_conns(fw_stats *s, uint64_t open, uint64_t idle);

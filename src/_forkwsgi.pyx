@@ -166,6 +166,7 @@ cdef extern from "glue.h":
         FW_PROXY_V1
         FW_PROXY_V2
 
+    object fw_environ_template(object base)
     int fw_netlist_parse(const char *spec, fw_netlist **out)
     void fw_netlist_free(fw_netlist *l)
     const fw_app_ops fw_glue_ops
@@ -437,7 +438,9 @@ cdef class Server:
                 raise MemoryError()
             strcpy(self.spool_dir, b)
             cfg.spool_dir = self.spool_dir
-        # The callbacks borrow these; this object keeps them alive.
+        # The callbacks borrow these; this object keeps them alive. The
+        # environ's template is a copy with room for a request's entries.
+        base_environ = fw_environ_template(base_environ)
         self.app, self.logger, self.base_environ, self.listener_info = app, logger, base_environ, listener_info
         self.g.app = <PyObject *>app
         self.g.logger = <PyObject *>logger

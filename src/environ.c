@@ -245,6 +245,26 @@ static void log_scheme_conflict(fw_glue *s, fw_conn *c)
                   "Forwarded proto=)", host, *port ? ":" : "", port);
 }
 
+/* Room in the template for the entries a request adds (its own, about ten,
+ * and its headers): PyDict_Copy clones the template's table as it is, so
+ * the environ then takes them without a resize per request. */
+#define ENV_ROOM 32
+
+PyObject *fw_environ_template(PyObject *base)
+{
+    if (!PyDict_Check(base)) {
+        PyErr_SetString(PyExc_TypeError, "base_environ must be a dict");
+        return NULL;
+    }
+    PyObject *t = _PyDict_NewPresized(PyDict_GET_SIZE(base) + ENV_ROOM);
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (t && PyDict_Next(base, &pos, &k, &v))
+        if (PyDict_SetItem(t, k, v) < 0)
+            Py_CLEAR(t);
+    return t;
+}
+
 PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
 {
     const fw_request *r = &c->req;

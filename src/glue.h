@@ -48,9 +48,12 @@ typedef struct fw_glue {
 
 typedef struct {
     PyObject_HEAD
+    vectorcallfunc vectorcall;  /* sr_vectorcall: start_response(status, headers) without an
+                                 * argument tuple */
     fw_req *req;                /* NULL once the request ended */
-    PyObject *status;           /* bytes, latin-1 */
-    PyObject *headers;          /* list of (bytes, bytes) */
+    PyObject *status;           /* the app's str, checked: latin-1 (one byte a character) */
+    PyObject *headers;          /* owned list of the app's (str, str) tuples, checked the same
+                                 * way: their bytes go to the wire as they are stored */
     int called;
 } StartResponseObject;
 
@@ -88,6 +91,10 @@ extern PyTypeObject FileWrapper_Type;
  * scheme headers from an allowed proxy disagree), said in the log. */
 int fw_environ_init(void);
 PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status);
+/* A copy of base (the constant entries) to give the Server as its
+ * base_environ: sized so that a request's environ, copied from it, takes
+ * the request's entries without growing (new reference, or NULL). */
+PyObject *fw_environ_template(PyObject *base);
 PyObject *fw_environ_listener_info(int fd);
 
 /* request.c: the fw_app_ops callbacks (ctx: the fw_glue), and their

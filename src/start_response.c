@@ -44,27 +44,34 @@ static int valid_value(const char *s, Py_ssize_t n)
     return 1;
 }
 
-static PyObject *encode(PyObject *o, const char *what)
+/* The characters of str o as latin-1 bytes, in place: a str whose
+ * characters all fit in one byte stores them as those bytes (PEP 393), and
+ * any other kind holds a character above U+00FF. 0, or -1 with TypeError
+ * (not a str) or ValueError (not latin-1) set. */
+static int latin1_view(PyObject *o, const char *what, const char **p, Py_ssize_t *n)
 {
     if (!PyUnicode_Check(o)) {
         PyErr_Format(PyExc_TypeError, "%s must be str, not %.100s", what, Py_TYPE(o)->tp_name);
-        return NULL;
+        return -1;
     }
-    PyObject *b = PyUnicode_AsLatin1String(o);
-    if (!b) {
-        PyErr_Clear();
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(o) < 0)
+        return -1;
+#endif
+    if (PyUnicode_KIND(o) != PyUnicode_1BYTE_KIND) {
         PyErr_Format(PyExc_ValueError, "%s is not latin-1: %R", what, o);
+        return -1;
     }
-    return b;
+    *p = (const char *)PyUnicode_1BYTE_DATA(o);
+    *n = PyUnicode_GET_LENGTH(o);
+    return 0;
 }
 
-static PyObject *sr_call(PyObject *self_, PyObject *args, PyObject *kwds)
+static PyObject *sr_write(PyObject *self_, PyObject *arg);
+static PyMethodDef sr_write_def = { "write", sr_write, METH_O, "write(data): send body bytes now (PEP 3333 legacy API)" };
+
+static PyObject *sr_start(StartResponseObject *self, PyObject *status, PyObject *headers, PyObject *exc_info)
 {
-    StartResponseObject *self = (StartResponseObject *)self_;
-    static char *kwlist[] = { "status", "headers", "exc_info", NULL };
-    PyObject *status, *headers, *exc_info = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:start_response", kwlist, &status, &headers, &exc_info))
-        return NULL;
     if (!self->req) {
         PyErr_SetString(PyExc_RuntimeError, "start_response() called after the request ended");
         return NULL;
@@ -91,61 +98,87 @@ static PyObject *sr_call(PyObject *self_, PyObject *args, PyObject *kwds)
         return NULL;
     }
 
-    PyObject *st = encode(status, "status");
-    if (!st)
+    const char *p;
+    Py_ssize_t len;
+    if (latin1_view(status, "status", &p, &len) < 0)
         return NULL;
-    if (!valid_status(PyBytes_AS_STRING(st), PyBytes_GET_SIZE(st))) {
+    if (!valid_status(p, len)) {
         PyErr_Format(PyExc_ValueError, "invalid status line: %R", status);
-        Py_DECREF(st);
         return NULL;
     }
     PyObject *seq = PySequence_Fast(headers, "headers must be a list of (name, value) tuples");
-    if (!seq) {
-        Py_DECREF(st);
+    if (!seq)
         return NULL;
-    }
+    /* The app's tuples are kept as they are (a tuple and its str items never
+     * change), in a list of our own: the app may reuse its list. */
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject *out = PyList_New(n);
-    if (!out)
-        goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
         if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
             PyErr_Format(PyExc_TypeError, "header must be a (name, value) tuple, not %R", item);
             goto fail;
         }
-        PyObject *k = encode(PyTuple_GET_ITEM(item, 0), "header name");
-        if (!k)
+        const char *k, *v;
+        Py_ssize_t kn, vn;
+        if (latin1_view(PyTuple_GET_ITEM(item, 0), "header name", &k, &kn) < 0 ||
+            latin1_view(PyTuple_GET_ITEM(item, 1), "header value", &v, &vn) < 0)
             goto fail;
-        PyObject *v = encode(PyTuple_GET_ITEM(item, 1), "header value");
-        if (!v) {
-            Py_DECREF(k);
-            goto fail;
-        }
-        if (!valid_name(PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k)) ||
-            !valid_value(PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v))) {
+        if (!valid_name(k, kn) || !valid_value(v, vn)) {
             PyErr_Format(PyExc_ValueError, "invalid header: %R", item);
-            Py_DECREF(k);
-            Py_DECREF(v);
             goto fail;
         }
-        PyObject *pair = PyTuple_Pack(2, k, v);
-        Py_DECREF(k);
-        Py_DECREF(v);
-        if (!pair)
-            goto fail;
-        PyList_SET_ITEM(out, i, pair);
+    }
+    PyObject *out = PyList_New(n);
+    if (!out)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        Py_INCREF(item);
+        PyList_SET_ITEM(out, i, item);
     }
     Py_DECREF(seq);
-    Py_XSETREF(self->status, st);
+    Py_INCREF(status);
+    Py_XSETREF(self->status, status);
     Py_XSETREF(self->headers, out);
     self->called = 1;
-    return PyObject_GetAttrString(self_, "write");
+    return PyCFunction_New(&sr_write_def, (PyObject *)self);
 fail:
-    Py_XDECREF(out);
     Py_DECREF(seq);
-    Py_DECREF(st);
     return NULL;
+}
+
+static PyObject *sr_call(PyObject *self_, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = { "status", "headers", "exc_info", NULL };
+    PyObject *status, *headers, *exc_info = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:start_response", kwlist, &status, &headers, &exc_info))
+        return NULL;
+    return sr_start((StartResponseObject *)self_, status, headers, exc_info);
+}
+
+/* The usual call, start_response(status, headers[, exc_info]) by position,
+ * with no argument tuple; keywords go the tp_call way. */
+static PyObject *sr_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!kwnames && (nargs == 2 || nargs == 3))
+        return sr_start((StartResponseObject *)self_, args[0], args[1], nargs == 3 ? args[2] : Py_None);
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *tuple = PyTuple_New(nargs), *kw = nkw ? PyDict_New() : NULL, *res = NULL;
+    if (!tuple || (nkw && !kw))
+        goto out;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SET_ITEM(tuple, i, args[i]);
+    }
+    for (Py_ssize_t i = 0; i < nkw; i++)
+        if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0)
+            goto out;
+    res = sr_call(self_, tuple, kw);
+out:
+    Py_XDECREF(tuple);
+    Py_XDECREF(kw);
+    return res;
 }
 
 /* write(data): the legacy imperative API. Blocks until data is on the wire
@@ -203,8 +236,9 @@ PyTypeObject StartResponse_Type = {
     .tp_name = "forkwsgi._forkwsgi.StartResponse",
     .tp_basicsize = sizeof(StartResponseObject),
     .tp_dealloc = sr_dealloc,
+    .tp_vectorcall_offset = offsetof(StartResponseObject, vectorcall),
     .tp_call = sr_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_methods = sr_methods,
     .tp_doc = "start_response(status, headers, exc_info=None) for one request",
 };
@@ -214,6 +248,7 @@ StartResponseObject *fw_start_response_new(fw_req *r)
     StartResponseObject *sr = PyObject_New(StartResponseObject, &StartResponse_Type);
     if (!sr)
         return NULL;
+    sr->vectorcall = sr_vectorcall;
     sr->req = r;
     sr->status = NULL;
     sr->headers = NULL;
@@ -229,14 +264,16 @@ int fw_req_send_head(fw_req *r, int64_t known_len)
         PyErr_SetString(PyExc_RuntimeError, "the app did not call start_response()");
         return -1;
     }
-    if (fw_resp_begin(c, PyBytes_AS_STRING(sr->status), (size_t)PyBytes_GET_SIZE(sr->status)) < 0)
+    /* Both checked by start_response: latin-1 str, their bytes in place. */
+    if (fw_resp_begin(c, (const char *)PyUnicode_1BYTE_DATA(sr->status),
+                      (size_t)PyUnicode_GET_LENGTH(sr->status)) < 0)
         goto nomem;
     Py_ssize_t n = PyList_GET_SIZE(sr->headers);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PyList_GET_ITEM(sr->headers, i);
         PyObject *k = PyTuple_GET_ITEM(pair, 0), *v = PyTuple_GET_ITEM(pair, 1);
-        if (fw_resp_header(c, PyBytes_AS_STRING(k), (size_t)PyBytes_GET_SIZE(k),
-                           PyBytes_AS_STRING(v), (size_t)PyBytes_GET_SIZE(v)) < 0) {
+        if (fw_resp_header(c, (const char *)PyUnicode_1BYTE_DATA(k), (size_t)PyUnicode_GET_LENGTH(k),
+                           (const char *)PyUnicode_1BYTE_DATA(v), (size_t)PyUnicode_GET_LENGTH(v)) < 0) {
             fw_resp_abort_head(c);
             PyErr_Format(PyExc_ValueError, "invalid or duplicate response header %R", pair);
             return -1;

@@ -1,0 +1,35 @@
+"""start_response called in the ways PEP 3333 allows (tests/test_start_response.py)."""
+
+
+class Str(str):
+    pass
+
+
+def app(environ, start_response):
+    path = environ["PATH_INFO"]
+    if path == "/kw":
+        start_response(status="201 Created", headers=[("Content-Type", "text/plain")])
+    elif path == "/kw-exc":
+        start_response("202 Accepted", exc_info=None, headers=[("Content-Type", "text/plain")])
+    elif path == "/three":
+        start_response("200 OK", [("Content-Type", "text/plain")], None)
+    elif path == "/tuple":
+        start_response("200 OK", (("Content-Type", "text/plain"), ("X-T", "1")))
+    elif path == "/mutate":
+        headers = [("Content-Type", "text/plain"), ("X-Kept", "1")]
+        start_response("200 OK", headers)
+        headers[1] = ("X-Changed", "1")
+        headers.append(("X-Late", "1"))
+    elif path == "/subclass":
+        start_response(Str("200 OK"), [(Str("X-Sub"), Str("v"))])
+    elif path == "/latin1":
+        start_response("200 OK", [("X-Latin", "caf\xe9")])
+    elif path == "/nonlatin":
+        start_response("200 OK", [("X-Euro", "\u20ac")])
+    elif path == "/bytes":
+        start_response("200 OK", [(b"X-Bytes", "1")])
+    elif path == "/status-nonlatin":
+        start_response("200 \u20ac", [])
+    else:
+        start_response("404 Not Found", [])
+    return [b"body"]

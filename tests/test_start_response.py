@@ -1,0 +1,51 @@
+"""start_response: keywords, exc_info by position, a tuple of headers, str
+subclasses, latin-1 values sent as their bytes, and the app's list reused
+after the call; non-latin-1 and non-str values are refused in the app."""
+import pytest
+
+from conftest import ServerProc
+from httpraw import Conn
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = ServerProc("sr_apps:app")
+    yield s
+    s.stop()
+
+
+def get(s, path):
+    with Conn(s.port) as c:
+        c.send(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        return c.read_response()
+
+
+@pytest.mark.parametrize("path,status", [("/kw", 201), ("/kw-exc", 202), ("/three", 200), ("/tuple", 200)])
+def test_call_forms(srv, path, status):
+    r = get(srv, path)
+    assert (r.status, r.body) == (status, b"body")
+
+
+def test_headers_list_changed_after_the_call(srv):
+    r = get(srv, "/mutate")
+    assert r.header("x-kept") == "1"
+    assert r.header("x-changed") is None and r.header("x-late") is None
+
+
+def test_str_subclasses(srv):
+    r = get(srv, "/subclass")
+    assert (r.status, r.header("x-sub")) == (200, "v")
+
+
+def test_latin1_value_goes_out_as_its_bytes(srv):
+    r = get(srv, "/latin1")
+    assert b"\r\nX-Latin: caf\xe9\r\n" in r.raw_head
+
+
+@pytest.mark.parametrize("path,error", [("/nonlatin", "header value is not latin-1"),
+                                        ("/status-nonlatin", "status is not latin-1"),
+                                        ("/bytes", "header name must be str, not bytes")])
+def test_refused_in_the_app(srv, path, error):
+    r = get(srv, path)
+    assert r.status == 500
+    assert error in srv.log()
