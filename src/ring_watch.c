@@ -26,6 +26,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -71,6 +72,14 @@ static int share_cpu(const ring_watch *w)
 static void *watch_main(void *arg)
 {
     ring_watch *w = arg;
+    /* A new thread inherits its creator's policy, and the sibling's threads
+     * are SCHED_IDLE by now: this one must not be (the sibling is allowed
+     * to leave SCHED_IDLE, or it would not start a watch). */
+    struct sched_param p = { .sched_priority = 0 };
+    if (sched_setscheduler(0, SCHED_OTHER, &p) != 0 || setpriority(PRIO_PROCESS, 0, 0) != 0)
+        return NULL;             /* tid stays 0: fw_ring_watch_start reports it */
+    if (prctl(PR_SET_NAME, "fw-ring-watch", 0, 0, 0) != 0)
+        return NULL;
     atomic_store(&w->tid, (int)syscall(SYS_gettid));
     struct timespec pause = { 0, w->interval_ns };
     for (;;) {

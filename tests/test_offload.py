@@ -331,6 +331,12 @@ def test_an_idle_sibling_on_a_saturated_cpu_keeps_up_without_spilling(make_serve
     stats = json.loads(get(s, "/stats").body)
     assert stats["workers"]["spilled"] == 0, (stats, s.log())
     assert "the ring is more than 1/8 full" in s.log(), s.log()
+    # The watch itself never idles (a new thread inherits SCHED_IDLE from
+    # the sibling's threads: the watch then woke late, and records spilled).
+    sib = sibling_pid(s)
+    watch = [int(t) for t in os.listdir(f"/proc/{sib}/task")
+             if open(f"/proc/{sib}/task/{t}/comm").read().strip() == "fw-ring-watch"]
+    assert len(watch) == 1 and os.sched_getscheduler(watch[0]) == os.SCHED_OTHER, watch
     assert wait_for(lambda: len(lines(dirs["out"])) == 10 + n, timeout=30), (len(lines(dirs["out"])), n)
 
 
