@@ -347,9 +347,7 @@ class Sibling:
         try:
             return submit(records)
         except Exception as e:  # noqa: BLE001 - any sink failure is retried
-            t = Ticket(records)
-            t.failure, t.left = e, 0
-            return t
+            return Ticket(records).fail(e)
 
     def _settle(self):
         """Batches the sink finished: a failed one waits for its pause and

@@ -59,15 +59,20 @@ class Ticket:
             raise self.failure
         return self.rejected
 
+    def fail(self, exc):
+        """Done: the whole batch failed with exc (it is retried)."""
+        self.failure, self.left = exc, 0
+        return self
+
 
 def send_now(sink, records):
     """A finished Ticket for a sink that delivers in send()."""
     t = Ticket(records)
-    t.left = 0
     try:
         t.rejected = sink.send(records)
     except Exception as e:  # noqa: BLE001 - any sink failure is retried
-        t.failure = e
+        return t.fail(e)
+    t.left = 0
     return t
 
 
@@ -230,7 +235,7 @@ class KafkaSink:
         self.producer.flush(0)
         for t in self.open:                   # reports the old producer will never give
             if not t.done:
-                t.failure, t.left = SinkError(f"producer replaced: {self.fatal.str()}"), 0
+                t.fail(SinkError(f"producer replaced: {self.fatal.str()}"))
         self.open = []
         self.fatal = None
         self.producer = self._new_producer()
