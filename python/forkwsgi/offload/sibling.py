@@ -333,6 +333,10 @@ class Sibling:
             b = Batch(entries)
             self.in_flight.append(b)
             b.ticket = self._hand(entries)
+            if b.ticket.done:
+                # A sink that delivers in send(): acknowledge before the
+                # next batch, so a sibling killed now repeats one batch at most.
+                settled = self._settle() or settled
         # A sink that delivers in send() is done already: settle now, so
         # that the journal gives their room back before the next read.
         settled = self._settle() or settled
