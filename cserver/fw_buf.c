@@ -41,7 +41,7 @@ int fw_buf_reserve(fw_buf *b, size_t extra)
     return 0;
 }
 
-int fw_buf_append(fw_buf *b, const void *p, size_t n)
+int fw_buf_append_grow(fw_buf *b, const void *p, size_t n)
 {
     if (n == 0)
         return 0;
@@ -50,13 +50,6 @@ int fw_buf_append(fw_buf *b, const void *p, size_t n)
     memcpy(b->data + b->len, p, n);
     b->len += n;
     return 0;
-}
-
-void fw_buf_consume(fw_buf *b, size_t n)
-{
-    b->off += n;
-    if (b->off >= b->len)
-        b->off = b->len = 0;
 }
 
 void fw_buf_reset(fw_buf *b, size_t keep)

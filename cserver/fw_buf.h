@@ -8,6 +8,7 @@
 #define FW_BUF_H
 
 #include <stddef.h>
+#include <string.h>
 
 typedef struct fw_buf {
     char *data;   /* owned, NULL until the first reserve */
@@ -23,8 +24,24 @@ static inline size_t fw_buf_room(const fw_buf *b) { return b->cap - b->len; }
 
 /* Make room for at least `extra` bytes after len. 0 on success, -1 on ENOMEM. */
 int fw_buf_reserve(fw_buf *b, size_t extra);
-int fw_buf_append(fw_buf *b, const void *p, size_t n);
-void fw_buf_consume(fw_buf *b, size_t n);
+/* Append p[0..n): 0, or -1 on ENOMEM. Inline when there is room (response
+ * heads are built of many small appends); fw_buf_append_grow otherwise. */
+int fw_buf_append_grow(fw_buf *b, const void *p, size_t n);
+static inline int fw_buf_append(fw_buf *b, const void *p, size_t n)
+{
+    if (n == 0 || b->cap - b->len < n)
+        return fw_buf_append_grow(b, p, n);
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+/* Consume n bytes from the front (n <= fw_buf_used). */
+static inline void fw_buf_consume(fw_buf *b, size_t n)
+{
+    b->off += n;
+    if (b->off >= b->len)
+        b->off = b->len = 0;
+}
 /* Drop all contents; shrink the allocation back to `keep` bytes if it grew past it. */
 void fw_buf_reset(fw_buf *b, size_t keep);
 void fw_buf_free(fw_buf *b);

@@ -8,17 +8,19 @@
 
 #include <string.h>
 
-/* Character classes, one bit each. */
-#define C_TCHAR 0x01   /* token characters (RFC 9110 5.6.2) */
+/* Character classes, one bit each (FW_HTTP_C_* in fw_http.h). */
+#define C_TCHAR FW_HTTP_C_TCHAR
 #define C_VCHAR 0x02   /* visible ASCII 0x21-0x7E */
-#define C_FVAL  0x04   /* allowed inside a field value: VCHAR, SP, HTAB, obs-text */
+#define C_FVAL  FW_HTTP_C_FVAL
 #define C_HOST  0x08   /* allowed in a Host value / authority */
 #define C_HEX   0x10
 
-/* Every byte's classes, fixed at compile time (read by every thread). */
+/* Every byte's classes, fixed at compile time (read by every thread; the
+ * response side reads it through fw_http_is_tchar). */
 #define VF (C_VCHAR | C_FVAL)                    /* any visible ASCII character */
 #define TVF (C_TCHAR | VF)
-static const unsigned char cls[256] = {
+#define cls fw_http_cls
+const unsigned char fw_http_cls[256] = {
     ['\t'] = C_FVAL, [' '] = C_FVAL,
     ['0' ... '9'] = TVF | C_HOST | C_HEX,
     ['A' ... 'F'] = TVF | C_HOST | C_HEX, ['a' ... 'f'] = TVF | C_HOST | C_HEX,
@@ -34,26 +36,6 @@ static const unsigned char cls[256] = {
     ['}'] = VF, ['~'] = TVF | C_HOST,
     [0x80 ... 0xff] = C_FVAL,                  /* obs-text */
 };
-
-int fw_http_is_tchar(unsigned char c)
-{
-    return cls[c] & C_TCHAR;
-}
-
-int fw_http_token_eq(const char *s, size_t n, const char *lit)
-{
-    size_t i = 0;
-    for (; i < n; i++) {
-        unsigned char a = (unsigned char)s[i], b = (unsigned char)lit[i];
-        if (b == 0)
-            return 0;
-        if (a >= 'A' && a <= 'Z')
-            a = (unsigned char)(a + 32);
-        if (a != b)
-            return 0;
-    }
-    return lit[i] == 0;
-}
 
 size_t fw_http_skip_crlf(const char *buf, size_t len)
 {

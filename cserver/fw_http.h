@@ -105,8 +105,31 @@ enum {
 int fw_chunked_feed(fw_chunked *d, const char *src, size_t len, size_t *used,
                     const char **data, size_t *data_len, const fw_http_limits *lim);
 
-/* Helpers shared with the response side. */
-int fw_http_is_tchar(unsigned char c);
-int fw_http_token_eq(const char *s, size_t n, const char *lit);   /* ASCII case-insensitive */
+/* Helpers shared with the response side, inline: they run per byte of
+ * every response header. The class table is constant (fw_http.c). */
+#define FW_HTTP_C_TCHAR 0x01   /* token characters (RFC 9110 5.6.2) */
+#define FW_HTTP_C_FVAL  0x04   /* allowed inside a field value: VCHAR, SP, HTAB, obs-text */
+extern const unsigned char fw_http_cls[256];
+
+static inline int fw_http_is_tchar(unsigned char c)
+{
+    return fw_http_cls[c] & FW_HTTP_C_TCHAR;
+}
+
+/* s[0..n) equals the lower-case literal lit, ASCII case-insensitive. */
+static inline int fw_http_token_eq(const char *s, size_t n, const char *lit)
+{
+    size_t i = 0;
+    for (; i < n; i++) {
+        unsigned char a = (unsigned char)s[i], b = (unsigned char)lit[i];
+        if (b == 0)
+            return 0;
+        if (a >= 'A' && a <= 'Z')
+            a = (unsigned char)(a + 32);
+        if (a != b)
+            return 0;
+    }
+    return lit[i] == 0;
+}
 
 #endif

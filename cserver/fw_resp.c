@@ -99,15 +99,24 @@ void fw_resp_abort_head(fw_conn *c)
     fw_buf_reset(&c->log_headers, 0);
 }
 
-static int is_hop_by_hop(const char *n, size_t len)
+/* What a response header name is to the server. By length first: this runs
+ * for every header of every response, and most names match none. */
+enum { H_PLAIN, H_CONTENT_LENGTH, H_CONNECTION, H_HOP, H_DATE };
+
+static int header_kind(const char *n, size_t len)
 {
-    static const char *const hop[] = {
-        "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", NULL
-    };
-    for (int i = 0; hop[i]; i++)
-        if (fw_http_token_eq(n, len, hop[i]))
-            return 1;
-    return 0;
+    switch (len) {
+    case 2:  return fw_http_token_eq(n, len, "te") ? H_HOP : H_PLAIN;
+    case 4:  return fw_http_token_eq(n, len, "date") ? H_DATE : H_PLAIN;
+    case 7:  return fw_http_token_eq(n, len, "trailer") || fw_http_token_eq(n, len, "upgrade")
+                 ? H_HOP : H_PLAIN;
+    case 10: return fw_http_token_eq(n, len, "connection") ? H_CONNECTION
+                 : fw_http_token_eq(n, len, "keep-alive") ? H_HOP : H_PLAIN;
+    case 14: return fw_http_token_eq(n, len, "content-length") ? H_CONTENT_LENGTH : H_PLAIN;
+    case 16: return fw_http_token_eq(n, len, "proxy-connection") ? H_HOP : H_PLAIN;
+    case 17: return fw_http_token_eq(n, len, "transfer-encoding") ? H_HOP : H_PLAIN;
+    default: return H_PLAIN;
+    }
 }
 
 int fw_resp_header(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen)
@@ -118,15 +127,14 @@ int fw_resp_header(fw_conn *c, const char *name, size_t nlen, const char *value,
     for (size_t i = 0; i < nlen; i++)
         if (!fw_http_is_tchar((unsigned char)name[i]))
             return -1;
-    for (size_t i = 0; i < vlen; i++) {
-        unsigned char ch = (unsigned char)value[i];
-        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+    for (size_t i = 0; i < vlen; i++)
+        if (!(fw_http_cls[(unsigned char)value[i]] & FW_HTTP_C_FVAL))
             return -1;                   /* CR, LF, NUL: never a split response */
-    }
     fw_alog *al = c->srv->cfg.access_log;
     if (al && fw_alog_wants_response_headers(al))
         fw_alog_capture(al, &c->log_headers, name, nlen, value, vlen);
-    if (nlen == 14 && fw_http_token_eq(name, nlen, "content-length")) {
+    switch (header_kind(name, nlen)) {
+    case H_CONTENT_LENGTH: {
         uint64_t v = 0;
         if (vlen == 0 || vlen > 19 || r->fixed)
             return -1;
@@ -139,20 +147,25 @@ int fw_resp_header(fw_conn *c, const char *name, size_t nlen, const char *value,
         r->left = v;
         if (r->status < 200 || r->status == 204)
             return 0;                    /* RFC 9110 8.6: never on 1xx/204 */
-    } else if (nlen == 10 && fw_http_token_eq(name, nlen, "connection")) {
+        break;
+    }
+    case H_CONNECTION:
         /* Hop-by-hop and ours to decide; "close" is honoured. */
         for (size_t i = 0; i + 5 <= vlen; i++)
             if (fw_http_token_eq(value + i, 5, "close"))
                 r->app_close = 1;
         return 0;
-    } else if (is_hop_by_hop(name, nlen)) {
+    case H_HOP:
         return 0;                        /* PEP 3333: not the app's to send */
-    } else if (nlen == 4 && fw_http_token_eq(name, nlen, "date")) {
+    case H_DATE:
         /* RFC 9110 6.6.1: one Date at most; the app's (Werkzeug sends one)
          * replaces ours, and only its first is sent. */
         if (r->app_date)
             return 0;
         r->app_date = 1;
+        break;
+    default:
+        break;
     }
     if (fw_buf_reserve(&c->out, nlen + vlen + 4) != 0)
         return -1;
