@@ -318,11 +318,11 @@ static void conn_fail(fw_conn *c, int status)
     c->state = FW_C_WRITE;
 }
 
-static int64_t monotonic_us(void)
+static uint64_t monotonic_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* The access log line of the response just sent, while the request's head
@@ -350,8 +350,11 @@ static void log_access(fw_conn *c, int64_t micros)
 static void record_response(fw_conn *c)
 {
     fw_server *srv = c->srv;
-    int64_t micros = c->began_us ? monotonic_us() - c->began_us : 0;
-    c->began_us = 0;
+    /* A response still queued (a pipelined batch) was done when the app
+     * returned: the app layer's clock reading then serves. */
+    uint64_t now = c->app_done_ns && fw_buf_used(&c->out) > 0 ? c->app_done_ns : monotonic_ns();
+    int64_t micros = c->began_ns && now > c->began_ns ? (int64_t)((now - c->began_ns) / 1000) : 0;
+    c->began_ns = c->app_done_ns = 0;
     if (srv->cfg.stats)
         fw_stats_request_done(srv->cfg.stats, c->resp.status, c->resp.sent, (uint64_t)micros);
     if (srv->cfg.access_log)
@@ -491,7 +494,7 @@ static int step_head(fw_conn *c)
     c->head_len = end;
     c->head_scan = 0;
     if (srv->cfg.access_log || srv->cfg.stats)
-        c->began_us = monotonic_us();
+        c->began_ns = monotonic_ns();
     c->keep_alive = c->req.keep_alive && srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
     if (fw_body_setup(c) != 0) {
         conn_fail(c, 500);

@@ -143,7 +143,10 @@ struct fw_conn {
                                        * next request under the idle timeout, not the header one */
 
     /* For the access log and the counters (srv->cfg.access_log, .stats), per request. */
-    int64_t began_us;                 /* the head parsed (monotonic us), 0 if not yet */
+    uint64_t began_ns;                /* the head parsed (CLOCK_MONOTONIC ns), 0 if not
+                                       * yet or neither stats nor access log want it */
+    uint64_t app_done_ns;             /* set by the app layer: when its last call for this
+                                       * request returned (CLOCK_MONOTONIC ns), or 0 */
     fw_buf log_headers;               /* owned: response headers the format shows (fw_alog_capture) */
 };
 

@@ -54,8 +54,10 @@ uint64_t fw_stats_bound_us(int i);
 void fw_stats_request_done(fw_stats *s, int status, uint64_t body_bytes, uint64_t us);
 /* Loop thread: connections open now, and of them kept alive and idle. */
 void fw_stats_conns(fw_stats *s, uint64_t open, uint64_t idle);
-/* App threads: one call into the app took us. */
-void fw_stats_app_call(fw_stats *s, uint64_t us);
+/* App threads: one call into the app took us. one_writer: this thread is
+ * the only one that calls it (the app runs inline on the loop thread), so a
+ * plain load and store do instead of locked adds. */
+void fw_stats_app_call(fw_stats *s, uint64_t us, int one_writer);
 /* App threads: the app raised, or returned no valid response. */
 void fw_stats_exception(fw_stats *s);
 

@@ -148,8 +148,7 @@ cdef extern from "glue.h":
         fw_server *srv
         PyObject *app
         PyObject *logger
-        PyObject *base_environ
-        PyObject *listener_info
+        PyObject *templates
         PyObject *pending_exc
         const fw_scheme_header *scheme_headers
         int n_scheme_headers
@@ -166,12 +165,13 @@ cdef extern from "glue.h":
         FW_PROXY_V1
         FW_PROXY_V2
 
-    object fw_environ_template(object base)
+    object fw_environ_template(object base, object info)
     int fw_netlist_parse(const char *spec, fw_netlist **out)
     void fw_netlist_free(fw_netlist *l)
     const fw_app_ops fw_glue_ops
     PyMethodDef fw_offload_methods[]
     PyTypeObject StartResponse_Type
+    PyTypeObject Writer_Type
     PyTypeObject Input_Type
     PyTypeObject FileWrapper_Type
 
@@ -374,7 +374,7 @@ cdef class Server:
     cdef fw_alog *access_log       # owned, NULL if none; freed after the server
     cdef Py_buffer stats_buf       # the master's shared counters of this worker, buf NULL if none
     cdef fw_scheme_header *scheme_headers   # PyMem, pointing into scheme_bytes
-    cdef object app, logger, base_environ, listener_info, scheme_bytes
+    cdef object app, logger, templates, scheme_bytes
 
     def __cinit__(self):
         memset(&self.g, 0, sizeof(self.g))
@@ -439,13 +439,13 @@ cdef class Server:
             strcpy(self.spool_dir, b)
             cfg.spool_dir = self.spool_dir
         # The callbacks borrow these; this object keeps them alive. The
-        # environ's template is a copy with room for a request's entries.
-        base_environ = fw_environ_template(base_environ)
-        self.app, self.logger, self.base_environ, self.listener_info = app, logger, base_environ, listener_info
+        # environ's templates, one per listener, have room for a request's
+        # entries.
+        self.templates = [fw_environ_template(base_environ, li) for li in listener_info]
+        self.app, self.logger = app, logger
         self.g.app = <PyObject *>app
         self.g.logger = <PyObject *>logger
-        self.g.base_environ = <PyObject *>base_environ
-        self.g.listener_info = <PyObject *>listener_info
+        self.g.templates = <PyObject *>self.templates
         if stats is not None:
             # A writable shared buffer of FW_STATS_SIZE bytes, 8-aligned.
             PyObject_GetBuffer(stats, &self.stats_buf, PyBUF_WRITABLE)
@@ -739,6 +739,7 @@ def producer_counters(counters, Py_ssize_t offset):
 # ---- the module ------------------------------------------------------------------
 
 PyType_Ready(&StartResponse_Type)
+PyType_Ready(&Writer_Type)
 PyType_Ready(&Input_Type)
 PyType_Ready(&FileWrapper_Type)
 fw_environ_init()

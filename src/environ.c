@@ -1,8 +1,9 @@
 /* environ: building the PEP 3333 environ dict from a parsed request.
  *
  * Cost matters here (it runs for every request), so constant entries come
- * from a template dict copied in one go, and the environ keys of common
- * headers are interned strings looked up instead of built.
+ * from a template dict copied in one go, and the strs a client repeats
+ * (path, header values, its address; the environ keys of header names)
+ * come from two caches (strcache.c) instead of being built each time.
  *
  * Behind a proxy: when the connection's peer is in --forwarded-allow-ips
  * (decided once per connection, fw_conn.fwd_allowed), the headers of
@@ -20,23 +21,14 @@ static PyObject *k_method, *k_path, *k_query, *k_raw_uri, *k_proto, *k_server_na
     *k_server_port, *k_remote_addr, *k_remote_port, *k_ctype, *k_clen, *k_url_scheme, *v_http11,
     *v_http10, *v_empty, *v_http, *v_https, *s_comma;
 
-static struct { const char *lower; PyObject *key; size_t len; } common[] = {
-    { "host", NULL, 0 }, { "user-agent", NULL, 0 }, { "accept", NULL, 0 },
-    { "accept-encoding", NULL, 0 }, { "accept-language", NULL, 0 }, { "connection", NULL, 0 },
-    { "cookie", NULL, 0 }, { "referer", NULL, 0 }, { "cache-control", NULL, 0 },
-    { "authorization", NULL, 0 }, { "origin", NULL, 0 }, { "x-forwarded-for", NULL, 0 },
-    { "x-forwarded-proto", NULL, 0 }, { "x-request-id", NULL, 0 }, { "x-real-ip", NULL, 0 },
-    { "if-none-match", NULL, 0 }, { "if-modified-since", NULL, 0 }, { "pragma", NULL, 0 },
-    { "upgrade-insecure-requests", NULL, 0 }, { "expect", NULL, 0 }, { "transfer-encoding", NULL, 0 },
-    { "sec-fetch-mode", NULL, 0 }, { "sec-fetch-site", NULL, 0 }, { "sec-fetch-dest", NULL, 0 },
-};
+/* Environ keys by raw header name, and values by their bytes (strcache.c). */
+static fw_strcache keys = { .env_keys = 1 }, values;
 
 static struct { const char *name; PyObject *value; } methods[] = {
     { "GET", NULL }, { "POST", NULL }, { "HEAD", NULL }, { "PUT", NULL },
     { "DELETE", NULL }, { "OPTIONS", NULL }, { "PATCH", NULL },
 };
 
-#define NCOMMON (sizeof(common) / sizeof(common[0]))
 #define NMETHODS (sizeof(methods) / sizeof(methods[0]))
 
 int fw_environ_init(void)
@@ -60,17 +52,6 @@ int fw_environ_init(void)
     INTERN(v_http10, "HTTP/1.0");
     INTERN(v_empty, "");
     INTERN(s_comma, ", ");
-    for (size_t i = 0; i < NCOMMON; i++) {
-        char key[64] = "HTTP_";
-        size_t n = strlen(common[i].lower);
-        for (size_t k = 0; k < n; k++) {
-            char ch = common[i].lower[k];
-            key[5 + k] = ch == '-' ? '_' : (char)(ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
-        }
-        key[5 + n] = 0;
-        common[i].len = n;
-        INTERN(common[i].key, key);
-    }
     for (size_t i = 0; i < NMETHODS; i++)
         INTERN(methods[i].value, methods[i].name);
 #undef INTERN
@@ -80,6 +61,12 @@ int fw_environ_init(void)
 static PyObject *latin1(const char *p, size_t n)
 {
     return PyUnicode_DecodeLatin1(p, (Py_ssize_t)n, NULL);
+}
+
+/* The str of p[0..n), shared with earlier requests when it repeats. */
+static PyObject *cached(const char *p, size_t n)
+{
+    return fw_strcache_get(&values, p, n, latin1);
 }
 
 static int set_new(PyObject *d, PyObject *k, PyObject *v)
@@ -103,7 +90,7 @@ static int hexval(char c)
 static PyObject *decode_path(const char *p, size_t n)
 {
     if (!memchr(p, '%', n))
-        return latin1(p, n);
+        return cached(p, n);
     char *out = PyMem_Malloc(n ? n : 1);
     if (!out)
         return PyErr_NoMemory();
@@ -127,54 +114,52 @@ static int set_remote(PyObject *env, fw_conn *c)
 {
     const char *host, *port;
     fw_conn_peer_text(c, &host, &port);
-    if (set_new(env, k_remote_addr, latin1(host, strlen(host))) < 0)
+    if (set_new(env, k_remote_addr, cached(host, strlen(host))) < 0)
         return -1;
-    return set_new(env, k_remote_port, latin1(port, strlen(port)));
+    return set_new(env, k_remote_port, cached(port, strlen(port)));
 }
 
-static PyObject *header_key(const fw_header *h)
+/* The environ key of a header name: CONTENT_TYPE, CONTENT_LENGTH, or
+ * HTTP_ and the name upper-cased with '-' as '_' (PEP 3333). */
+static PyObject *make_key(const char *name, size_t n)
 {
-    for (size_t i = 0; i < NCOMMON; i++)
-        if (common[i].len == h->name_len && fw_http_token_eq(h->name, h->name_len, common[i].lower)) {
-            Py_INCREF(common[i].key);
-            return common[i].key;
-        }
-    char stackbuf[256];
-    char *key = h->name_len + 5 <= sizeof(stackbuf) ? stackbuf : PyMem_Malloc(h->name_len + 5);
-    if (!key)
-        return PyErr_NoMemory();
+    if (n == 12 && fw_http_token_eq(name, n, "content-type"))
+        return Py_NewRef(k_ctype);
+    if (n == 14 && fw_http_token_eq(name, n, "content-length"))
+        return Py_NewRef(k_clen);
+    PyObject *s = PyUnicode_New((Py_ssize_t)n + 5, 127);
+    if (!s)
+        return NULL;
+    Py_UCS1 *key = PyUnicode_1BYTE_DATA(s);
     memcpy(key, "HTTP_", 5);
-    for (size_t k = 0; k < h->name_len; k++) {
-        char ch = h->name[k];
-        key[5 + k] = ch == '-' ? '_' : (char)(ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
+    for (size_t k = 0; k < n; k++) {
+        char ch = name[k];
+        key[5 + k] = (Py_UCS1)(ch == '-' ? '_' : ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
     }
-    PyObject *s = latin1(key, h->name_len + 5);
-    if (key != stackbuf)
-        PyMem_Free(key);
     return s;
 }
 
+/* Add one header's value under key; a repeated field becomes one value,
+ * joined with ", " (RFC 9110 5.3). */
 static int add_header(PyObject *env, PyObject *key, const fw_header *h)
 {
-    PyObject *val = latin1(h->value, h->value_len);
+    PyObject *val = cached(h->value, h->value_len);
     if (!val)
         return -1;
-    PyObject *old = PyDict_GetItemWithError(env, key);
-    if (old) {
-        /* Repeated field: one value, joined with ", " (RFC 9110 5.3). */
-        PyObject *tmp = PyUnicode_Concat(old, s_comma);
-        PyObject *joined = tmp ? PyUnicode_Concat(tmp, val) : NULL;
-        Py_XDECREF(tmp);
-        Py_DECREF(val);
-        if (!joined)
-            return -1;
-        val = joined;
-    } else if (PyErr_Occurred()) {
-        Py_DECREF(val);
-        return -1;
+    Py_ssize_t before = PyDict_GET_SIZE(env);
+    PyObject *old = PyDict_SetDefault(env, key, val);
+    if (!old || PyDict_GET_SIZE(env) != before) {
+        Py_DECREF(val);                 /* inserted (the dict holds it), or failed */
+        return old ? 0 : -1;
     }
-    int rc = PyDict_SetItem(env, key, val);
+    PyObject *tmp = PyUnicode_Concat(old, s_comma);
+    PyObject *joined = tmp ? PyUnicode_Concat(tmp, val) : NULL;
+    Py_XDECREF(tmp);
     Py_DECREF(val);
+    if (!joined)
+        return -1;
+    int rc = PyDict_SetItem(env, key, joined);
+    Py_DECREF(joined);
     return rc;
 }
 
@@ -250,18 +235,21 @@ static void log_scheme_conflict(fw_glue *s, fw_conn *c)
  * the environ then takes them without a resize per request. */
 #define ENV_ROOM 32
 
-PyObject *fw_environ_template(PyObject *base)
+PyObject *fw_environ_template(PyObject *base, PyObject *info)
 {
-    if (!PyDict_Check(base)) {
-        PyErr_SetString(PyExc_TypeError, "base_environ must be a dict");
+    if (!PyDict_Check(base) || !PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 2) {
+        PyErr_SetString(PyExc_TypeError, "base_environ must be a dict, listener_info (name, port) tuples");
         return NULL;
     }
-    PyObject *t = _PyDict_NewPresized(PyDict_GET_SIZE(base) + ENV_ROOM);
+    PyObject *t = _PyDict_NewPresized(PyDict_GET_SIZE(base) + 2 + ENV_ROOM);
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     while (t && PyDict_Next(base, &pos, &k, &v))
         if (PyDict_SetItem(t, k, v) < 0)
             Py_CLEAR(t);
+    if (t && (PyDict_SetItem(t, k_server_name, PyTuple_GET_ITEM(info, 0)) < 0 ||
+              PyDict_SetItem(t, k_server_port, PyTuple_GET_ITEM(info, 1)) < 0))
+        Py_CLEAR(t);
     return t;
 }
 
@@ -269,7 +257,7 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
 {
     const fw_request *r = &c->req;
     *status = 0;
-    PyObject *env = PyDict_Copy(s->base_environ);
+    PyObject *env = PyDict_Copy(PyList_GET_ITEM(s->templates, c->lst - s->srv->listeners));
     if (!env)
         return NULL;
     PyObject *m = NULL;
@@ -284,13 +272,9 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
     if (set_new(env, k_method, m) < 0)
         goto fail;
     if (set_new(env, k_path, decode_path(r->path, r->path_len)) < 0 ||
-        set_new(env, k_query, latin1(r->query, r->query_len)) < 0 ||
-        set_new(env, k_raw_uri, latin1(r->target, r->target_len)) < 0 ||
+        set_new(env, k_query, cached(r->query, r->query_len)) < 0 ||
+        set_new(env, k_raw_uri, cached(r->target, r->target_len)) < 0 ||
         PyDict_SetItem(env, k_proto, r->minor ? v_http11 : v_http10) < 0)
-        goto fail;
-    PyObject *li = PyList_GET_ITEM(s->listener_info, c->lst - s->srv->listeners);
-    if (PyDict_SetItem(env, k_server_name, PyTuple_GET_ITEM(li, 0)) < 0 ||
-        PyDict_SetItem(env, k_server_port, PyTuple_GET_ITEM(li, 1)) < 0)
         goto fail;
     if (set_remote(env, c) < 0)
         goto fail;
@@ -311,18 +295,9 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
                 forwarded = h;        /* the last line holds the last element */
             }
         }
-        PyObject *key;
-        if (h->name_len == 12 && fw_http_token_eq(h->name, 12, "content-type")) {
-            key = k_ctype;
-            Py_INCREF(key);
-        } else if (h->name_len == 14 && fw_http_token_eq(h->name, 14, "content-length")) {
-            key = k_clen;
-            Py_INCREF(key);
-        } else {
-            key = header_key(h);
-            if (!key)
-                goto fail;
-        }
+        PyObject *key = fw_strcache_get(&keys, h->name, h->name_len, make_key);
+        if (!key)
+            goto fail;
         int rc = add_header(env, key, h);
         Py_DECREF(key);
         if (rc < 0)

@@ -35,8 +35,9 @@ typedef struct fw_glue {
     fw_server *srv;             /* owned by the Server object */
     PyObject *app;              /* borrowed (the Server object's) */
     PyObject *logger;           /* borrowed */
-    PyObject *base_environ;     /* borrowed: constant environ entries, copied per request */
-    PyObject *listener_info;    /* borrowed: list of (SERVER_NAME, SERVER_PORT), one per fd */
+    PyObject *templates;        /* borrowed: list of dicts, one per listening fd: the constant
+                                 * environ entries and the fd's SERVER_NAME and SERVER_PORT,
+                                 * copied per request (fw_environ_template) */
     PyObject *pending_exc;      /* owned: BaseException raised by the app, re-raised by serve() */
     const fw_scheme_header *scheme_headers;   /* borrowed (the Server object's), n_scheme_headers */
     int n_scheme_headers;
@@ -46,16 +47,28 @@ typedef struct fw_glue {
     int serving;
 } fw_glue;
 
+typedef struct WriterObject WriterObject;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;  /* sr_vectorcall: start_response(status, headers) without an
                                  * argument tuple */
     fw_req *req;                /* NULL once the request ended */
     PyObject *status;           /* the app's str, checked: latin-1 (one byte a character) */
-    PyObject *headers;          /* owned list of the app's (str, str) tuples, checked the same
-                                 * way: their bytes go to the wire as they are stored */
+    PyObject *headers;          /* owned list or tuple of the app's (str, str) tuples, checked
+                                 * the same way: their bytes go to the wire as they are
+                                 * stored; no one else can change it (sr_start) */
+    WriterObject *writer;       /* owned: the write() start_response returns, or NULL; kept
+                                 * across requests through the free list */
     int called;
 } StartResponseObject;
+
+/* write(), as start_response returns it (start_response.c). */
+struct WriterObject {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    StartResponseObject *sr;    /* borrowed; NULL once sr let it go */
+};
 
 typedef struct {
     PyObject_HEAD
@@ -83,6 +96,7 @@ struct fw_req {
 };
 
 extern PyTypeObject StartResponse_Type;
+extern PyTypeObject Writer_Type;
 extern PyTypeObject Input_Type;
 extern PyTypeObject FileWrapper_Type;
 
@@ -91,11 +105,66 @@ extern PyTypeObject FileWrapper_Type;
  * scheme headers from an allowed proxy disagree), said in the log. */
 int fw_environ_init(void);
 PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status);
-/* A copy of base (the constant entries) to give the Server as its
- * base_environ: sized so that a request's environ, copied from it, takes
- * the request's entries without growing (new reference, or NULL). */
-PyObject *fw_environ_template(PyObject *base);
-PyObject *fw_environ_listener_info(int fd);
+/* The template of one listener's environs: a copy of base (the constant
+ * entries) with SERVER_NAME and SERVER_PORT from info, a (name, port)
+ * tuple; sized so that a request's environ, copied from it, takes the
+ * request's entries without growing (new reference, or NULL). */
+PyObject *fw_environ_template(PyObject *base, PyObject *info);
+
+/* Free lists: objects made for every request (start_response, wsgi.input,
+ * the request state) are kept when they die and handed to the next
+ * requests, instead of being freed and allocated again. The GIL protects
+ * them. push returns 0 when the list is full (then free p). */
+#define FW_FREE_MAX 16
+typedef struct fw_freelist {
+    void *items[FW_FREE_MAX];
+    int n;
+} fw_freelist;
+
+static inline void *fw_freelist_pop(fw_freelist *f)
+{
+    return f->n > 0 ? f->items[--f->n] : NULL;
+}
+
+static inline int fw_freelist_push(fw_freelist *f, void *p)
+{
+    if (f->n == FW_FREE_MAX)
+        return 0;
+    f->items[f->n++] = p;
+    return 1;
+}
+
+/* A new object of type t (a type without GC, made by fw_freelist_new and
+ * given back by fw_freelist_push in its tp_dealloc), from f when it has one.
+ * NULL with MemoryError set. */
+static inline PyObject *fw_freelist_new(fw_freelist *f, PyTypeObject *t)
+{
+    void *mem = fw_freelist_pop(f);
+    if (!mem && !(mem = PyObject_Malloc((size_t)t->tp_basicsize)))
+        return PyErr_NoMemory();
+    return PyObject_Init((PyObject *)mem, t);
+}
+
+/* strcache.c: short latin-1 strs kept from one request to the next (see
+ * there). fw_strcache_get returns a new reference to the str of p[0..n):
+ * the cached one when the bytes match, else make(p, n), cached when n <=
+ * FW_STRCACHE_MAX. The caller holds the GIL. */
+#define FW_STRCACHE_SLOTS 128
+#define FW_STRCACHE_MAX 64
+typedef struct fw_strcache_slot {
+    uint64_t hash;              /* of the len bytes value was made from */
+    PyObject *value;            /* owned, or NULL; a one-byte-kind str */
+    size_t off;                 /* where the len characters made from those bytes start */
+    size_t len;
+} fw_strcache_slot;
+typedef struct fw_strcache {
+    fw_strcache_slot slots[FW_STRCACHE_SLOTS];
+    int env_keys;               /* 0: value is the bytes as latin-1; 1: value is the environ
+                                 * key of a header name (upper case, '-' as '_') */
+} fw_strcache;
+PyObject *fw_strcache_get(fw_strcache *sc, const char *p, size_t n,
+                          PyObject *(*make)(const char *p, size_t n));
+void fw_strcache_clear(fw_strcache *sc);
 
 /* request.c: the fw_app_ops callbacks (ctx: the fw_glue), and their
  * module-level set-up (interned strings; 0, or -1 with an exception). */
@@ -118,8 +187,9 @@ int fw_req_send_head(fw_req *r, int64_t known_len);
  * "METHOD TARGET", NUL-terminated. */
 #define FW_STATUS_SIZE 256
 /* A call into the app begins / ends: the master's status slot (--timeout)
- * and the app time of the counters. enter returns the time (ns) for leave. */
-uint64_t fw_status_enter(fw_glue *s, fw_conn *c);
+ * and the app time of the counters. enter returns the time (ns) for leave;
+ * first: the request's first call (on_request, not on_writable). */
+uint64_t fw_status_enter(fw_glue *s, fw_conn *c, int first);
 void fw_status_leave(fw_glue *s, fw_conn *c, uint64_t began_ns);
 /* For the master: one entry's start time (0: not in the app), its count of
  * calls and, when in the app, its request line (into line, cap bytes,

@@ -202,9 +202,12 @@ static PyObject *in_next(PyObject *self)
     return l;
 }
 
+static fw_freelist in_free;          /* dead Input objects (one per request) */
+
 static void in_dealloc(PyObject *self)
 {
-    PyObject_Free(self);
+    if (!fw_freelist_push(&in_free, self))
+        PyObject_Free(self);
 }
 
 static PyMethodDef in_methods[] = {
@@ -228,7 +231,7 @@ PyTypeObject Input_Type = {
 
 InputObject *fw_input_new(fw_conn *c)
 {
-    InputObject *in = PyObject_New(InputObject, &Input_Type);
+    InputObject *in = (InputObject *)fw_freelist_new(&in_free, &Input_Type);
     if (in)
         in->conn = c;
     return in;

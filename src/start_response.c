@@ -68,7 +68,7 @@ static int latin1_view(PyObject *o, const char *what, const char **p, Py_ssize_t
 }
 
 static PyObject *sr_write(PyObject *self_, PyObject *arg);
-static PyMethodDef sr_write_def = { "write", sr_write, METH_O, "write(data): send body bytes now (PEP 3333 legacy API)" };
+static WriterObject *writer_of(StartResponseObject *sr);
 
 static PyObject *sr_start(StartResponseObject *self, PyObject *status, PyObject *headers, PyObject *exc_info)
 {
@@ -109,8 +109,6 @@ static PyObject *sr_start(StartResponseObject *self, PyObject *status, PyObject 
     PyObject *seq = PySequence_Fast(headers, "headers must be a list of (name, value) tuples");
     if (!seq)
         return NULL;
-    /* The app's tuples are kept as they are (a tuple and its str items never
-     * change), in a list of our own: the app may reuse its list. */
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
@@ -128,20 +126,30 @@ static PyObject *sr_start(StartResponseObject *self, PyObject *status, PyObject 
             goto fail;
         }
     }
-    PyObject *out = PyList_New(n);
-    if (!out)
-        goto fail;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        Py_INCREF(item);
-        PyList_SET_ITEM(out, i, item);
+    /* The app's tuples are kept as they are (a tuple and its str items never
+     * change). The sequence holding them must not change either until the
+     * head is sent: a tuple is kept; so is a list no one else holds (the
+     * usual `start_response(status, [...])`: its only other reference is
+     * the caller's argument, gone when the call returns); any other list is
+     * copied, since the app may reuse it. */
+    PyObject *out = seq;
+#if PY_VERSION_HEX < 0x030E0000     /* 3.14 may pass a local's list borrowed */
+    int only_ours = seq != headers || Py_REFCNT(seq) <= 2;
+#else
+    int only_ours = seq != headers;
+#endif
+    if (PyList_CheckExact(seq) && !only_ours) {
+        out = PyList_GetSlice(seq, 0, n);
+        Py_DECREF(seq);
+        if (!out)
+            return NULL;
     }
-    Py_DECREF(seq);
     Py_INCREF(status);
     Py_XSETREF(self->status, status);
     Py_XSETREF(self->headers, out);
     self->called = 1;
-    return PyCFunction_New(&sr_write_def, (PyObject *)self);
+    WriterObject *w = writer_of(self);
+    return (PyObject *)w;
 fail:
     Py_DECREF(seq);
     return NULL;
@@ -218,11 +226,79 @@ static PyObject *sr_write(PyObject *self_, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* ---- write(), the callable start_response returns ------------------------
+ *
+ * One per StartResponse, made at its first start_response and kept with it
+ * across requests (see the free list below). It points back at its
+ * StartResponse without a reference (a reference each way would be a
+ * cycle); the StartResponse clears that pointer when it lets the writer go,
+ * so a writer the app kept raises instead of writing. */
+
+static PyObject *wr_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    WriterObject *self = (WriterObject *)self_;
+    if (kwnames || PyVectorcall_NARGS(nargsf) != 1) {
+        PyErr_SetString(PyExc_TypeError, "write() takes exactly one argument (the bytes to send)");
+        return NULL;
+    }
+    if (!self->sr) {
+        PyErr_SetString(PyExc_RuntimeError, "write() called after the request ended");
+        return NULL;
+    }
+    return sr_write((PyObject *)self->sr, args[0]);
+}
+
+static void wr_dealloc(PyObject *self)
+{
+    PyObject_Free(self);
+}
+
+PyTypeObject Writer_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "forkwsgi._forkwsgi.Writer",
+    .tp_basicsize = sizeof(WriterObject),
+    .tp_dealloc = wr_dealloc,
+    .tp_vectorcall_offset = offsetof(WriterObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "write(data): send body bytes now (PEP 3333 legacy API)",
+};
+
+/* sr's writer (a new reference), made on first use. */
+static WriterObject *writer_of(StartResponseObject *sr)
+{
+    if (!sr->writer) {
+        WriterObject *w = PyObject_New(WriterObject, &Writer_Type);
+        if (!w)
+            return NULL;
+        w->vectorcall = wr_vectorcall;
+        w->sr = sr;
+        sr->writer = w;
+    }
+    Py_INCREF(sr->writer);
+    return sr->writer;
+}
+
+/* A StartResponse is made for every request; most die with it. The dead
+ * ones go to a free list with their writer (when the app kept no reference
+ * to it), so the next request allocates neither. */
+static fw_freelist sr_free;
+
 static void sr_dealloc(PyObject *self_)
 {
     StartResponseObject *self = (StartResponseObject *)self_;
-    Py_XDECREF(self->status);
-    Py_XDECREF(self->headers);
+    Py_CLEAR(self->status);
+    Py_CLEAR(self->headers);
+    if (self->writer && Py_REFCNT(self->writer) > 1) {
+        self->writer->sr = NULL;       /* kept by the app: it raises from now on */
+        Py_CLEAR(self->writer);
+    }
+    if (fw_freelist_push(&sr_free, self))
+        return;
+    if (self->writer) {
+        self->writer->sr = NULL;
+        Py_CLEAR(self->writer);
+    }
     PyObject_Free(self);
 }
 
@@ -245,9 +321,12 @@ PyTypeObject StartResponse_Type = {
 
 StartResponseObject *fw_start_response_new(fw_req *r)
 {
-    StartResponseObject *sr = PyObject_New(StartResponseObject, &StartResponse_Type);
+    int reused = sr_free.n > 0;
+    StartResponseObject *sr = (StartResponseObject *)fw_freelist_new(&sr_free, &StartResponse_Type);
     if (!sr)
         return NULL;
+    if (!reused)
+        sr->writer = NULL;
     sr->vectorcall = sr_vectorcall;
     sr->req = r;
     sr->status = NULL;
@@ -268,9 +347,10 @@ int fw_req_send_head(fw_req *r, int64_t known_len)
     if (fw_resp_begin(c, (const char *)PyUnicode_1BYTE_DATA(sr->status),
                       (size_t)PyUnicode_GET_LENGTH(sr->status)) < 0)
         goto nomem;
-    Py_ssize_t n = PyList_GET_SIZE(sr->headers);
+    /* A list or a tuple (sr_start). */
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(sr->headers);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PyList_GET_ITEM(sr->headers, i);
+        PyObject *pair = PySequence_Fast_GET_ITEM(sr->headers, i);
         PyObject *k = PyTuple_GET_ITEM(pair, 0), *v = PyTuple_GET_ITEM(pair, 1);
         if (fw_resp_header(c, (const char *)PyUnicode_1BYTE_DATA(k), (size_t)PyUnicode_GET_LENGTH(k),
                            (const char *)PyUnicode_1BYTE_DATA(v), (size_t)PyUnicode_GET_LENGTH(v)) < 0) {

@@ -5,6 +5,9 @@ class Str(str):
     pass
 
 
+kept = {}       # objects an app keeps past its request (/keep-write, /global-list)
+
+
 def app(environ, start_response):
     path = environ["PATH_INFO"]
     if path == "/kw":
@@ -20,6 +23,27 @@ def app(environ, start_response):
         start_response("200 OK", headers)
         headers[1] = ("X-Changed", "1")
         headers.append(("X-Late", "1"))
+    elif path == "/global-list":
+        # Held by a module global, not a local: still the app's to change.
+        kept["headers"] = [("Content-Type", "text/plain"), ("X-Kept", "1")]
+        start_response("200 OK", kept["headers"])
+        kept["headers"].append(("X-Late", "1"))
+    elif path == "/keep-write":
+        kept["write"] = start_response("200 OK", [("Content-Type", "text/plain")])
+    elif path == "/old-write":
+        # The write() of an ended request: it must raise, and never write
+        # into this response.
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        try:
+            kept["write"](b"stale bytes")
+        except Exception as e:
+            return [type(e).__name__.encode()]
+        return [b"written"]
+    elif path == "/write":
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+        write(b"by ")
+        write(b"write")
+        return []
     elif path == "/subclass":
         start_response(Str("200 OK"), [(Str("X-Sub"), Str("v"))])
     elif path == "/latin1":

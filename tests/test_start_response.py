@@ -32,6 +32,25 @@ def test_headers_list_changed_after_the_call(srv):
     assert r.header("x-changed") is None and r.header("x-late") is None
 
 
+def test_headers_list_held_elsewhere_changed_after_the_call(srv):
+    r = get(srv, "/global-list")
+    assert r.header("x-kept") == "1" and r.header("x-late") is None
+
+
+def test_write_of_an_ended_request_raises_and_never_writes(srv):
+    """The write() callable is kept with its start_response across requests
+    (a free list): one the app kept must not write into a later request, on
+    the same connection or another, however many requests come between."""
+    assert get(srv, "/keep-write").status == 200
+    for _ in range(3):
+        with Conn(srv.port) as c:
+            for path in ("/write", "/old-write", "/write"):
+                c.send(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+            bodies = [c.read_response().body for _ in range(3)]
+        assert bodies == [b"by write", b"RuntimeError", b"by write"]
+    assert b"stale" not in srv.log().encode()
+
+
 def test_str_subclasses(srv):
     r = get(srv, "/subclass")
     assert (r.status, r.header("x-sub")) == (200, "v")

@@ -1,0 +1,100 @@
+/* strcache: the short strings the environ repeats from request to request.
+ *
+ * A kept-alive client sends the same Host, User-Agent and Accept on every
+ * request, asks for the same few paths, and keeps its address and port; the
+ * environ keys of its header names are the same too. Building each of them
+ * as a new str costs an allocation, a copy and a free per request. Here a
+ * hit costs a hash and a memcmp, and the request shares the cached str
+ * (strs are immutable, so sharing them is safe).
+ *
+ * Direct-mapped: a slot holds the last string whose bytes hashed to it, and
+ * a miss replaces it. A slot keeps no copy of the bytes: they are compared
+ * with the cached str itself, which the request touches next anyway, so a
+ * hit reads one line of the (small) table more than a miss. Memory is
+ * bounded (FW_STRCACHE_SLOTS strings of at most FW_STRCACHE_MAX bytes);
+ * colliding or ever-changing values (cookies) only miss, costing one hash
+ * more than no cache. The caller holds the GIL, which protects the slots. */
+#include "glue.h"
+
+#include <string.h>
+
+/* A hash of the bytes, good enough to spread slots; not a defence (a
+ * crafted collision only makes lookups miss). Short strings, the usual
+ * case, take two overlapping loads. */
+static inline uint64_t load8(const char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+static inline uint64_t sc_hash(const char *p, size_t n)
+{
+    uint64_t a, b;
+    if (n >= 8) {
+        a = load8(p);
+        b = load8(p + n - 8);
+        for (size_t i = 8; i + 8 < n; i += 8)
+            a = (a ^ load8(p + i)) * 0x9E3779B97F4A7C15ull;
+    } else if (n >= 4) {
+        uint32_t x, y;
+        memcpy(&x, p, 4);
+        memcpy(&y, p + n - 4, 4);
+        a = x;
+        b = y;
+    } else {
+        a = n ? (unsigned char)p[0] | (unsigned char)p[n / 2] << 8 | (unsigned)(unsigned char)p[n - 1] << 16
+              : 0;
+        b = 0;
+    }
+    uint64_t h = (a * 0xff51afd7ed558ccdull) ^ (b * 0xc4ceb9fe1a85ec53ull) ^ n;
+    return h ^ (h >> 31);
+}
+
+/* The bytes of a header name against the environ key made of them: the
+ * key is the name upper-cased, '-' as '_' (names with '_' never get here). */
+static int key_matches(const Py_UCS1 *key, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char ch = p[i];
+        Py_UCS1 want = (Py_UCS1)(ch == '-' ? '_' : ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
+        if (key[i] != want)
+            return 0;
+    }
+    return 1;
+}
+
+PyObject *fw_strcache_get(fw_strcache *sc, const char *p, size_t n,
+                          PyObject *(*make)(const char *p, size_t n))
+{
+    if (n > FW_STRCACHE_MAX)
+        return make(p, n);
+    uint64_t h = sc_hash(p, n);
+    fw_strcache_slot *e = &sc->slots[h & (FW_STRCACHE_SLOTS - 1)];
+    if (e->hash == h && e->value && e->len == n) {
+        const Py_UCS1 *have = PyUnicode_1BYTE_DATA(e->value) + e->off;
+        if (sc->env_keys ? key_matches(have, p, n) : memcmp(have, p, n) == 0) {
+            Py_INCREF(e->value);
+            return e->value;
+        }
+    }
+    PyObject *v = make(p, n);
+    if (!v)
+        return NULL;
+    /* Where the bytes start in the str: an environ key of n name bytes is
+     * HTTP_ and those, or (CONTENT_TYPE, CONTENT_LENGTH) just them. */
+    Py_ssize_t off = PyUnicode_GET_LENGTH(v) - (Py_ssize_t)n;
+    if (PyUnicode_KIND(v) != PyUnicode_1BYTE_KIND || off < 0)
+        return v;                       /* not cacheable (make's choice): return as is */
+    Py_XSETREF(e->value, Py_NewRef(v));
+    e->hash = h;
+    e->off = (size_t)off;
+    e->len = n;
+    return v;
+}
+
+void fw_strcache_clear(fw_strcache *sc)
+{
+    for (size_t i = 0; i < FW_STRCACHE_SLOTS; i++)
+        Py_CLEAR(sc->slots[i].value);
+}
