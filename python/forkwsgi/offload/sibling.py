@@ -258,7 +258,7 @@ class Sibling:
         if keys:
             log.info("offload: %d journaled record(s) not yet delivered: delivering them", len(keys))
             self.dups = keys
-        used = _forkwsgi.ring_reader_stats()["used"]
+        used = _forkwsgi.ring_used()
         if used:
             log.info("offload: the ring holds %d bytes of records from before this sibling: delivering them", used)
 
@@ -498,7 +498,7 @@ class Sibling:
                 oldest = self.oldest_ts()
                 self.priority.update(time.time() - oldest if oldest else 0.0,
                                      self.spill_backlog or self.queue_backlog,
-                                     _forkwsgi.ring_reader_stats()["used"])
+                                     _forkwsgi.ring_used())
             delivered = self.deliver(force=self.stop_at is not None)
             self.publish()
             if self.stop_at is not None:
