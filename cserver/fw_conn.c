@@ -444,13 +444,20 @@ int fw_conn_may_batch(const fw_conn *c)
            fw_buf_used(&c->out) < FW_BATCH_MAX_BYTES;
 }
 
-/* The batched responses are owed and c is about to wait for input: write
- * them first (FLUSH, under the write timeout), then come back to this state. */
-static void conn_flush_owed(fw_conn *c)
+/* c (READ_HEAD or READ_BODY) is about to wait for input. Batched responses
+ * still owed are written first (FLUSH, under the write timeout), then c
+ * comes back to this state: returns 1 to keep driving. With nothing owed,
+ * watches for input: returns 0 to wait. */
+static int wait_for_input(fw_conn *c)
 {
+    if (fw_buf_used(&c->out) == 0) {
+        conn_watch(c, EPOLLIN);
+        return 0;
+    }
     c->flush_then = c->state;
     c->state = FW_C_FLUSH;
     fw_timer_start(&c->srv->t_write, &c->timer, c->srv->now);
+    return 1;
 }
 
 /* READ_HEAD: try to parse a head from `in`. Returns 1 to keep driving, 0 to wait. */
@@ -544,27 +551,17 @@ static void conn_drive(fw_conn *c)
     for (;;) {
         switch (c->state) {
         case FW_C_READ_HEAD:
-            if (!step_head(c)) {
-                if (fw_buf_used(&c->out) > 0) {
-                    conn_flush_owed(c);
-                    break;
-                }
-                conn_watch(c, EPOLLIN);
+            if (!step_head(c) && !wait_for_input(c))
                 return;
-            }
             break;
         case FW_C_READ_BODY: {
             int rc = fw_body_preread(c);
             if (rc == FW_HTTP_INCOMPLETE) {
-                if (fw_buf_used(&c->out) > 0) {
-                    conn_flush_owed(c);
-                    break;
-                }
-                conn_watch(c, EPOLLIN);
-                return;
-            }
-            if (rc != 0)
+                if (!wait_for_input(c))
+                    return;
+            } else if (rc != 0) {
                 conn_fail(c, rc);
+            }
             break;
         }
         case FW_C_APP: {
