@@ -381,17 +381,31 @@ static void conn_between(fw_conn *c)
     }
 }
 
+/* The app did not read the whole (streamed) request body: where the next
+ * request starts is not known. */
+static int body_unread(const fw_conn *c)
+{
+    return c->body.src == FW_B_LIVE && !c->body.done;
+}
+
+/* Does the connection close after the response at hand? unread:
+ * body_unread(c), asked while the body is still set up. request_end closes
+ * (or lingers) on it; fw_conn_may_batch writes such a response at once,
+ * with the batch before it. */
+static int closes_after_response(const fw_conn *c, int unread)
+{
+    return c->must_close || !c->keep_alive || c->srv->ending_keepalive || unread;
+}
+
 /* The response is on the wire, or queued at the end of a batch (then
  * counted and logged as it is queued): recycle the connection for the next
  * request. */
 static void request_end(fw_conn *c)
 {
     fw_server *srv = c->srv;
-    int unread = 0;
     if (srv->cfg.access_log || srv->cfg.stats)
         record_response(c);
-    if (c->body.src == FW_B_LIVE && !c->body.done)
-        unread = 1;               /* the app did not read the whole body */
+    int unread = body_unread(c);
     fw_body_release(c);
     memset(&c->body, 0, sizeof(c->body));
     c->body.fd = -1;
@@ -410,7 +424,8 @@ static void request_end(fw_conn *c)
     c->app_active = 0;
     c->app_state = NULL;
 
-    if (c->must_close || !c->keep_alive || srv->ending_keepalive || unread) {
+    /* Asked after fw_server_request_done, which may end keep-alive. */
+    if (closes_after_response(c, unread)) {
         if (unread || fw_buf_used(&c->in) > 0)
             conn_linger(c);
         else
@@ -422,11 +437,9 @@ static void request_end(fw_conn *c)
 
 int fw_conn_may_batch(const fw_conn *c)
 {
-    /* The same rule request_end applies: a response after which the
-     * connection closes is written at once, with the batch before it. */
-    if (!c->keep_alive || c->must_close || c->srv->ending_keepalive)
-        return 0;
-    if (c->body.src == FW_B_LIVE && !c->body.done)
+    /* A response after which the connection closes is written at once,
+     * with the batch before it. */
+    if (closes_after_response(c, body_unread(c)))
         return 0;
     if (c->resp.sf_left > 0)
         return 0;
@@ -434,13 +447,20 @@ int fw_conn_may_batch(const fw_conn *c)
            fw_buf_used(&c->out) < FW_BATCH_MAX_BYTES;
 }
 
-/* The batched responses are owed and c is about to wait for input: write
- * them first (FLUSH, under the write timeout), then come back to this state. */
-static void conn_flush_owed(fw_conn *c)
+/* c (READ_HEAD or READ_BODY) is about to wait for input. Batched responses
+ * still owed are written first (FLUSH, under the write timeout), then c
+ * comes back to this state: returns 1 to keep driving. With nothing owed,
+ * watches for input: returns 0 to wait. */
+static int wait_for_input(fw_conn *c)
 {
+    if (fw_buf_used(&c->out) == 0) {
+        conn_watch(c, EPOLLIN);
+        return 0;
+    }
     c->flush_then = c->state;
     c->state = FW_C_FLUSH;
     fw_timer_start(&c->srv->t_write, &c->timer, c->srv->now);
+    return 1;
 }
 
 /* READ_HEAD: try to parse a head from `in`. Returns 1 to keep driving, 0 to wait. */
@@ -534,27 +554,17 @@ static void conn_drive(fw_conn *c)
     for (;;) {
         switch (c->state) {
         case FW_C_READ_HEAD:
-            if (!step_head(c)) {
-                if (fw_buf_used(&c->out) > 0) {
-                    conn_flush_owed(c);
-                    break;
-                }
-                conn_watch(c, EPOLLIN);
+            if (!step_head(c) && !wait_for_input(c))
                 return;
-            }
             break;
         case FW_C_READ_BODY: {
             int rc = fw_body_preread(c);
             if (rc == FW_HTTP_INCOMPLETE) {
-                if (fw_buf_used(&c->out) > 0) {
-                    conn_flush_owed(c);
-                    break;
-                }
-                conn_watch(c, EPOLLIN);
-                return;
-            }
-            if (rc != 0)
+                if (!wait_for_input(c))
+                    return;
+            } else if (rc != 0) {
                 conn_fail(c, rc);
+            }
             break;
         }
         case FW_C_APP: {

@@ -544,6 +544,17 @@ static PyObject *ring_reader_stats(PyObject *mod, PyObject *unused)
                          (unsigned long long)atomic_load(&g_reader.ring.meta->wakes));
 }
 
+/* ring_used() -> bytes in the ring (ring_reader_stats()["used"], without
+ * building the dict: the sibling asks on each turn of its loop). */
+static PyObject *ring_used(PyObject *mod, PyObject *unused)
+{
+    (void)mod;
+    (void)unused;
+    if (!reader_ready())
+        return NULL;
+    return PyLong_FromUnsignedLongLong((unsigned long long)fw_ring_used(&g_reader.ring));
+}
+
 /* ring_has_data() -> bool: a record (or a slot being written) at the
  * reading position. */
 static PyObject *ring_has_data(PyObject *mod, PyObject *unused)
@@ -637,6 +648,7 @@ PyMethodDef fw_offload_methods[] = {
     { "ring_release", ring_release, METH_VARARGS, "ring_release(upto): free what was read up to a position" },
     { "ring_wait", ring_wait, METH_VARARGS, "ring_wait(timeout_ms) -> bool: sleep until a record comes" },
     { "ring_reader_stats", ring_reader_stats, METH_NOARGS, "ring_reader_stats() -> dict" },
+    { "ring_used", ring_used, METH_NOARGS, "ring_used() -> bytes in the ring" },
     { "ring_has_data", ring_has_data, METH_NOARGS, "ring_has_data() -> bool" },
     { "ring_watch", ring_watch, METH_VARARGS,
       "ring_watch(threshold, interval_ms, nice) -> tid: leave SCHED_IDLE when the ring holds threshold bytes" },

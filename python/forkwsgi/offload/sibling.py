@@ -34,7 +34,7 @@ from .counters import SIB, SIB_CUMULATIVE, SIB_NAMES, counters_size, sibling_cou
 from .journal import Journal
 from .queue import flock_within, ring_path
 from .records import Record, frame
-from .sinks import SinkDiskError, Ticket, make_sink, send_now
+from .sinks import SinkDiskError, Ticket, make_sink
 from .spills import SpillCollector
 
 log = logging.getLogger("forkwsgi")
@@ -258,7 +258,7 @@ class Sibling:
         if keys:
             log.info("offload: %d journaled record(s) not yet delivered: delivering them", len(keys))
             self.dups = keys
-        used = _forkwsgi.ring_reader_stats()["used"]
+        used = _forkwsgi.ring_used()
         if used:
             log.info("offload: the ring holds %d bytes of records from before this sibling: delivering them", used)
 
@@ -313,9 +313,8 @@ class Sibling:
         MAX_IN_FLIGHT batches are with the sink at once, so its round trip
         (the broker's acks) does not set the pace. Returns True if a batch
         was settled."""
-        poll = getattr(self.sink, "poll", None)
-        if poll is not None and self.in_flight:
-            poll(0)
+        if self.in_flight:
+            self.sink.poll(0)
         settled = self._settle()
         now = time.monotonic()
         for b in self.in_flight:                  # failed batches whose pause is over
@@ -334,7 +333,7 @@ class Sibling:
             self.in_flight.append(b)
             b.ticket = self._hand(entries)
             if b.ticket.done:
-                # A sink that delivers in send(): acknowledge before the
+                # A sink that delivers in send() (SendSink): acknowledge before the
                 # next batch, so a sibling killed now repeats one batch at most.
                 settled = self._settle() or settled
         # A sink that delivers in send() is done already: settle now, so
@@ -345,11 +344,8 @@ class Sibling:
 
     def _hand(self, entries):
         records = [r for r, _, _ in entries]
-        submit = getattr(self.sink, "submit", None)
-        if submit is None:
-            return send_now(self.sink, records)
         try:
-            return submit(records)
+            return self.sink.submit(records)
         except Exception as e:  # noqa: BLE001 - any sink failure is retried
             return Ticket(records).fail(e)
 
@@ -422,9 +418,8 @@ class Sibling:
 
     def wait(self, seconds):
         """Sleep up to `seconds`; with batches at the sink, until its first report."""
-        poll = getattr(self.sink, "poll", None)
-        if poll is not None and any(b.ticket is not None and not b.ticket.done for b in self.in_flight):
-            poll(seconds)
+        if any(b.ticket is not None and not b.ticket.done for b in self.in_flight):
+            self.sink.poll(seconds)
         else:
             time.sleep(seconds)
 
@@ -503,7 +498,7 @@ class Sibling:
                 oldest = self.oldest_ts()
                 self.priority.update(time.time() - oldest if oldest else 0.0,
                                      self.spill_backlog or self.queue_backlog,
-                                     _forkwsgi.ring_reader_stats()["used"])
+                                     _forkwsgi.ring_used())
             delivered = self.deliver(force=self.stop_at is not None)
             self.publish()
             if self.stop_at is not None:

@@ -10,7 +10,11 @@ A sink that delivers in the background (KafkaSink) has submit(batch) and
 poll(timeout) instead of send: submit hands the batch over and returns a
 Ticket at once, poll serves the delivery reports, and the Ticket is done
 once every record has its outcome. The sibling keeps several batches in
-flight that way, so the round trip to the broker does not set its pace."""
+flight that way, so the round trip to the broker does not set its pace.
+
+The sibling only ever calls submit and poll: make_sink wraps a sink that
+has send() alone in SendSink, whose submit delivers at once (a Ticket
+already done)."""
 import base64
 import importlib
 import json
@@ -65,15 +69,29 @@ class Ticket:
         return self
 
 
-def send_now(sink, records):
-    """A finished Ticket for a sink that delivers in send()."""
-    t = Ticket(records)
-    try:
-        t.rejected = sink.send(records)
-    except Exception as e:  # noqa: BLE001 - any sink failure is retried
-        return t.fail(e)
-    t.left = 0
-    return t
+class SendSink:
+    """A sink that delivers in send() (jsonl, python:) seen as one that
+    submits: submit calls send and returns a Ticket already done, so the
+    sibling settles each batch before it hands over the next; poll has no
+    reports to serve. prepare and close are the sink's own (None when it
+    has none)."""
+
+    def __init__(self, sink):
+        self.sink = sink
+        self.prepare = getattr(sink, "prepare", None)
+        self.close = getattr(sink, "close", None)
+
+    def submit(self, records):
+        t = Ticket(records)
+        try:
+            t.rejected = self.sink.send(records)
+        except Exception as e:  # noqa: BLE001 - any sink failure is retried
+            return t.fail(e)
+        t.left = 0
+        return t
+
+    def poll(self, timeout):
+        """Nothing to serve: every Ticket was done in submit."""
 
 
 def _text_or_b64(d, name, b):
@@ -321,7 +339,7 @@ def make_sink(spec, cfg, stopping=lambda: False):
     the form). stopping: tells a sink that waits when to give up."""
     kind, _, rest = spec.partition(":")
     if kind == "jsonl" and rest:
-        return JsonlSink(rest, cfg.get("offload_fsync", "batch"))
+        return SendSink(JsonlSink(rest, cfg.get("offload_fsync", "batch")))
     if kind == "kafka" and rest.startswith("//"):
         return KafkaSink(rest[2:], cfg, stopping)
     if kind == "python" and rest.count(":") == 1:
@@ -329,5 +347,9 @@ def make_sink(spec, cfg, stopping=lambda: False):
         obj = getattr(importlib.import_module(mod), factory)()
         if not callable(getattr(obj, "send", None)):
             raise ValueError(f"{spec}: the sink has no send(batch)")
+        if getattr(obj, "submit", None) is None:
+            return SendSink(obj)
+        if not callable(getattr(obj, "poll", None)):
+            raise ValueError(f"{spec}: the sink has submit(batch) but no poll(timeout)")
         return obj
     raise ValueError(f"unknown offload sink {spec!r}: use jsonl:PATH, kafka://HOST:PORT or python:MODULE:FACTORY")
