@@ -548,7 +548,24 @@ void fw_conn_app_done(fw_conn *c, int rc)
         conn_drive(c);
 }
 
+/* Inline, the app layer may keep the GIL from one request to the next of
+ * a pipelined batch (parsing a request from the buffer takes no syscall);
+ * it is let go before any syscall and when the connection is left. */
+static void app_unlock(fw_server *srv)
+{
+    if (srv->ops->unlock)
+        srv->ops->unlock(srv->app);
+}
+
+static void conn_drive_steps(fw_conn *c);
+
 static void conn_drive(fw_conn *c)
+{
+    conn_drive_steps(c);
+    app_unlock(c->srv);
+}
+
+static void conn_drive_steps(fw_conn *c)
 {
     fw_server *srv = c->srv;
     for (;;) {
@@ -597,6 +614,7 @@ static void conn_drive(fw_conn *c)
                 request_end(c);
                 break;
             }
+            app_unlock(srv);
             int rc = fw_conn_flush(c);
             if (rc == FW_IO_AGAIN) {
                 if (c->timer.list != &srv->t_write)

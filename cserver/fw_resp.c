@@ -121,7 +121,6 @@ static int header_kind(const char *n, size_t len)
 
 int fw_resp_header(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen)
 {
-    fw_resp *r = &c->resp;
     if (nlen == 0)
         return -1;
     for (size_t i = 0; i < nlen; i++)
@@ -130,6 +129,12 @@ int fw_resp_header(fw_conn *c, const char *name, size_t nlen, const char *value,
     for (size_t i = 0; i < vlen; i++)
         if (!(fw_http_cls[(unsigned char)value[i]] & FW_HTTP_C_FVAL))
             return -1;                   /* CR, LF, NUL: never a split response */
+    return fw_resp_header_checked(c, name, nlen, value, vlen);
+}
+
+int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen)
+{
+    fw_resp *r = &c->resp;
     fw_alog *al = c->srv->cfg.access_log;
     if (al && fw_alog_wants_response_headers(al))
         fw_alog_capture(al, &c->log_headers, name, nlen, value, vlen);

@@ -154,6 +154,7 @@ cdef extern from "glue.h":
         int n_scheme_headers
         Py_buffer status
         PyThreadState *tstate
+        int gil_kept
         int serving
 
     enum:

@@ -232,8 +232,11 @@ static void log_scheme_conflict(fw_glue *s, fw_conn *c)
 
 /* Room in the template for the entries a request adds (its own, about ten,
  * and its headers): PyDict_Copy clones the template's table as it is, so
- * the environ then takes them without a resize per request. */
-#define ENV_ROOM 32
+ * the environ then takes them without a resize per request. The clone's
+ * cost grows with the table: ENV_SIZE entries (a 64-slot table) hold a
+ * request with twenty-odd headers; one with more grows its own copy. */
+#define ENV_ROOM 20
+#define ENV_SIZE 42
 
 PyObject *fw_environ_template(PyObject *base, PyObject *info)
 {
@@ -241,7 +244,8 @@ PyObject *fw_environ_template(PyObject *base, PyObject *info)
         PyErr_SetString(PyExc_TypeError, "base_environ must be a dict, listener_info (name, port) tuples");
         return NULL;
     }
-    PyObject *t = _PyDict_NewPresized(PyDict_GET_SIZE(base) + 2 + ENV_ROOM);
+    Py_ssize_t want = PyDict_GET_SIZE(base) + 2 + ENV_ROOM;
+    PyObject *t = _PyDict_NewPresized(want > ENV_SIZE ? want : ENV_SIZE);
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     while (t && PyDict_Next(base, &pos, &k, &v))

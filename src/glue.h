@@ -44,6 +44,8 @@ typedef struct fw_glue {
     Py_buffer status;           /* optional shared slots for the master (--timeout), one per
                                  * app thread; buf NULL if none (released by the Server object) */
     PyThreadState *tstate;      /* the serving thread's state while serve() runs */
+    int gil_kept;               /* inline: the loop thread still holds the GIL after its
+                                 * last call into the app (request.c gil_leave) */
     int serving;
 } fw_glue;
 

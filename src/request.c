@@ -105,6 +105,35 @@ static PyThreadState *thread_state(fw_glue *s, fw_conn *c)
     return c->thr->app_ctx ? (PyThreadState *)c->thr->app_ctx : s->tstate;
 }
 
+/* Take the GIL for a call into the app. Inline (on the loop thread), it
+ * may still be held from the previous request of a pipelined batch: the
+ * core lets it go (on_unlock) before any syscall and when it leaves the
+ * connection, so the GIL is held between two requests only while the next
+ * is parsed from the buffer. A pool thread takes and drops it per call. */
+static void gil_take(fw_glue *s, fw_conn *c)
+{
+    if (c->thr->app_ctx || !s->gil_kept)
+        PyEval_RestoreThread(thread_state(s, c));
+    s->gil_kept = 0;
+}
+
+static void gil_leave(fw_glue *s, fw_conn *c)
+{
+    if (c->thr->app_ctx)
+        PyEval_SaveThread();
+    else
+        s->gil_kept = 1;
+}
+
+static void on_unlock(void *app)
+{
+    fw_glue *s = app;
+    if (s->gil_kept) {
+        s->gil_kept = 0;
+        PyEval_SaveThread();
+    }
+}
+
 /* Log the app's exception (with its traceback) at error, naming the
  * request. */
 static void log_exception(fw_glue *s, const char *what, fw_conn *c)
@@ -368,7 +397,7 @@ static int on_request(void *app, fw_conn *c)
 {
     fw_glue *s = app;
     uint64_t began = fw_status_enter(s, c, 1);
-    PyEval_RestoreThread(thread_state(s, c));
+    gil_take(s, c);
     int rc;
     fw_req *r = req_alloc();
     if (!r) {
@@ -419,7 +448,7 @@ static int on_request(void *app, fw_conn *c)
     }
     rc = iterate(r);
 out:
-    PyEval_SaveThread();
+    gil_leave(s, c);
     fw_status_leave(s, c, began);
     return rc;
 }
@@ -428,9 +457,9 @@ static int on_writable(void *app, fw_conn *c)
 {
     fw_glue *s = app;
     uint64_t began = fw_status_enter(s, c, 0);
-    PyEval_RestoreThread(thread_state(s, c));
+    gil_take(s, c);
     int rc = iterate(c->app_state);
-    PyEval_SaveThread();
+    gil_leave(s, c);
     fw_status_leave(s, c, began);
     return rc;
 }
@@ -446,6 +475,7 @@ static void on_drop(void *app, fw_conn *c)
 static int on_signal(void *app)
 {
     fw_glue *s = app;
+    on_unlock(s);               /* (never kept here: the loop is between connections) */
     PyEval_RestoreThread(s->tstate);
     int stop = PyErr_CheckSignals() < 0;
     PyEval_SaveThread();
@@ -488,6 +518,7 @@ const fw_app_ops fw_glue_ops = {
     .on_writable = on_writable,
     .on_drop = on_drop,
     .on_signal = on_signal,
+    .unlock = on_unlock,
     .thread_start = thread_start,
     .thread_stop = thread_stop,
     .log = on_log,

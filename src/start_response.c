@@ -352,7 +352,8 @@ int fw_req_send_head(fw_req *r, int64_t known_len)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PySequence_Fast_GET_ITEM(sr->headers, i);
         PyObject *k = PyTuple_GET_ITEM(pair, 0), *v = PyTuple_GET_ITEM(pair, 1);
-        if (fw_resp_header(c, (const char *)PyUnicode_1BYTE_DATA(k), (size_t)PyUnicode_GET_LENGTH(k),
+        /* Checked by sr_start: a token name, a value without CTLs. */
+        if (fw_resp_header_checked(c, (const char *)PyUnicode_1BYTE_DATA(k), (size_t)PyUnicode_GET_LENGTH(k),
                            (const char *)PyUnicode_1BYTE_DATA(v), (size_t)PyUnicode_GET_LENGTH(v)) < 0) {
             fw_resp_abort_head(c);
             PyErr_Format(PyExc_ValueError, "invalid or duplicate response header %R", pair);

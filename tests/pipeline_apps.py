@@ -8,8 +8,21 @@
 /read               reads wsgi.input: answers "len=<n>"
 /write              start_response's write(), then an empty iterable
 /raise              raises before start_response (a 500)
+/ticks              "ticks=<n>": how often a thread of the app's own has
+                    woken (every millisecond) since its first request
 Every body says which request it answers, so order can be checked.
 """
+import threading
+import time
+
+_ticks = [0]
+_ticker = []
+
+
+def _tick():
+    while True:
+        time.sleep(0.001)
+        _ticks[0] += 1
 
 
 def _q(environ):
@@ -57,5 +70,12 @@ def app(environ, start_response):
         return []
     if path == "/raise":
         raise RuntimeError("pipelining test: the app fails")
+    if path == "/ticks":
+        if not _ticker:         # started in the worker, after the fork
+            _ticker.append(threading.Thread(target=_tick, daemon=True))
+            _ticker[0].start()
+        body = f"ticks={_ticks[0]}".encode()
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+        return [body]
     start_response("404 Not Found", [("Content-Length", "0")])
     return []

@@ -70,6 +70,22 @@ def test_batch_of_16_leaves_in_one_write(srv):
             assert data_segs_in(c) - before <= 2, f"round {rep}: the batch took {data_segs_in(c) - before} writes"
 
 
+def test_app_threads_run_between_batches(srv):
+    """Inline, the loop keeps the GIL from one pipelined request to the
+    next; it must let go of it before it waits, or a thread of the app's own
+    never runs while the server is idle (or runs only when a request comes)."""
+    with Conn(srv.port) as c:
+        seen = []
+        for _ in range(4):
+            c.send(get("/ticks") * 16)
+            counts = [int(r.body.split(b"=")[1]) for r in read_all(c, 16)]
+            assert counts == sorted(counts)
+            seen.append(counts[-1])
+            time.sleep(0.2)
+    # About 200 wake-ups in each idle 200 ms; far fewer on a busy machine.
+    assert all(b - a >= 20 for a, b in zip(seen[1:], seen[2:])), seen
+
+
 def test_deep_pipeline_answered_in_order(srv):
     n = 1000        # more than one read of the server's, more than one batch
     with Conn(srv.port) as c:
