@@ -4,6 +4,7 @@ bench/RESULTS.md."""
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 
@@ -72,6 +73,13 @@ def write_section(path, title, section):
         text = text.rstrip() + "\n\n" + section
     with open(path, "w") as f:
         f.write(text.rstrip() + "\n")
+
+
+def free_port(host="127.0.0.1"):
+    """A port nobody listens on now (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def proc_table():

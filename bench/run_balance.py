@@ -39,14 +39,13 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (LIVE, ServerTree, apt_install, cpu_times, log, run_quiet,  # noqa: E402
+from common import (LIVE, ServerTree, apt_install, cpu_times, free_port, log, run_quiet,  # noqa: E402
                     wait_until_quiet, write_section)
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
@@ -137,13 +136,6 @@ def display_command(argv, port=None):
             a = a.replace(f":{port}", ":PORT")
         shown.append(f'"{a}"' if " " in a else a)
     return " ".join(shown)
-
-
-def free_port():
-    """A port nobody listens on now (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 class Server(ServerTree):

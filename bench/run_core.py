@@ -697,14 +697,20 @@ def machine_facts(cc_version):
     }
 
 
-def forkwsgi_facts():
+def extension_path(env=None):
+    """The file of the forkwsgi extension that `python3 -c 'import forkwsgi'`
+    loads in the environment `env` (default: this one), or None."""
+    r = run_quiet([sys.executable, "-c", "import forkwsgi._forkwsgi as m; print(m.__file__)"], env=env)
+    return r.stdout.strip().splitlines()[-1] if r.returncode == 0 else None
+
+
+def forkwsgi_facts(env=None):
     """Where the forkwsgi under test comes from: the extension that
-    `python3 -c 'import forkwsgi'` loads, its hash and build time, and the git
-    state of the checkout it lives in."""
-    r = run_quiet([sys.executable, "-c", "import forkwsgi._forkwsgi as m; print(m.__file__)"])
-    if r.returncode != 0:
+    `python3 -c 'import forkwsgi'` loads (in `env`, default this environment),
+    its hash and build time, and the git state of the checkout it lives in."""
+    so = extension_path(env)
+    if so is None:
         return "?"
-    so = r.stdout.strip().splitlines()[-1]
     with open(so, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:12]
     built = os.path.getmtime(so)
@@ -727,6 +733,24 @@ def git_state(where=BENCH):
                        "python"]).stdout.split("\n")
     dirty = [ln[3:] for ln in dirty if ln.strip()]
     return head, dirty
+
+
+def commands_md(server_caption, server_lines, workloads, duration, warmup):
+    """The server commands (given) and the wrk commands of the workloads, as
+    the Markdown code blocks of a RESULTS.md section."""
+    wrk_lines = "\n".join(f"taskset -c {CLIENT_CPU} " + display_command(wrk_argv(w, "PORT", duration))
+                          for w in workloads)
+    return f"""{server_caption}
+
+```
+{server_lines}
+```
+
+wrk commands (each also run once for {warmup} s first, discarded; run from bench/):
+
+```
+{wrk_lines}
+```"""
 
 
 def problems_seen(results, facts_by_round):
@@ -763,10 +787,7 @@ def write_results(rows, results, facts_by_round, setup, args, started, elapsed):
             if "probes" in f:
                 heads.setdefault(name, f["probes"]["hello"])
     problems = problems_seen(results, facts_by_round)
-    port = "PORT"
-    wrk_lines = "\n".join(f"taskset -c {CLIENT_CPU} " + display_command(wrk_argv(w, port, args.duration))
-                          for w in workloads)
-    server_lines = "\n".join(display_command(["taskset", "-c", SERVER_CPU, *server_argv(s, "route", port)])
+    server_lines = "\n".join(display_command(["taskset", "-c", SERVER_CPU, *server_argv(s, "route", "PORT")])
                              for s in names)
     peers = ", ".join(f"{p} {v}" for p, v in versions.items())
     missing = "".join(f"\n- {p}: {why}" for p, why in unavailable.items())
@@ -817,17 +838,7 @@ compare servers by CPU per request. Pipelined latency is per batch of 16. "Other
 what other processes used during the worst run of the cell: above a few % that cell is
 disturbed.
 
-Server commands:
-
-```
-{server_lines}
-```
-
-wrk commands (each also run once for {args.warmup} s first, discarded; run from bench/):
-
-```
-{wrk_lines}
-```
+{commands_md("Server commands:", server_lines, workloads, args.duration, args.warmup)}
 
 ### Results (medians over rounds)
 
