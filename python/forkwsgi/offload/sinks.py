@@ -141,11 +141,11 @@ class JsonlSink:
 
 class KafkaSink:
     """kafka://HOST:PORT[,HOST:PORT]: a confluent-kafka producer with acks=all
-    and idempotence. send() returns only when every record of the batch has
-    its delivery report: delivered, failed for now (SinkError: the sibling
-    retries the batch; at least once, so a retry may repeat records the
-    broker already has), or refused for good (returned, kept aside by the
-    sibling). Topics are created when first seen (or at start, listed in
+    and idempotence. submit() produces a batch and returns its ticket; the
+    ticket is done once every record has its delivery report (served by
+    poll()): delivered, failed for now (SinkError: the sibling retries the
+    batch; at least once, so a retry may repeat records the broker already
+    has), or refused for good (returned, kept aside by the sibling). Topics are created when first seen (or at start, listed in
     --offload-kafka-topics) with the broker's default partitions and
     replication; when creation fails the records are produced anyway (the
     broker may create the topic itself) and creation is tried again later."""
