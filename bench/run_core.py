@@ -716,8 +716,11 @@ def forkwsgi_facts(env=None):
     built = os.path.getmtime(so)
     checkout = os.path.dirname(os.path.dirname(os.path.dirname(so)))   # .../python/forkwsgi/x.so
     head, dirty = git_state(checkout)
+    # src/_forkwsgi.c is generated from the .pyx (a test run's sdist build
+    # may regenerate it, unchanged): the .pyx stands for it.
     sources = [os.path.join(d, f) for d in (os.path.join(checkout, "cserver"), os.path.join(checkout, "src"))
-               if os.path.isdir(d) for f in os.listdir(d) if f.endswith((".c", ".h", ".pyx"))]
+               if os.path.isdir(d) for f in os.listdir(d)
+               if f.endswith((".c", ".h", ".pyx")) and f != "_forkwsgi.c"]
     newer = [os.path.relpath(p, checkout) for p in sources if os.path.getmtime(p) > built]
     return (f"git {head or '?'}{' with uncommitted changes in ' + ', '.join(dirty) if dirty else ''} "
             f"in {checkout} (the extension `{os.path.basename(so)}` sha256 {digest}…, built "

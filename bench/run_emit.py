@@ -36,7 +36,7 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, BENCH)
-from common import LIVE, ServerTree, log, wait_until_quiet, write_section  # noqa: E402
+from common import LIVE, ServerTree, free_port, log, wait_until_quiet, write_section  # noqa: E402
 
 OUT = os.path.join(BENCH, "out")
 SECTION = "## Offload: emit cost, socket queue vs ring"
@@ -58,12 +58,6 @@ def build_here():
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return os.path.join(ROOT, "python")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(port, path, timeout=30):

@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import log, wait_until_quiet, write_section  # noqa: E402
+from common import free_port, log, wait_until_quiet, write_section  # noqa: E402
 from run_accesslog import Server  # noqa: E402
 
 SECTION = "## Observability: cost of the counters, --stats and --metrics"
@@ -51,12 +51,6 @@ def baseline_tree(rev):
         subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=path, check=True,
                        capture_output=True)
     return sha, os.path.join(path, "python")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Scraper:
