@@ -27,6 +27,7 @@
 
 static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events);
 static void conn_drive(fw_conn *c);
+static void app_unlock(fw_server *srv);
 static int proxy_start(fw_conn *c, fw_pass_client client);
 
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
@@ -406,6 +407,8 @@ static void request_end(fw_conn *c)
     if (srv->cfg.access_log || srv->cfg.stats)
         record_response(c);
     int unread = body_unread(c);
+    if (c->body.fd >= 0)
+        app_unlock(srv);        /* the spool file's close frees its blocks */
     fw_body_release(c);
     memset(&c->body, 0, sizeof(c->body));
     c->body.fd = -1;
@@ -575,6 +578,9 @@ static void conn_drive_steps(fw_conn *c)
                 return;
             break;
         case FW_C_READ_BODY: {
+            /* A body not read in place may be spooled to a file. */
+            if (!c->body.inplace)
+                app_unlock(srv);
             int rc = fw_body_preread(c);
             if (rc == FW_HTTP_INCOMPLETE) {
                 if (!wait_for_input(c))

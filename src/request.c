@@ -46,9 +46,13 @@ uint64_t fw_status_enter(fw_glue *s, fw_conn *c, int first)
     char *slot = status_slot(s, c);
     if (!slot && !c->srv->cfg.stats)
         return 0;
-    /* Inline, the first call into the app for a request follows its parse
-     * at once: the parse's clock reading serves (one clock read less). */
-    uint64_t ns = first && !c->srv->pool && c->began_ns ? c->began_ns : monotonic_ns();
+    /* Inline, the first call into the app for a request without a pre-read
+     * body follows its parse at once: the parse's clock reading serves (one
+     * clock read less). A pre-read body may have taken long to come (a slow
+     * upload, or owed responses flushed first): that is no time in the app,
+     * which --timeout and the app counters measure. */
+    uint64_t ns = first && !c->srv->pool && c->began_ns &&
+                  (c->body.src == FW_B_NONE || c->body.src == FW_B_LIVE) ? c->began_ns : monotonic_ns();
     if (!slot)
         return ns;
     size_t room = FW_STATUS_SIZE - 16 - 1, n = 0;

@@ -128,17 +128,13 @@ static PyObject *sr_start(StartResponseObject *self, PyObject *status, PyObject 
     }
     /* The app's tuples are kept as they are (a tuple and its str items never
      * change). The sequence holding them must not change either until the
-     * head is sent: a tuple is kept; so is a list no one else holds (the
-     * usual `start_response(status, [...])`: its only other reference is
-     * the caller's argument, gone when the call returns); any other list is
-     * copied, since the app may reuse it. */
+     * head is sent: a tuple is kept, and so is the new list PySequence_Fast
+     * made of anything else; the app's own list is copied, since the app may
+     * reuse it. (Its reference count cannot tell that nobody else holds it:
+     * a caller in C, Cython or mypyc passes a list it still holds as a
+     * borrowed reference, and fw_req_send_head trusts these items.) */
     PyObject *out = seq;
-#if PY_VERSION_HEX < 0x030E0000     /* 3.14 may pass a local's list borrowed */
-    int only_ours = seq != headers || Py_REFCNT(seq) <= 2;
-#else
-    int only_ours = seq != headers;
-#endif
-    if (PyList_CheckExact(seq) && !only_ours) {
+    if (seq == headers && PyList_CheckExact(seq)) {
         out = PyList_GetSlice(seq, 0, n);
         Py_DECREF(seq);
         if (!out)

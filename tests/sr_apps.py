@@ -28,6 +28,18 @@ def app(environ, start_response):
         kept["headers"] = [("Content-Type", "text/plain"), ("X-Kept", "1")]
         start_response("200 OK", kept["headers"])
         kept["headers"].append(("X-Late", "1"))
+    elif path == "/borrowed-list":
+        # As a caller in C passes a list it still holds (Cython, mypyc, an
+        # extension): a borrowed reference, so the list's reference count
+        # says no one else holds it. The list lives in a ctypes array only.
+        import ctypes
+        args = (ctypes.py_object * 2)("200 OK", [("Content-Type", "text/plain")])
+        call = ctypes.pythonapi.PyObject_Vectorcall
+        call.restype = ctypes.py_object
+        call.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        call(start_response, ctypes.addressof(args), 2, None)
+        args[1].append(("X-Late", "1"))
+        args[1].append(("X-Split", "a\r\nInjected: yes"))     # never checked, if kept
     elif path == "/keep-write":
         kept["write"] = start_response("200 OK", [("Content-Type", "text/plain")])
     elif path == "/old-write":

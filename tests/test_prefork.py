@@ -217,6 +217,22 @@ def test_max_rss_recycles_a_growing_worker(make_server):
     assert "> --max-rss 120: recycling it" in s.log()
 
 
+def test_timeout_does_not_count_a_slow_upload(make_server):
+    """--timeout is time in the app: a body that took long to come is not.
+    (The master samples the status entry about once a second: the app's
+    1.5 s sleep is seen; with the upload counted, it would be 3.5 s.)"""
+    s = make_server("apps:sleep", "--workers", "1", "--timeout", "2")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    worker = s.worker_pids()[0]
+    with Conn(s.port, timeout=15) as c:
+        c.send(b"POST /?t=1.5 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
+        time.sleep(2.5)
+        c.send(b"hello")
+        r = c.read_response()
+    assert (r.status, r.body) == (200, b"slept")
+    assert s.worker_pids() == [worker] and "timed out" not in s.log()
+
+
 def test_timeout_replaces_a_stuck_worker_and_logs_its_stack(make_server):
     s = make_server("apps:sleep", "--workers", "1", "--timeout", "1")
     assert wait_for(lambda: len(s.worker_pids()) == 1)

@@ -37,6 +37,14 @@ def test_headers_list_held_elsewhere_changed_after_the_call(srv):
     assert r.header("x-kept") == "1" and r.header("x-late") is None
 
 
+def test_headers_list_passed_borrowed_changed_after_the_call(srv):
+    """A list whose reference count is low (a C caller's borrowed reference)
+    is still the app's: what it adds later never reaches the wire unchecked."""
+    r = get(srv, "/borrowed-list")
+    assert r.status == 200 and r.header("content-type") == "text/plain"
+    assert r.header("x-late") is None and b"Injected" not in r.raw_head
+
+
 def test_write_of_an_ended_request_raises_and_never_writes(srv):
     """The write() callable is kept with its start_response across requests
     (a free list): one the app kept must not write into a later request, on
