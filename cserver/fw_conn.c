@@ -553,7 +553,9 @@ void fw_conn_app_done(fw_conn *c, int rc)
 
 /* Inline, the app layer may keep the GIL from one request to the next of
  * a pipelined batch (parsing a request from the buffer takes no syscall);
- * it is let go before any syscall and when the connection is left. */
+ * it is let go before the batch's write, before a body that may be spooled
+ * to a file, and when the connection is left (cheap syscalls such as a
+ * socket's close or epoll_ctl may still run while it is held). */
 static void app_unlock(fw_server *srv)
 {
     if (srv->ops->unlock)

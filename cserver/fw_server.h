@@ -94,9 +94,10 @@ typedef struct fw_app_ops {
     void (*on_drop)(void *app, fw_conn *c);
     /* epoll_wait was interrupted by a signal: nonzero stops the loop now. */
     int (*on_signal)(void *app);
-    /* Inline, the loop is about to make a syscall or to leave a
-     * connection's pipelined requests: the app layer lets go of what it
-     * kept held between on_request calls (the GIL). Optional. */
+    /* Inline, the loop is about to write, to read a body that may be
+     * spooled, or to leave a connection's pipelined requests: the app
+     * layer lets go of what it kept held between on_request calls (the
+     * GIL). Optional. */
     void (*unlock)(void *app);
     /* A pool thread starts / ends (threads > 1): the app layer may keep
      * per-thread state in t->app_ctx. Optional. */

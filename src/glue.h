@@ -166,7 +166,6 @@ typedef struct fw_strcache {
 } fw_strcache;
 PyObject *fw_strcache_get(fw_strcache *sc, const char *p, size_t n,
                           PyObject *(*make)(const char *p, size_t n));
-void fw_strcache_clear(fw_strcache *sc);
 
 /* request.c: the fw_app_ops callbacks (ctx: the fw_glue), and their
  * module-level set-up (interned strings; 0, or -1 with an exception). */

@@ -116,9 +116,13 @@ static PyThreadState *thread_state(fw_glue *s, fw_conn *c)
  * is parsed from the buffer. A pool thread takes and drops it per call. */
 static void gil_take(fw_glue *s, fw_conn *c)
 {
-    if (c->thr->app_ctx || !s->gil_kept)
-        PyEval_RestoreThread(thread_state(s, c));
-    s->gil_kept = 0;
+    if (c->thr->app_ctx) {
+        PyEval_RestoreThread(thread_state(s, c));     /* a pool thread */
+        return;
+    }
+    if (!s->gil_kept)
+        PyEval_RestoreThread(s->tstate);
+    s->gil_kept = 0;            /* only the loop thread reads or writes it */
 }
 
 static void gil_leave(fw_glue *s, fw_conn *c)

@@ -241,7 +241,11 @@ static PyObject *wr_vectorcall(PyObject *self_, PyObject *const *args, size_t na
         PyErr_SetString(PyExc_RuntimeError, "write() called after the request ended");
         return NULL;
     }
-    return sr_write((PyObject *)self->sr, args[0]);
+    /* sr_write releases the GIL: hold sr for the call. */
+    PyObject *sr = Py_NewRef((PyObject *)self->sr);
+    PyObject *res = sr_write(sr, args[0]);
+    Py_DECREF(sr);
+    return res;
 }
 
 static void wr_dealloc(PyObject *self)

@@ -92,9 +92,3 @@ PyObject *fw_strcache_get(fw_strcache *sc, const char *p, size_t n,
     e->len = n;
     return v;
 }
-
-void fw_strcache_clear(fw_strcache *sc)
-{
-    for (size_t i = 0; i < FW_STRCACHE_SLOTS; i++)
-        Py_CLEAR(sc->slots[i].value);
-}
