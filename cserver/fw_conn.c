@@ -319,13 +319,6 @@ static void conn_fail(fw_conn *c, int status)
     c->state = FW_C_WRITE;
 }
 
-static uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* The access log line of the response just sent, while the request's head
  * is still in place; and, every so often, a word on lines it had to drop. */
 static void log_access(fw_conn *c, int64_t micros)
@@ -353,7 +346,7 @@ static void record_response(fw_conn *c)
     fw_server *srv = c->srv;
     /* A response still queued (a pipelined batch) was done when the app
      * returned: the app layer's clock reading then serves. */
-    uint64_t now = c->app_done_ns && fw_buf_used(&c->out) > 0 ? c->app_done_ns : monotonic_ns();
+    uint64_t now = c->app_done_ns && fw_buf_used(&c->out) > 0 ? c->app_done_ns : fw_now_ns();
     int64_t micros = c->began_ns && now > c->began_ns ? (int64_t)((now - c->began_ns) / 1000) : 0;
     c->began_ns = c->app_done_ns = 0;
     if (srv->cfg.stats)
@@ -517,7 +510,7 @@ static int step_head(fw_conn *c)
     c->head_len = end;
     c->head_scan = 0;
     if (srv->cfg.access_log || srv->cfg.stats)
-        c->began_ns = monotonic_ns();
+        c->began_ns = fw_now_ns();
     c->keep_alive = c->req.keep_alive && srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
     if (fw_body_setup(c) != 0) {
         conn_fail(c, 500);

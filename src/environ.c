@@ -132,10 +132,8 @@ static PyObject *make_key(const char *name, size_t n)
         return NULL;
     Py_UCS1 *key = PyUnicode_1BYTE_DATA(s);
     memcpy(key, "HTTP_", 5);
-    for (size_t k = 0; k < n; k++) {
-        char ch = name[k];
-        key[5 + k] = (Py_UCS1)(ch == '-' ? '_' : ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
-    }
+    for (size_t k = 0; k < n; k++)
+        key[5 + k] = fw_env_key_char(name[k]);
     return s;
 }
 

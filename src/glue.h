@@ -147,6 +147,14 @@ static inline PyObject *fw_freelist_new(fw_freelist *f, PyTypeObject *t)
     return PyObject_Init((PyObject *)mem, t);
 }
 
+/* One character of a header name as PEP 3333 spells it in the environ key
+ * (HTTP_ + the name upper-cased, '-' as '_'): environ.c builds keys with it,
+ * strcache.c compares cached keys with it. */
+static inline Py_UCS1 fw_env_key_char(char ch)
+{
+    return (Py_UCS1)(ch == '-' ? '_' : ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
+}
+
 /* strcache.c: short latin-1 strs kept from one request to the next (see
  * there). fw_strcache_get returns a new reference to the str of p[0..n):
  * the cached one when the bytes match, else make(p, n), cached when n <=

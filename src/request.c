@@ -34,13 +34,6 @@ static char *status_slot(fw_glue *s, fw_conn *c)
     return (char *)s->status.buf + off;
 }
 
-static uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t fw_status_enter(fw_glue *s, fw_conn *c, int first)
 {
     char *slot = status_slot(s, c);
@@ -52,7 +45,7 @@ uint64_t fw_status_enter(fw_glue *s, fw_conn *c, int first)
      * upload, or owed responses flushed first): that is no time in the app,
      * which --timeout and the app counters measure. */
     uint64_t ns = first && !c->srv->pool && c->began_ns &&
-                  (c->body.src == FW_B_NONE || c->body.src == FW_B_LIVE) ? c->began_ns : monotonic_ns();
+                  (c->body.src == FW_B_NONE || c->body.src == FW_B_LIVE) ? c->began_ns : fw_now_ns();
     if (!slot)
         return ns;
     size_t room = FW_STATUS_SIZE - 16 - 1, n = 0;
@@ -81,7 +74,7 @@ void fw_status_leave(fw_glue *s, fw_conn *c, uint64_t began_ns)
     if (slot)
         atomic_store_explicit((_Atomic uint64_t *)(void *)slot, 0, memory_order_release);
     if (c->srv->cfg.stats && began_ns) {
-        uint64_t now = monotonic_ns();
+        uint64_t now = fw_now_ns();
         c->app_done_ns = now;           /* the core's "queued" time of a batched response */
         fw_stats_app_call(c->srv->cfg.stats, (now - began_ns) / 1000, !c->srv->pool);
     }
@@ -111,9 +104,10 @@ static PyThreadState *thread_state(fw_glue *s, fw_conn *c)
 
 /* Take the GIL for a call into the app. Inline (on the loop thread), it
  * may still be held from the previous request of a pipelined batch: the
- * core lets it go (on_unlock) before any syscall and when it leaves the
- * connection, so the GIL is held between two requests only while the next
- * is parsed from the buffer. A pool thread takes and drops it per call. */
+ * core lets it go (on_unlock) before the batch's write, before a body that
+ * may be spooled and when it leaves the connection, so between two
+ * requests it is held only while the next is parsed from the buffer. A
+ * pool thread takes and drops it per call. */
 static void gil_take(fw_glue *s, fw_conn *c)
 {
     if (c->thr->app_ctx) {

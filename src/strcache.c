@@ -55,12 +55,9 @@ static inline uint64_t sc_hash(const char *p, size_t n)
  * key is the name upper-cased, '-' as '_' (names with '_' never get here). */
 static int key_matches(const Py_UCS1 *key, const char *p, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        char ch = p[i];
-        Py_UCS1 want = (Py_UCS1)(ch == '-' ? '_' : ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
-        if (key[i] != want)
+    for (size_t i = 0; i < n; i++)
+        if (key[i] != fw_env_key_char(p[i]))
             return 0;
-    }
     return 1;
 }
 
