@@ -2,6 +2,8 @@
 # The Python package itself builds with pip / setup.py; see tests/README.md.
 #
 #   make ctest         C unit tests (tests/c: parser, PROXY protocol, access log writer, offload ring), ASan + UBSan
+#   make kafka-ctest RDKAFKA_LIB=...  the Kafka producer (cserver/fw_kafka.c) over a real librdkafka, no broker
+#   make rdkafka-abi   cserver/fw_rdkafka.h checked against librdkafka's rdkafka.h (needs librdkafka-dev)
 #   make fuzz-smoke    the fuzz targets (HTTP, PROXY protocol) without libFuzzer: corpus + random inputs, ~75 s
 #   make fuzz          libFuzzer (clang), FUZZ_SECONDS=60
 #   make fuzz-proxy    the same for the PROXY protocol parser
@@ -54,7 +56,7 @@ ASAN_EXT_ENV = LD_PRELOAD=$(LIBASAN) \
     UBSAN_OPTIONS=print_stacktrace=1:log_path=$(abspath $(ASAN_DIR))/logs/ubsan \
     PYTHONPATH=$(abspath $(ASAN_DIR))
 
-.PHONY: help ctest fuzz-smoke fuzz fuzz-proxy fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring \
+.PHONY: help ctest kafka-ctest rdkafka-abi fuzz-smoke fuzz fuzz-proxy fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring \
         asan-ext asan-ext-build asan-smoke wheels clean
 
 help:
@@ -84,6 +86,27 @@ RING_SRC := cserver/fw_ring.c
 $(CBUILD)/test_ring: tests/c/test_ring.c tests/c/check.h $(RING_SRC) cserver/fw_ring.h
 	@mkdir -p $(CBUILD)
 	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_ring.c $(RING_SRC) -lpthread -o $@
+
+KAFKA_SRC := cserver/fw_kafka.c
+
+$(CBUILD)/test_kafka: tests/c/test_kafka.c tests/c/check.h $(KAFKA_SRC) cserver/fw_kafka.h cserver/fw_rdkafka.h
+	@mkdir -p $(CBUILD)
+	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_kafka.c $(KAFKA_SRC) -ldl -lpthread -o $@
+
+# RDKAFKA_LIB: the librdkafka shared library to drive (tests/test_c.py gives
+# the one confluent-kafka ships); no broker is needed.
+kafka-ctest: $(CBUILD)/test_kafka
+	@test -n "$(RDKAFKA_LIB)" || { echo "kafka-ctest: set RDKAFKA_LIB=/path/to/librdkafka.so.1"; exit 2; }
+	$(SAN_ENV) $(CBUILD)/test_kafka $(RDKAFKA_LIB)
+
+# cserver/fw_rdkafka.h against librdkafka's rdkafka.h (Debian: librdkafka-dev):
+# compile-time checks only.
+$(CBUILD)/test_rdkafka_abi: tests/c/test_rdkafka_abi.c cserver/fw_rdkafka.h cserver/fw_kafka.h
+	@mkdir -p $(CBUILD)
+	$(CC) $(CWARN) -Icserver tests/c/test_rdkafka_abi.c -lrdkafka -o $@
+
+rdkafka-abi: $(CBUILD)/test_rdkafka_abi
+	$(CBUILD)/test_rdkafka_abi
 
 ctest: $(CBUILD)/test_http $(CBUILD)/test_proxy $(CBUILD)/test_alog $(CBUILD)/test_ring
 	$(SAN_ENV) $(CBUILD)/test_http

@@ -23,8 +23,9 @@ from setuptools import Extension, setup  # noqa: E402
 
 cflags = ["-std=gnu11", "-pthread", "-Wall", "-Wextra", "-Wimplicit-fallthrough",
           "-Wno-missing-field-initializers", "-O2", "-fvisibility=hidden"]
-# -pthread: before glibc 2.34 the pthread functions live in libpthread.
-ldflags = ["-pthread"]
+# -pthread, -ldl: before glibc 2.34 the pthread functions and dlopen live in
+# libpthread and libdl (dlopen: cserver/fw_kafka.c loads librdkafka).
+ldflags = ["-pthread", "-ldl"]
 if os.environ.get("FORKWSGI_WERROR") == "1":
     cflags.append("-Werror")
 if os.environ.get("FORKWSGI_SANITIZE"):

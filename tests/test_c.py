@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -36,13 +37,13 @@ CC = _compiler()
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
 
 
-def make(target, timeout):
+def make(target, timeout, *variables):
     assert shutil.which("make"), "make is needed for the C tests (apt-get install make)"
     env = dict(os.environ)
     # Not the sanitizer setup of `make asan-ext`, if pytest runs under it.
     for var in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS"):
         env.pop(var, None)
-    proc = subprocess.run(["make", "--no-print-directory", target, f"CC={CC}"], cwd=ROOT, env=env,
+    proc = subprocess.run(["make", "--no-print-directory", target, f"CC={CC}", *variables], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     out = proc.stdout.decode("utf-8", "replace")
     assert proc.returncode == 0, f"make {target} exited with {proc.returncode}:\n{out[-20000:]}"
@@ -55,6 +56,28 @@ def test_c_unit_tests():
     assert len(results) == 3, out[-5000:]       # test_http, test_proxy, test_ring (test_alog prints its name first)
     for passed, failed in results:
         assert int(passed) > 0 and int(failed) == 0, out[-5000:]
+
+
+def _librdkafka():
+    """The librdkafka confluent-kafka loads (a test dependency), found as the
+    sibling finds it."""
+    out = subprocess.run([sys.executable, "-c", "from forkwsgi.offload.sinks import librdkafka_path as p; print(p())"],
+                         stdout=subprocess.PIPE, check=True, timeout=60).stdout.decode().strip()
+    assert out and out != "None", "confluent-kafka loaded no librdkafka"
+    return out
+
+
+def test_kafka_producer_over_real_librdkafka():
+    out = make("kafka-ctest", 120, f"RDKAFKA_LIB={_librdkafka()}")
+    results = re.findall(r"^(\d+) passed, (\d+) failed$", out, re.M)
+    assert len(results) == 1 and int(results[0][0]) > 0 and results[0][1] == "0", out[-5000:]
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/include/librdkafka/rdkafka.h"),
+                    reason="librdkafka's header is not installed (Debian: librdkafka-dev; CI installs it)")
+def test_rdkafka_abi_matches_librdkafkas_header():
+    out = make("rdkafka-abi", timeout=120)
+    assert "cserver/fw_rdkafka.h matches rdkafka.h" in out, out[-5000:]
 
 
 def test_fuzz_smoke():

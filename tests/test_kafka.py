@@ -86,9 +86,14 @@ def topic():
     return "t" + uuid.uuid4().hex[:12]
 
 
-def test_every_record_arrives_with_key_and_timestamp(make_server, live, tmp_path):
+# --offload-kafka-producer, and what the sibling's log line says of it.
+PRODUCERS = {"direct": "driven from C", "confluent": "Kafka producer: confluent-kafka's"}
+
+
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+def test_every_record_arrives_with_key_and_timestamp(make_server, live, tmp_path, producer):
     t1, t2 = topic(), topic()                       # new topics: created on first use
-    s = start(make_server, live, tmp_path)
+    s = start(make_server, live, tmp_path, "--offload-kafka-producer", producer)
     sent = time.time()
     for i in range(20):
         assert emit(s, topic=t1, n=10, id=f"a{i}-", key=f"k{i}") == [True] * 10
@@ -107,6 +112,39 @@ def test_every_record_arrives_with_key_and_timestamp(make_server, live, tmp_path
     assert wait_for(lambda: json.loads(get(s, "/stats").body)["sibling"]["delivered"] >= 300)
     assert stats["workers"]["queued"] == 300 and stats["workers"]["dropped"] == 0
     assert "created Kafka topic" in s.log()
+    assert PRODUCERS[producer] in s.log()
+
+
+def test_auto_drives_librdkafka_from_c(make_server, live, tmp_path):
+    """The default producer is the direct one, on the librdkafka that
+    confluent-kafka ships."""
+    import confluent_kafka
+    s = start(make_server, live, tmp_path, workers="1", threads="1")
+    t = topic()
+    assert emit(s, topic=t, n=5, id="auto-") == [True] * 5
+    assert len({m[2] for m in consume(live, [t], 5)}) == 5
+    version = confluent_kafka.libversion()[0]
+    assert wait_for(lambda: f"Kafka producer: librdkafka {version} driven from C" in s.log())
+    assert "confluent_kafka.libs/librdkafka" in s.log() or "librdkafka.so" in s.log()
+
+
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+def test_librdkafkas_queue_full_loses_and_repeats_nothing(make_server, live, tmp_path, producer):
+    """librdkafka's own queue holds 20 messages, a batch 100: the producer
+    waits for room record by record, never gives up a batch half produced
+    (which would repeat its first records on every retry, and never get past
+    them)."""
+    t = topic()
+    s = start(make_server, live, tmp_path, "--offload-kafka-producer", producer, "--offload-batch", "100",
+              "--offload-kafka-option", "queue.buffering.max.messages=20", workers="1", threads="1")
+    for i in range(3):
+        assert emit(s, topic=t, n=100, id=f"q{i}-") == [True] * 100
+    got = consume(live, [t], 300, timeout=60)
+    values = [m[2] for m in got]
+    assert len(set(values)) == 300
+    assert len(values) == 300, f"{len(values) - len(set(values))} duplicates"
+    stats = json.loads(get(s, "/stats").body)["sibling"]
+    assert stats["sink_errors"] == 0 and stats["retried"] == 0
 
 
 def test_topics_listed_are_created_at_start(make_server, live, tmp_path):
@@ -117,11 +155,13 @@ def test_topics_listed_are_created_at_start(make_server, live, tmp_path):
     assert s.alive()
 
 
-def test_record_over_the_brokers_limit_is_set_aside_not_retried(make_server, live, tmp_path):
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+def test_record_over_the_brokers_limit_is_set_aside_not_retried(make_server, live, tmp_path, producer):
     """Kafka refuses a record over message.max.bytes (1 MB by default) for
     good: it goes to rejected.fwo, is counted and logged; the others flow."""
     t = topic()
-    s = start(make_server, live, tmp_path, "--offload-max-record", "4M", workers="1", threads="1")
+    s = start(make_server, live, tmp_path, "--offload-max-record", "4M", "--offload-kafka-producer", producer,
+              workers="1", threads="1")
     assert emit(s, topic=t, n=3, id="small") == [True] * 3
     assert emit(s, topic=t, n=1, id="huge", size=2_000_000) == [True]
     assert emit(s, topic=t, n=3, id="after") == [True] * 3

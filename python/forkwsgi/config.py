@@ -211,6 +211,8 @@ def _choice(options):
 _balance = _choice(BALANCE_MODES)
 _overflow = _choice(OVERFLOW_MODES)
 _fsync = _choice(("batch", "never"))
+KAFKA_PRODUCERS = ("auto", "direct", "confluent")
+_kafka_producer = _choice(KAFKA_PRODUCERS)
 
 
 def _kafka_brokers(spec):
@@ -459,6 +461,11 @@ SETTINGS = [
     Setting("offload_kafka_topics", ["--offload-kafka-topics"], [], _topic, multiple=True, metavar="TOPIC",
             section="Offload", help="kafka sink: topics created at start if missing (others are created "
                                     "when first used), comma-separated or repeated"),
+    Setting("offload_kafka_producer", ["--offload-kafka-producer"], "auto", _kafka_producer, section="Offload",
+            metavar="|".join(KAFKA_PRODUCERS),
+            help="kafka sink: direct drives librdkafka from C, a batch in one call (the librdkafka that "
+                 "confluent-kafka ships); confluent uses confluent-kafka's Producer, a Python call and "
+                 "callback per record; auto: direct when it loads, else confluent"),
     Setting("offload_kafka_option", ["--offload-kafka-option"], [], _kafka_option, multiple=True,
             metavar="KEY=VALUE", section="Offload", split=False,
             help="kafka sink: a librdkafka producer setting, repeatable (e.g. security.protocol=SSL); "

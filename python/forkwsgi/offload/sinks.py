@@ -17,10 +17,13 @@ has send() alone in SendSink, whose submit delivers at once (a Ticket
 already done)."""
 import base64
 import importlib
+import itertools
 import json
 import logging
 import os
 import time
+
+from .. import _forkwsgi
 
 log = logging.getLogger("forkwsgi")
 
@@ -44,19 +47,13 @@ class Ticket:
     def __init__(self, records):
         self.records = records
         self.left = len(records)
-        self.errors = []                   # (index or the report's message, KafkaError)
+        self.errors = []                   # records that failed: KafkaTicket's
         self.failure = None                # an exception for the whole batch
         self.rejected = None
 
     @property
     def done(self):
         return self.left <= 0
-
-    def report(self, err, msg):
-        """A delivery report (confluent-kafka's on_delivery)."""
-        self.left -= 1
-        if err is not None:
-            self.errors.append((msg, err))
 
     def outcome(self):
         if self.failure is not None:
@@ -140,15 +137,20 @@ class JsonlSink:
 
 
 class KafkaSink:
-    """kafka://HOST:PORT[,HOST:PORT]: a confluent-kafka producer with acks=all
-    and idempotence. submit() produces a batch and returns its ticket; the
+    """kafka://HOST:PORT[,HOST:PORT]: a producer with acks=all and
+    idempotence. submit() produces a batch and returns its ticket; the
     ticket is done once every record has its delivery report (served by
     poll()): delivered, failed for now (SinkError: the sibling retries the
     batch; at least once, so a retry may repeat records the broker already
-    has), or refused for good (returned, kept aside by the sibling). Topics are created when first seen (or at start, listed in
+    has), or refused for good (returned, kept aside by the sibling). Topics
+    are created when first seen (or at start, listed in
     --offload-kafka-topics) with the broker's default partitions and
     replication; when creation fails the records are produced anyway (the
-    broker may create the topic itself) and creation is tried again later."""
+    broker may create the topic itself) and creation is tried again later.
+
+    The producer (--offload-kafka-producer): DirectProducer drives
+    librdkafka from C, ConfluentProducer goes through confluent-kafka's
+    Producer; both use the librdkafka confluent-kafka ships."""
 
     # Errors no retry can fix: the record is set aside, not retried.
     PERMANENT = {"MSG_SIZE_TOO_LARGE", "INVALID_MSG_SIZE", "INVALID_MSG", "INVALID_RECORD",
@@ -160,29 +162,34 @@ class KafkaSink:
     CREATE_RETRY = 30.0                 # seconds between attempts to create a topic that failed
 
     def __init__(self, brokers, cfg, stopping=lambda: False):
-        try:
-            import confluent_kafka
-            from confluent_kafka import admin
-        except ImportError:
-            raise ValueError("the kafka sink needs confluent-kafka: pip install 'forkwsgi[kafka]'") from None
-        self.kafka = confluent_kafka
+        kafka = import_confluent()
+        from confluent_kafka import admin
+        self.kafka = kafka
         self.admin_mod = admin
         self.stopping = stopping          # true when the sibling must give up waiting
         self.conf = kafka_config(brokers, cfg)
-        self.fatal = None                 # a fatal producer error: the producer must be replaced
+        self.kind = cfg.get("offload_kafka_producer", "auto")
         self.producer = self._new_producer()
         self.admin = admin.AdminClient({k: v for k, v in self.conf.items()
                                         if not k.startswith(self.PRODUCER_ONLY)})
         self.topics = set()               # known to exist (or left to the broker)
         self.create_after = {}            # topic -> monotonic time of the next creation attempt
         self.at_start = set(cfg.get("offload_kafka_topics") or [])
-        self.open = []                    # tickets of this producer not yet done
 
     def _new_producer(self):
-        def on_error(err):
-            if err.fatal():
-                self.fatal = err
-        return self.kafka.Producer(dict(self.conf, error_cb=on_error), logger=log)
+        why = "--offload-kafka-producer confluent"
+        if self.kind != "confluent":
+            try:
+                p = DirectProducer(self.conf)
+                log.info("offload: Kafka producer: librdkafka %s driven from C (%s)", p.version, p.lib)
+                return p
+            except ValueError as e:
+                if self.kind == "direct":
+                    raise
+                why = f"librdkafka cannot be driven from C: {e}"
+                self.kind = "confluent"
+        log.info("offload: Kafka producer: confluent-kafka's, librdkafka %s (%s)", self.kafka.libversion()[0], why)
+        return ConfluentProducer(self.kafka, self.conf)
 
     def prepare(self):
         """At the sibling's start (its stop signals work by then)."""
@@ -221,41 +228,24 @@ class KafkaSink:
         refused record is returned (set aside), any other failure raises
         SinkError (the batch is retried: at least once, so a retry may repeat
         records the broker already has)."""
-        if self.fatal is not None:
-            self._replace_producer()
+        fatal = self.producer.fatal()
+        if fatal is not None:
+            self._replace_producer(fatal)
         self.ensure_topics(self.at_start | {r.topic for r in batch})
         t = KafkaTicket(batch, self.PERMANENT)
-        produce, report = self.producer.produce, t.report
-        for i, r in enumerate(batch):
-            while True:
-                try:
-                    produce(r.topic, r.value, r.key, timestamp=int(r.ts * 1000), on_delivery=report)
-                    break
-                except BufferError:               # librdkafka's own queue is full: let it drain
-                    self._wait(0.05)
-                except self.kafka.KafkaException as e:
-                    t.report(e.args[0], i)
-                    break
-        self.open.append(t)
+        self.producer.produce(t)
         return t
 
     def poll(self, timeout):
         """Serve delivery reports, waiting up to `timeout` seconds for the first."""
         self.producer.poll(timeout)
-        self.open = [t for t in self.open if not t.done]
 
-    def _replace_producer(self):
+    def _replace_producer(self, why):
         """After a fatal error (the idempotent producer lost its sequence):
         the journal still holds the batch, so drop what the old producer
         holds and start a new one."""
-        log.error("offload: Kafka producer failed for good (%s): starting a new one", self.fatal.str())
-        self.producer.purge()
-        self.producer.flush(0)
-        for t in self.open:                   # reports the old producer will never give
-            if not t.done:
-                t.fail(SinkError(f"producer replaced: {self.fatal.str()}"))
-        self.open = []
-        self.fatal = None
+        log.error("offload: Kafka producer failed for good (%s): starting a new one", why)
+        self.producer.close(fail=SinkError(f"producer replaced: {why}"))
         self.producer = self._new_producer()
 
     def close(self):
@@ -267,11 +257,13 @@ class KafkaSink:
         if left:
             log.warning("offload: %d Kafka record(s) without a delivery report at close (they stay journaled)",
                         left)
+        self.producer.close()
 
 
 class KafkaTicket(Ticket):
-    """A Kafka batch: a report's error is a refusal for good (set aside) or
-    a failure for now (the batch is retried)."""
+    """A Kafka batch: errors are (index or the report's message, error name,
+    error text); a refusal for good is set aside, any other failure has the
+    batch retried."""
 
     __slots__ = ("permanent",)
 
@@ -279,17 +271,25 @@ class KafkaTicket(Ticket):
         super().__init__(records)
         self.permanent = permanent
 
+    def report(self, err, msg):
+        """A delivery report (confluent-kafka's on_delivery)."""
+        self.left -= 1
+        if err is not None:
+            self.errors.append((msg, err.name(), err.str()))
+
     def outcome(self):
-        failed = [err for _, err in self.errors if err.name() not in self.permanent]
+        if self.failure is not None:
+            raise self.failure
+        failed = [text for _, name, text in self.errors if name not in self.permanent]
         if failed:
-            raise SinkError(f"{len(failed)} of {len(self.records)} record(s) not acknowledged: {failed[0].str()}")
+            raise SinkError(f"{len(failed)} of {len(self.records)} record(s) not acknowledged: {failed[0]}")
         named = set()
-        return [(self._index(where, named), err.str()) for where, err in self.errors] or None
+        return [(self._index(where, named), text) for where, _, text in self.errors] or None
 
     def _index(self, where, named):
-        """The batch index of a refused record: given when produce() refused
-        it, else found from the report's message (its topic, key and value;
-        of identical records, the first not yet named)."""
+        """The batch index of a refused record: given by the producer, else
+        found from the report's message (its topic, key and value; of
+        identical records, the first not yet named)."""
         if isinstance(where, int):
             return where
         for i, r in enumerate(self.records):
@@ -297,6 +297,158 @@ class KafkaTicket(Ticket):
                 named.add(i)
                 return i
         raise SinkError("a refused record is not in its batch")
+
+
+# librdkafka's log levels (syslog's) as logging's.
+_LOG_LEVELS = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: logging.ERROR,
+               4: logging.WARNING, 5: logging.INFO, 6: logging.INFO, 7: logging.DEBUG}
+
+
+class DirectProducer:
+    """librdkafka driven from C (_forkwsgi.KafkaProducer, cserver/fw_kafka.c):
+    a batch goes to librdkafka in one C loop, its delivery reports are
+    counted in C and the ticket is settled once per batch, not once per
+    record. The library is the one confluent-kafka loaded (librdkafka_path).
+    ValueError when it cannot be used."""
+
+    def __init__(self, conf):
+        self.lib = librdkafka_path()
+        if self.lib is None:
+            raise ValueError("confluent-kafka loaded no librdkafka shared library")
+        self.p = _forkwsgi.KafkaProducer(self.lib, [(k, _conf_text(v)) for k, v in conf.items()])
+        self.version = self.p.version
+        self.open = {}                    # batch id -> KafkaTicket not yet done
+        self.ids = itertools.count(1)
+
+    def produce(self, ticket):
+        if not ticket.records:
+            ticket.left = 0
+            return
+        bid = next(self.ids)
+        self.open[bid] = ticket
+        try:
+            self.p.produce(ticket.records, bid)
+        except BaseException:
+            del self.open[bid]            # its records all failed in C: nothing more comes for it
+            raise
+
+    def poll(self, timeout):
+        self._settle(self.p.poll(timeout))
+
+    def _settle(self, finished):
+        for bid, errors in finished:
+            t = self.open.pop(bid, None)
+            if t is None:
+                continue
+            if errors is None:
+                t.fail(SinkError("out of memory noting which records failed"))
+            else:
+                t.errors, t.left = errors, 0
+        lines, dropped = self.p.logs()
+        for level, fac, text in lines:
+            log.log(_LOG_LEVELS.get(level, logging.INFO), "offload: librdkafka %s: %s", fac, text)
+        if dropped:
+            log.warning("offload: %d librdkafka log line(s) dropped", dropped)
+
+    def fatal(self):
+        return self.p.fatal()
+
+    def purge(self):
+        self.p.purge()
+
+    def flush(self, timeout):
+        left, finished = self.p.flush(timeout)
+        self._settle(finished)
+        return left
+
+    def close(self, fail=None):
+        """Drop what librdkafka holds and end it; tickets not done fail with
+        `fail` (the journal still holds their records)."""
+        self.p.purge()
+        self._settle(self.p.poll(0))
+        for t in self.open.values():
+            t.fail(fail or SinkError("the Kafka producer was closed"))
+        self.open = {}
+        self.p.close()
+
+
+class ConfluentProducer:
+    """confluent-kafka's Producer: a Python produce() call and a Python
+    delivery callback per record."""
+
+    version = None
+
+    def __init__(self, kafka, conf):
+        self.kafka = kafka
+        self.fatal_err = None             # set by librdkafka's error callback
+        self.open = []                    # tickets not yet done
+        self.p = kafka.Producer(dict(conf, error_cb=self._on_error), logger=log)
+
+    def _on_error(self, err):
+        if err.fatal():
+            self.fatal_err = err
+
+    def produce(self, ticket):
+        produce, report = self.p.produce, ticket.report
+        for i, r in enumerate(ticket.records):
+            while True:
+                try:
+                    produce(r.topic, r.value, r.key, timestamp=int(r.ts * 1000), on_delivery=report)
+                    break
+                except BufferError:               # librdkafka's own queue is full: let it drain
+                    self.p.poll(0.05)
+                except self.kafka.KafkaException as e:
+                    ticket.errors.append((i, e.args[0].name(), e.args[0].str()))
+                    ticket.left -= 1
+                    break
+        self.open.append(ticket)
+
+    def poll(self, timeout):
+        self.p.poll(timeout)
+        self.open = [t for t in self.open if not t.done]
+
+    def fatal(self):
+        return None if self.fatal_err is None else self.fatal_err.str()
+
+    def purge(self):
+        self.p.purge()
+
+    def flush(self, timeout):
+        return self.p.flush(timeout)
+
+    def close(self, fail=None):
+        self.p.purge()
+        self.p.flush(0)
+        for t in self.open:                   # reports this producer will never give
+            if not t.done:
+                t.fail(fail or SinkError("the Kafka producer was closed"))
+        self.open = []
+
+
+def _conf_text(v):
+    """A librdkafka setting's value as its text (True -> "true")."""
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def import_confluent():
+    try:
+        import confluent_kafka
+    except ImportError:
+        raise ValueError("the kafka sink needs confluent-kafka: pip install 'forkwsgi[kafka]'") from None
+    return confluent_kafka
+
+
+def librdkafka_path():
+    """The path of the librdkafka shared library confluent-kafka loaded into
+    this process (the copy its wheel ships, or the system's it was built
+    against), from /proc/self/maps; None if none is mapped."""
+    import_confluent()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.rstrip("\n").split(None, 5)[5:]
+            if path and os.path.basename(path[0]).startswith("librdkafka") and ".so" in path[0]:
+                return path[0]
+    return None
 
 
 def kafka_config(brokers, cfg):
@@ -317,14 +469,17 @@ def check_sink(cfg):
     Raises ValueError."""
     kind, _, rest = cfg["offload_sink"].partition(":")
     if kind == "kafka":
+        confluent_kafka = import_confluent()
+        conf = kafka_config(rest[2:], cfg)
         try:
-            import confluent_kafka
-        except ImportError:
-            raise ValueError("the kafka sink needs confluent-kafka: pip install 'forkwsgi[kafka]'") from None
-        try:
-            confluent_kafka.Producer(kafka_config(rest[2:], cfg)).flush(0)
+            confluent_kafka.Producer(conf).flush(0)
         except confluent_kafka.KafkaException as e:
             raise ValueError(f"kafka sink: {e.args[0].str()}") from None
+        if cfg.get("offload_kafka_producer") == "direct":
+            try:
+                DirectProducer(conf).close()
+            except ValueError as e:
+                raise ValueError(f"kafka sink: --offload-kafka-producer direct: {e}") from None
     elif kind == "jsonl":
         path = os.path.abspath(rest)
         try:

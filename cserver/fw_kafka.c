@@ -1,0 +1,353 @@
+/* fw_kafka: see fw_kafka.h. */
+#include "fw_kafka.h"
+#include "fw_rdkafka.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct fw_kafka {
+    void *lib;                            /* dlopen handle */
+    fw_rdk_api api;
+    fw_rdk *rk;
+    fw_kafka_batch *open;                 /* batches with records still waiting for a report */
+    fw_kafka_batch *done_head, *done_tail;/* finished, not yet taken by the caller (FIFO) */
+    fw_kafka_log logs[FW_KAFKA_LOGS];     /* kept since the last drain: [log_next, log_count) */
+    unsigned log_count, log_next, log_dropped;
+};
+
+/* ---- loading librdkafka ---------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    size_t off;
+} rdk_syms[] = {
+    { "rd_kafka_version", offsetof(fw_rdk_api, version) },
+    { "rd_kafka_version_str", offsetof(fw_rdk_api, version_str) },
+    { "rd_kafka_conf_new", offsetof(fw_rdk_api, conf_new) },
+    { "rd_kafka_conf_set", offsetof(fw_rdk_api, conf_set) },
+    { "rd_kafka_conf_set_opaque", offsetof(fw_rdk_api, conf_set_opaque) },
+    { "rd_kafka_conf_set_dr_msg_cb", offsetof(fw_rdk_api, conf_set_dr_msg_cb) },
+    { "rd_kafka_conf_set_error_cb", offsetof(fw_rdk_api, conf_set_error_cb) },
+    { "rd_kafka_conf_set_log_cb", offsetof(fw_rdk_api, conf_set_log_cb) },
+    { "rd_kafka_conf_destroy", offsetof(fw_rdk_api, conf_destroy) },
+    { "rd_kafka_new", offsetof(fw_rdk_api, create) },
+    { "rd_kafka_set_log_queue", offsetof(fw_rdk_api, set_log_queue) },
+    { "rd_kafka_producev", offsetof(fw_rdk_api, producev) },
+    { "rd_kafka_poll", offsetof(fw_rdk_api, poll) },
+    { "rd_kafka_flush", offsetof(fw_rdk_api, flush) },
+    { "rd_kafka_purge", offsetof(fw_rdk_api, purge) },
+    { "rd_kafka_outq_len", offsetof(fw_rdk_api, outq_len) },
+    { "rd_kafka_fatal_error", offsetof(fw_rdk_api, fatal_error) },
+    { "rd_kafka_destroy", offsetof(fw_rdk_api, destroy) },
+    { "rd_kafka_err2name", offsetof(fw_rdk_api, err2name) },
+    { "rd_kafka_err2str", offsetof(fw_rdk_api, err2str) },
+};
+
+/* dlopen the library and fill api; -1 with a reason in err. */
+static int rdk_load(fw_kafka *k, const char *path, char *err, size_t errlen)
+{
+    k->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!k->lib) {
+        const char *why = dlerror();
+        snprintf(err, errlen, "cannot load %s: %s", path, why ? why : "dlopen failed");
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof rdk_syms / sizeof rdk_syms[0]; i++) {
+        void *f = dlsym(k->lib, rdk_syms[i].name);
+        if (!f) {
+            snprintf(err, errlen, "%s has no %s", path, rdk_syms[i].name);
+            return -1;
+        }
+        /* POSIX: a data pointer from dlsym converts to a function pointer
+         * by copying its bytes. */
+        memcpy((char *)&k->api + rdk_syms[i].off, &f, sizeof f);
+    }
+    if (k->api.version() < FW_RDK_MIN_VERSION) {
+        snprintf(err, errlen, "%s is librdkafka %s: 1.0 or newer is needed", path, k->api.version_str());
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- batches ------------------------------------------------------------- */
+
+static void list_unlink(fw_kafka_batch **head, fw_kafka_batch *b)
+{
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        *head = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    b->prev = b->next = NULL;
+}
+
+fw_kafka_batch *fw_kafka_batch_new(fw_kafka *k, uint64_t id, uint32_t n)
+{
+    if (n == 0) {
+        errno = EINVAL;
+        return NULL;
+    }
+    fw_kafka_batch *b = malloc(sizeof *b + (size_t)n * sizeof b->refs[0]);
+    if (!b) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    b->id = id;
+    b->n = b->left = n;
+    b->nerr = 0;
+    b->errs = NULL;
+    for (uint32_t i = 0; i < n; i++)
+        b->refs[i] = b;
+    b->prev = NULL;
+    b->next = k->open;
+    if (k->open)
+        k->open->prev = b;
+    k->open = b;
+    return b;
+}
+
+void fw_kafka_batch_free(fw_kafka_batch *b)
+{
+    if (b) {
+        free(b->errs);
+        free(b);
+    }
+}
+
+/* Record i of b has its outcome (err 0: delivered). The last one moves the
+ * batch to the done list. */
+static void batch_outcome(fw_kafka *k, fw_kafka_batch *b, uint32_t i, int err)
+{
+    if (err) {
+        if (!b->errs)
+            b->errs = malloc((size_t)b->n * sizeof *b->errs);
+        if (b->errs) {
+            b->errs[b->nerr].index = i;
+            b->errs[b->nerr].code = err;
+            b->nerr++;
+        } else {
+            /* No memory to say which: the batch still fails (retried whole). */
+            b->nerr = UINT32_MAX;
+        }
+    }
+    if (--b->left)
+        return;
+    list_unlink(&k->open, b);
+    if (k->done_tail)
+        k->done_tail->next = b;
+    else
+        k->done_head = b;
+    b->prev = k->done_tail;
+    k->done_tail = b;
+}
+
+fw_kafka_batch *fw_kafka_next_done(fw_kafka *k)
+{
+    fw_kafka_batch *b = k->done_head;
+    if (!b)
+        return NULL;
+    k->done_head = b->next;
+    if (k->done_head)
+        k->done_head->prev = NULL;
+    else
+        k->done_tail = NULL;
+    b->prev = b->next = NULL;
+    return b;
+}
+
+/* ---- librdkafka's callbacks (on the thread that polls) -------------------- */
+
+static void on_delivery(fw_rdk *rk, const fw_rdk_message *m, void *opaque)
+{
+    (void)rk;
+    fw_kafka *k = opaque;
+    fw_kafka_batch **ref = m->_private;
+    fw_kafka_batch *b = *ref;
+    batch_outcome(k, b, (uint32_t)(ref - b->refs), m->err);
+}
+
+static void keep_log(fw_kafka *k, int level, const char *fac, const char *text)
+{
+    if (k->log_count == FW_KAFKA_LOGS) {
+        k->log_dropped++;
+        return;
+    }
+    fw_kafka_log *l = &k->logs[k->log_count++];
+    l->level = level;
+    snprintf(l->fac, sizeof l->fac, "%s", fac ? fac : "");
+    snprintf(l->text, sizeof l->text, "%s", text ? text : "");
+}
+
+/* The producer this thread is serving reports for, set around every call
+ * into librdkafka that runs callbacks (fw_kafka_poll, _flush, _close): the
+ * log callback, unlike the others, gets no opaque of ours. Logs reach it
+ * only there, as log.queue is set (fw_kafka_open). */
+static _Thread_local fw_kafka *serving;
+
+static void on_log(const fw_rdk *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk;
+    if (serving)
+        keep_log(serving, level, fac, buf);
+}
+
+/* Errors that librdkafka also logs (a broker down, a connection refused)
+ * come through on_log; only a fatal one matters here, and it is logged. */
+static void on_error(fw_rdk *rk, int err, const char *reason, void *opaque)
+{
+    (void)rk;
+    if (err != FW_RDK_ERR_FATAL)
+        return;
+    fw_kafka *k = opaque;
+    char text[240];
+    snprintf(text, sizeof text, "fatal error: %s", reason ? reason : "");
+    keep_log(k, 2, "ERROR", text);
+}
+
+/* ---- the producer -------------------------------------------------------- */
+
+fw_kafka *fw_kafka_open(const char *lib_path, const char *const *conf, char *err, size_t errlen)
+{
+    fw_kafka *k = calloc(1, sizeof *k);
+    if (!k) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (rdk_load(k, lib_path, err, errlen) < 0)
+        goto fail;
+    fw_rdk_conf *c = k->api.conf_new();
+    char why[512];
+    for (const char *const *kv = conf; kv && kv[0]; kv += 2) {
+        if (k->api.conf_set(c, kv[0], kv[1], why, sizeof why) != FW_RDK_CONF_OK) {
+            snprintf(err, errlen, "%s", why);
+            k->api.conf_destroy(c);
+            goto fail;
+        }
+    }
+    /* Logs go to the main queue, served by fw_kafka_poll on our thread. */
+    if (k->api.conf_set(c, "log.queue", "true", why, sizeof why) != FW_RDK_CONF_OK) {
+        snprintf(err, errlen, "%s", why);
+        k->api.conf_destroy(c);
+        goto fail;
+    }
+    k->api.conf_set_opaque(c, k);
+    k->api.conf_set_dr_msg_cb(c, on_delivery);
+    k->api.conf_set_error_cb(c, on_error);
+    k->api.conf_set_log_cb(c, on_log);
+    k->rk = k->api.create(FW_RDK_PRODUCER, c, why, sizeof why);
+    if (!k->rk) {                         /* c is still ours on failure */
+        snprintf(err, errlen, "%s", why);
+        k->api.conf_destroy(c);
+        goto fail;
+    }
+    fw_rdk_err e = k->api.set_log_queue(k->rk, NULL);
+    if (e) {
+        snprintf(err, errlen, "rd_kafka_set_log_queue: %s", k->api.err2str(e));
+        goto fail;
+    }
+    return k;
+fail:
+    if (k->rk)
+        k->api.destroy(k->rk);
+    if (k->lib)
+        dlclose(k->lib);
+    free(k);
+    return NULL;
+}
+
+const char *fw_kafka_version(const fw_kafka *k)
+{
+    return k->api.version_str();
+}
+
+int fw_kafka_produce(fw_kafka *k, fw_kafka_batch *b, uint32_t i, const fw_kafka_rec *r)
+{
+    fw_rdk_err err = k->api.producev(k->rk,
+                                     FW_RDK_VTYPE_TOPIC, r->topic,
+                                     FW_RDK_VTYPE_VALUE, (void *)r->value, r->value_len,
+                                     FW_RDK_VTYPE_KEY, r->key, r->key_len,
+                                     FW_RDK_VTYPE_TIMESTAMP, r->ts_ms,
+                                     FW_RDK_VTYPE_MSGFLAGS, FW_RDK_MSG_F_COPY,
+                                     FW_RDK_VTYPE_OPAQUE, (void *)&b->refs[i],
+                                     FW_RDK_VTYPE_END);
+    if (err == FW_RDK_ERR_QUEUE_FULL)
+        return FW_KAFKA_QUEUE_FULL;
+    if (err)
+        batch_outcome(k, b, i, err);     /* refused now: no report will come */
+    return 0;
+}
+
+void fw_kafka_fail(fw_kafka *k, fw_kafka_batch *b, uint32_t i, int code)
+{
+    batch_outcome(k, b, i, code);
+}
+
+void fw_kafka_poll(fw_kafka *k, int timeout_ms)
+{
+    serving = k;
+    k->api.poll(k->rk, timeout_ms);
+    serving = NULL;
+}
+
+int fw_kafka_flush(fw_kafka *k, int timeout_ms)
+{
+    serving = k;
+    k->api.flush(k->rk, timeout_ms);
+    serving = NULL;
+    return k->api.outq_len(k->rk);
+}
+
+void fw_kafka_purge(fw_kafka *k)
+{
+    k->api.purge(k->rk, FW_RDK_PURGE_F_QUEUE | FW_RDK_PURGE_F_INFLIGHT);
+}
+
+int fw_kafka_fatal(fw_kafka *k, char *buf, size_t len)
+{
+    return k->api.fatal_error(k->rk, buf, len);
+}
+
+int fw_kafka_next_log(fw_kafka *k, fw_kafka_log *out, unsigned *dropped)
+{
+    *dropped = k->log_dropped;
+    k->log_dropped = 0;
+    if (k->log_next == k->log_count) {
+        k->log_next = k->log_count = 0;
+        return 0;
+    }
+    *out = k->logs[k->log_next++];
+    return 1;
+}
+
+const char *fw_kafka_err_name(const fw_kafka *k, int code)
+{
+    return k->api.err2name(code);
+}
+
+const char *fw_kafka_err_text(const fw_kafka *k, int code)
+{
+    return k->api.err2str(code);
+}
+
+void fw_kafka_close(fw_kafka *k)
+{
+    if (!k)
+        return;
+    fw_kafka_purge(k);
+    fw_kafka_poll(k, 0);                  /* the purged records' reports */
+    k->api.destroy(k->rk);
+    for (fw_kafka_batch *b = k->open, *next; b; b = next) {
+        next = b->next;
+        fw_kafka_batch_free(b);
+    }
+    for (fw_kafka_batch *b = k->done_head, *next; b; b = next) {
+        next = b->next;
+        fw_kafka_batch_free(b);
+    }
+    dlclose(k->lib);
+    free(k);
+}
