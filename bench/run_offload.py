@@ -87,21 +87,26 @@ WRK_ARGS = ["-t1", "-c8"]
 VARIANTS = {
     "none": ("no offload", "none", False),
     "offload": ("forkwsgi.offload", "forkwsgi_offload", True),
+    "offload-py": ("forkwsgi.offload, confluent sink", "forkwsgi_offload", True),
     "confluent": ("confluent-kafka in worker", "confluent", True),
     "kafkapy": ("kafka-python in worker", "kafkapy", True),
     "mpqueue": ("mp.Queue to a sibling", "mpqueue", True),
 }
 IN_WORKER = ("confluent", "kafkapy", "mpqueue")
-OFFLOAD_EXTRA = []        # --offload-args: more forkwsgi flags for the forkwsgi.offload variant
+OFFLOAD_EXTRA = []        # --offload-args: more forkwsgi flags for the forkwsgi.offload variants
+# The sibling's Kafka producer: librdkafka driven from C, or (offload-py, the
+# way before it) confluent-kafka's Producer, a Python call per record.
+OFFLOAD_PRODUCER = {"offload": "direct", "offload-py": "confluent"}
 
 
 def server_argv(key, port, bootstrap, offload_dir, topic):
     argv = [VENV_PY, "-m", "forkwsgi", f"offload_apps:{VARIANTS[key][1]}",
             "--workers", "1", "--threads", "2", "--bind", f"{HOST}:{port}",
             "--chdir", BENCH, "--keep-alive", "75", "--graceful-timeout", "20"]
-    if key == "offload":
+    if key in OFFLOAD_PRODUCER:
         argv += ["--offload-sink", f"kafka://{bootstrap}", "--offload-dir", offload_dir,
-                 "--offload-kafka-topics", topic, *OFFLOAD_EXTRA]
+                 "--offload-kafka-topics", topic, "--offload-kafka-producer", OFFLOAD_PRODUCER[key],
+                 *OFFLOAD_EXTRA]
     return argv
 
 
