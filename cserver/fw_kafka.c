@@ -91,7 +91,10 @@ fw_kafka_batch *fw_kafka_batch_new(fw_kafka *k, uint64_t id, uint32_t n)
         errno = EINVAL;
         return NULL;
     }
-    fw_kafka_batch *b = malloc(sizeof *b + (size_t)n * sizeof b->refs[0]);
+    /* One block: the batch, refs[n], then room for n failures, so that a
+     * delivery report never needs memory. */
+    size_t refs = (size_t)n * sizeof(fw_kafka_batch *);
+    fw_kafka_batch *b = malloc(sizeof *b + refs + (size_t)n * sizeof(fw_kafka_err));
     if (!b) {
         errno = ENOMEM;
         return NULL;
@@ -99,7 +102,7 @@ fw_kafka_batch *fw_kafka_batch_new(fw_kafka *k, uint64_t id, uint32_t n)
     b->id = id;
     b->n = b->left = n;
     b->nerr = 0;
-    b->errs = NULL;
+    b->errs = (fw_kafka_err *)((char *)b->refs + refs);
     for (uint32_t i = 0; i < n; i++)
         b->refs[i] = b;
     b->prev = NULL;
@@ -112,27 +115,19 @@ fw_kafka_batch *fw_kafka_batch_new(fw_kafka *k, uint64_t id, uint32_t n)
 
 void fw_kafka_batch_free(fw_kafka_batch *b)
 {
-    if (b) {
-        free(b->errs);
-        free(b);
-    }
+    free(b);
 }
 
 /* Record i of b has its outcome (err 0: delivered). The last one moves the
  * batch to the done list. */
 static void batch_outcome(fw_kafka *k, fw_kafka_batch *b, uint32_t i, int err)
 {
-    if (err) {
-        if (!b->errs)
-            b->errs = malloc((size_t)b->n * sizeof *b->errs);
-        if (b->errs) {
-            b->errs[b->nerr].index = i;
-            b->errs[b->nerr].code = err;
-            b->nerr++;
-        } else {
-            /* No memory to say which: the batch still fails (retried whole). */
-            b->nerr = UINT32_MAX;
-        }
+    if (b->left == 0)                     /* a second report for one record: librdkafka never sends one */
+        return;
+    if (err) {                            /* one outcome per record: nerr < n here */
+        b->errs[b->nerr].index = i;
+        b->errs[b->nerr].code = err;
+        b->nerr++;
     }
     if (--b->left)
         return;
@@ -288,6 +283,8 @@ void fw_kafka_fail(fw_kafka *k, fw_kafka_batch *b, uint32_t i, int code)
 
 void fw_kafka_poll(fw_kafka *k, int timeout_ms)
 {
+    if (k->done_head)                     /* finished batches wait: do not block */
+        timeout_ms = 0;
     serving = k;
     k->api.poll(k->rk, timeout_ms);
     serving = NULL;
@@ -313,10 +310,9 @@ int fw_kafka_fatal(fw_kafka *k, char *buf, size_t len)
 
 int fw_kafka_next_log(fw_kafka *k, fw_kafka_log *out, unsigned *dropped)
 {
-    *dropped = k->log_dropped;
-    k->log_dropped = 0;
     if (k->log_next == k->log_count) {
-        k->log_next = k->log_count = 0;
+        *dropped = k->log_dropped;
+        k->log_next = k->log_count = k->log_dropped = 0;
         return 0;
     }
     *out = k->logs[k->log_next++];

@@ -23,8 +23,9 @@
  * Not thread-safe: one thread calls everything (the sibling's, under the
  * GIL or not).
  *
- * Returns: 0 or a librdkafka error code (negative for librdkafka's own,
- * positive for the broker's); fw_kafka_open -errno style (see there). */
+ * Error codes (a failed record's, fw_kafka_err_name) are librdkafka's:
+ * negative for its own, positive for the broker's. Each function says what
+ * it returns. */
 #ifndef FW_KAFKA_H
 #define FW_KAFKA_H
 
@@ -43,8 +44,8 @@ typedef struct fw_kafka_batch {
     uint64_t id;                          /* the caller's */
     uint32_t n;                           /* records */
     uint32_t left;                        /* records without an outcome yet */
-    uint32_t nerr;
-    fw_kafka_err *errs;                   /* owned; NULL until the first failure, then room for n */
+    uint32_t nerr;                        /* failures so far, in errs */
+    fw_kafka_err *errs;                   /* room for n, in the batch's own block */
     struct fw_kafka_batch *prev, *next;   /* in fw_kafka's open or done list */
     /* refs[i] == this batch: record i's per-message opaque is &refs[i], so a
      * delivery report finds its batch and its index without a lookup. */
@@ -96,7 +97,8 @@ void fw_kafka_fail(fw_kafka *k, fw_kafka_batch *b, uint32_t i, int code);
 #define FW_KAFKA_ERR_INVALID_ARG (-186)   /* RD_KAFKA_RESP_ERR__INVALID_ARG */
 
 /* Serve delivery reports, logs and errors, waiting up to timeout_ms for the
- * first (blocks: call without the GIL). */
+ * first (blocks: call without the GIL); without waiting when a finished
+ * batch is already there for fw_kafka_next_done. */
 void fw_kafka_poll(fw_kafka *k, int timeout_ms);
 
 /* Wait up to timeout_ms for every record to have its report (blocks);
@@ -117,8 +119,9 @@ void fw_kafka_batch_free(fw_kafka_batch *b);
  * be replaced), written into buf; 0 if there is none. */
 int fw_kafka_fatal(fw_kafka *k, char *buf, size_t len);
 
-/* The next log line kept since the last drain (1), or 0 when none is left;
- * *dropped: lines not kept for lack of room since the last drain. */
+/* The next log line kept since the last drain (1), or 0 when none is left,
+ * and then *dropped: the lines not kept for lack of room since the last
+ * drain (FW_KAFKA_LOGS at most are kept between drains). */
 int fw_kafka_next_log(fw_kafka *k, fw_kafka_log *out, unsigned *dropped);
 
 const char *fw_kafka_err_name(const fw_kafka *k, int code);

@@ -803,7 +803,6 @@ cdef class KafkaProducer:
 
     def __cinit__(self, str lib_path, conf):
         cdef char err[512]
-        cdef list keep = []
         cdef const char **kv = NULL
         pairs = [(str(n).encode(), str(v).encode()) for n, v in conf]
         kv = <const char **>PyMem_Malloc((2 * len(pairs) + 1) * sizeof(char *))
@@ -876,7 +875,7 @@ cdef class KafkaProducer:
         """Serve delivery reports, waiting up to `timeout` seconds for the
         first. Returns the batches finished since the last call, in order:
         (batch_id, failures), failures a list of (index, error name, error
-        text), or None when a failure could not be told apart (no memory)."""
+        text)."""
         cdef fw_kafka *k = self._open()
         cdef int ms = _ms(timeout)
         with nogil:
@@ -891,14 +890,12 @@ cdef class KafkaProducer:
             b = fw_kafka_next_done(self.k)
             if b == NULL:
                 return out
-            if b.nerr == 0xFFFFFFFF:
-                errs = None
-            else:
-                errs = [(b.errs[j].index, fw_kafka_err_name(self.k, b.errs[j].code).decode(),
-                         fw_kafka_err_text(self.k, b.errs[j].code).decode("utf-8", "replace"))
-                        for j in range(b.nerr)]
-            out.append((b.id, errs))
-            fw_kafka_batch_free(b)
+            try:
+                out.append((b.id, [(b.errs[j].index, fw_kafka_err_name(self.k, b.errs[j].code).decode(),
+                                    fw_kafka_err_text(self.k, b.errs[j].code).decode("utf-8", "replace"))
+                                   for j in range(b.nerr)]))
+            finally:
+                fw_kafka_batch_free(b)
 
     def flush(self, double timeout):
         """Wait up to `timeout` s for every report; returns (records still
@@ -917,7 +914,9 @@ cdef class KafkaProducer:
     def fatal(self):
         """The fatal error's text (the producer must be replaced), or None."""
         cdef char buf[512]
-        if self.k == NULL or not fw_kafka_fatal(self.k, buf, sizeof(buf)):
+        if self.k == NULL:
+            return "the producer is closed"
+        if not fw_kafka_fatal(self.k, buf, sizeof(buf)):
             return None
         return buf.decode("utf-8", "replace")
 

@@ -17,10 +17,11 @@ from test_offload import dirs, lines, start  # noqa: F401 - dirs is a fixture
 APP_MODES = ("inline",)        # every server here sets its own --threads
 
 
-def keepalive_load(s, tag, seconds, acked, errors):
-    """Requests of 20 records each on one kept-alive connection for
-    `seconds`; the values of records whose request was answered 200 with
-    offload() True go into `acked`. The connection dying (the kill) ends it."""
+def keepalive_load(s, tag, seconds, acked, errors, topic=None):
+    """Requests of 20 records each (to `topic`, else the app's default) on
+    one kept-alive connection for `seconds`; the values of records whose
+    request was answered 200 with offload() True go into `acked`. The
+    connection dying (the kill) ends it."""
     import socket
     deadline = time.monotonic() + seconds
     try:
@@ -32,7 +33,8 @@ def keepalive_load(s, tag, seconds, acked, errors):
     i = 0
     try:
         while time.monotonic() < deadline and i < 100000:
-            c.sendall(f"GET /emit?n=20&id={tag}-{i}- HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+            to = f"&topic={topic}" if topic else ""
+            c.sendall(f"GET /emit?n=20{to}&id={tag}-{i}- HTTP/1.1\r\nHost: a\r\n\r\n".encode())
             status = f.readline()
             length = 0
             while True:

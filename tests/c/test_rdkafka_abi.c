@@ -76,11 +76,14 @@ SAME_TYPE(destroy, rd_kafka_destroy);
 SAME_TYPE(err2name, rd_kafka_err2name);
 SAME_TYPE(err2str, rd_kafka_err2str);
 
-/* The delivery report callback differs only in its message struct, whose
- * layout is checked field by field above. */
+/* The delivery report callback's setter differs only in the message struct
+ * its callback gets, whose layout is checked field by field above. */
 typedef void rdk_dr_cb(rd_kafka_t *, const rd_kafka_message_t *, void *);
+typedef void ours_dr_cb(rd_kafka_t *, const fw_rdk_message *, void *);
 _Static_assert(__builtin_types_compatible_p(__typeof__(&rd_kafka_conf_set_dr_msg_cb),
                                             void (*)(rd_kafka_conf_t *, rdk_dr_cb *)), "dr_msg_cb");
+_Static_assert(__builtin_types_compatible_p(__typeof__(((fw_rdk_api *)0)->conf_set_dr_msg_cb),
+                                            void (*)(rd_kafka_conf_t *, ours_dr_cb *)), "our dr_msg_cb");
 
 int main(void)
 {

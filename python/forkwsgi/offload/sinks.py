@@ -246,6 +246,8 @@ class KafkaSink:
         holds and start a new one."""
         log.error("offload: Kafka producer failed for good (%s): starting a new one", why)
         self.producer.close(fail=SinkError(f"producer replaced: {why}"))
+        # Raises if the new one cannot start: the batch is retried, and the
+        # closed producer's fatal() has this tried again then.
         self.producer = self._new_producer()
 
     def close(self):
@@ -338,11 +340,7 @@ class DirectProducer:
     def _settle(self, finished):
         for bid, errors in finished:
             t = self.open.pop(bid, None)
-            if t is None:
-                continue
-            if errors is None:
-                t.fail(SinkError("out of memory noting which records failed"))
-            else:
+            if t is not None:
                 t.errors, t.left = errors, 0
         lines, dropped = self.p.logs()
         for level, fac, text in lines:
@@ -380,7 +378,7 @@ class ConfluentProducer:
 
     def __init__(self, kafka, conf):
         self.kafka = kafka
-        self.fatal_err = None             # set by librdkafka's error callback
+        self.fatal_err = None             # set by librdkafka's error callback (or close)
         self.open = []                    # tickets not yet done
         self.p = kafka.Producer(dict(conf, error_cb=self._on_error), logger=log)
 
@@ -408,7 +406,9 @@ class ConfluentProducer:
         self.open = [t for t in self.open if not t.done]
 
     def fatal(self):
-        return None if self.fatal_err is None else self.fatal_err.str()
+        if self.fatal_err is None:
+            return None
+        return self.fatal_err if isinstance(self.fatal_err, str) else self.fatal_err.str()
 
     def purge(self):
         self.p.purge()
@@ -423,6 +423,7 @@ class ConfluentProducer:
             if not t.done:
                 t.fail(fail or SinkError("the Kafka producer was closed"))
         self.open = []
+        self.fatal_err = "the producer is closed"
 
 
 def _conf_text(v):

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The floor of one WSGI request in CPython, against the budget issue 15's
+keep-alive goal leaves (≥ 0.95× the C reference's requests per CPU-second).
+
+    python3 bench/run_floor.py --ref-us 3.60     # the reference's CPU µs per request
+    python3 bench/run_floor.py                   # measure it: a short run_core.py of the reference
+
+A server at 0.95× the reference may spend 1/0.95 − 1 = 5.3 % more CPU per
+request than the reference, which spends nearly all of its time in the
+kernel (read, write, epoll, waking the client). Even if a WSGI server's
+kernel time and C work were exactly the reference's, that 5.3 % must pay
+for all the Python a request needs. This measures the least of it, in one
+process, pinned to one CPU, with no server around it:
+
+    app      bench/apps.py's route (the app every server in run_core.py
+             serves) called with a ready environ and a start_response that
+             is a C builtin: the app's own bytecode, its header list and
+             tuples, str(len(body)), the body list
+    environ  the least PEP 3333 asks for a GET: a copy of the constant keys
+             (SCRIPT_NAME, SERVER_NAME/PORT, wsgi.*) and six inserts of
+             per-request values that already exist as str (REQUEST_METHOD,
+             PATH_INFO, QUERY_STRING, SERVER_PROTOCOL, HTTP_HOST,
+             wsgi.input), then its release
+    body     iterating the returned list and taking each item's length
+    request  the three together
+
+Each is the median of --repeat timings of --number calls, less the same
+loop run empty. The figures are lower than any server's: real servers also
+build the str values, check the app's headers, and hold the GIL's hand-offs.
+"""
+import argparse
+import io
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH)
+import apps  # noqa: E402
+
+GOAL = 0.95
+
+
+def per_call_ns(fn, number, repeat):
+    """Median ns per call of fn(number) (a loop of `number` calls), less an
+    empty loop's."""
+    def empty(n):
+        for _ in range(n):
+            pass
+
+    def timed(f):
+        out = []
+        for _ in range(repeat):
+            t0 = time.perf_counter_ns()
+            f(number)
+            out.append(time.perf_counter_ns() - t0)
+        return statistics.median(out) / number
+
+    return timed(fn) - timed(empty)
+
+
+def make_cases():
+    const = {"SCRIPT_NAME": "", "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "wsgi.version": (1, 0),
+             "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr, "wsgi.multithread": False,
+             "wsgi.multiprocess": True, "wsgi.run_once": False}
+    method, path, query, proto, host, body = "GET", "/", "", "HTTP/1.1", "127.0.0.1:8000", io.BytesIO()
+    ready = dict(const, REQUEST_METHOD=method, PATH_INFO=path, QUERY_STRING=query, SERVER_PROTOCOL=proto,
+                 HTTP_HOST=host)
+    ready["wsgi.input"] = body
+    route, sr = apps.route, slice            # slice(status, headers): a C callable of two arguments
+    result = route(ready, sr)
+
+    def app(n):
+        for _ in range(n):
+            route(ready, sr)
+
+    def environ(n):
+        for _ in range(n):
+            e = const.copy()
+            e["REQUEST_METHOD"] = method
+            e["PATH_INFO"] = path
+            e["QUERY_STRING"] = query
+            e["SERVER_PROTOCOL"] = proto
+            e["HTTP_HOST"] = host
+            e["wsgi.input"] = body
+
+    def body_(n):
+        for _ in range(n):
+            for chunk in result:
+                len(chunk)
+
+    def request(n):
+        for _ in range(n):
+            e = const.copy()
+            e["REQUEST_METHOD"] = method
+            e["PATH_INFO"] = path
+            e["QUERY_STRING"] = query
+            e["SERVER_PROTOCOL"] = proto
+            e["HTTP_HOST"] = host
+            e["wsgi.input"] = body
+            for chunk in route(e, sr):
+                len(chunk)
+
+    return {"app": app, "environ": environ, "body": body_, "request": request}
+
+
+def reference_us():
+    """The C reference's CPU µs per keep-alive hello request, from a short
+    run_core.py (reference only, 3 rounds of 4 s)."""
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "run_core.py"), "--only", "reference",
+                          "--workloads", "keepalive-hello", "--rounds", "3", "--no-write"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900).stdout
+    vals = [1e6 / float(v.replace(",", "")) for v in
+            re.findall(r"keepalive-hello +reference .*? ([\d,]+) req/CPU-s", out)]
+    if not vals:
+        sys.exit("run_core.py gave no figure for the reference:\n" + out[-3000:])
+    return statistics.median(vals)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ref-us", type=float, help="the reference's CPU µs per keep-alive hello request")
+    ap.add_argument("--number", type=int, default=200_000, help="calls per timing")
+    ap.add_argument("--repeat", type=int, default=7, help="timings per case (the median is kept)")
+    ap.add_argument("--cpu", type=int, default=0, help="the CPU to pin to")
+    args = ap.parse_args()
+    ref = args.ref_us if args.ref_us else reference_us()
+    os.sched_setaffinity(0, {args.cpu})
+    print(f"Python {sys.version.split()[0]}, CPU {args.cpu}, {args.repeat} x {args.number:,} calls per case")
+    floor = {}
+    for name, fn in make_cases().items():
+        floor[name] = per_call_ns(fn, args.number, args.repeat)
+        print(f"  {name:8} {floor[name]:7.1f} ns")
+    budget = ref * 1000 * (1 / GOAL - 1)
+    print(f"reference: {ref:.2f} µs of CPU per request; at {GOAL}x a server may spend {budget:.0f} ns more")
+    print(f"the app alone: {floor['app']:.0f} ns = {floor['app'] / budget:.2f}x that budget; "
+          f"a whole request's Python floor: {floor['request']:.0f} ns = {floor['request'] / budget:.2f}x")
+    best = ref * 1000 / (ref * 1000 + floor["request"])
+    print(f"best possible ratio with the reference's kernel and C work and only this Python: {best:.3f}x")
+
+
+if __name__ == "__main__":
+    main()
