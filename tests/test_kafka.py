@@ -289,26 +289,13 @@ def test_sigkill_of_the_whole_group_under_load_three_times_loses_nothing(make_se
     the whole process group (every forkwsgi process at once, librdkafka's
     batches in flight included), then a start on the same --offload-dir.
     At the end every record whose request was answered 200 is in Kafka."""
-    from test_offload_ring import group_gone, keepalive_load
+    from test_offload_ring import load_then_kill_group
     t = topic()
     acked, per_round = set(), []
     for rnd in range(3):
         s = start(make_server, live, tmp_path, "--offload-kafka-topics", t, "--offload-linger", "0.05",
                   new_session=True)
-        before = len(acked)
-        errors = []
-        clients = [threading.Thread(target=keepalive_load, args=(s, f"r{rnd}c{k}", 2.5, acked, errors, t))
-                   for k in range(4)]
-        for c in clients:
-            c.start()
-        time.sleep(2.0)
-        os.killpg(s.pid, signal.SIGKILL)
-        for c in clients:
-            c.join(30)
-        assert not errors, errors
-        assert s.proc.wait(10) == -signal.SIGKILL
-        assert group_gone(s.pid), "processes of the killed server still run"
-        per_round.append(len(acked) - before)
+        per_round.append(load_then_kill_group(s, f"r{rnd}", 2.0, acked, t))
         assert per_round[-1] > 500, (per_round, s.log()[-3000:])
     s = start(make_server, live, tmp_path, workers="1", threads="1")
     got = consume(live, [t], len(acked), timeout=120)

@@ -55,6 +55,27 @@ def keepalive_load(s, tag, seconds, acked, errors, topic=None):
         c.close()
 
 
+def load_then_kill_group(s, tag, seconds, acked, topic=None):
+    """4 kept-alive clients (keepalive_load) for `seconds`, then SIGKILL to
+    the server's whole process group (it runs in a session of its own):
+    every process dies at once, mid-request. Returns how many records the
+    clients saw acknowledged."""
+    before = len(acked)
+    errors = []
+    clients = [threading.Thread(target=keepalive_load, args=(s, f"{tag}c{k}", seconds + 0.3, acked, errors, topic))
+               for k in range(4)]
+    for c in clients:
+        c.start()
+    time.sleep(seconds)
+    os.killpg(s.pid, signal.SIGKILL)
+    for c in clients:
+        c.join(30)
+    assert not errors, errors
+    assert s.proc.wait(10) == -signal.SIGKILL
+    assert group_gone(s.pid), "processes of the killed server still run"
+    return len(acked) - before
+
+
 def group_gone(pgid, timeout=10):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -89,20 +110,8 @@ def test_sigkill_of_every_process_under_load_loses_no_acknowledged_record(make_s
             assert "ring holds" in s.log() or wait_for(lambda: "ring holds" in s.log() or
                                                        "journaled record(s) not yet delivered" in s.log(), 5), \
                 s.log()
-        before = len(acked)
-        errors = []
-        clients = [threading.Thread(target=keepalive_load, args=(s, f"r{rnd}c{k}", 1.5, acked, errors))
-                   for k in range(4)]
-        for c in clients:
-            c.start()
-        time.sleep(1.2)
-        os.killpg(s.pid, signal.SIGKILL)
-        for c in clients:
-            c.join(30)
-        assert not errors, errors
-        assert s.proc.wait(10) == -signal.SIGKILL
-        assert group_gone(s.pid), "processes of the killed server still run"
-        assert len(acked) - before > 500, (len(acked) - before, s.log())
+        n = load_then_kill_group(s, f"r{rnd}", 1.2, acked)
+        assert n > 500, (n, s.log())
         ring = dirs["journal"] / "ring.fwr"
         with open(ring, "rb") as f:
             meta = f.read(256)
