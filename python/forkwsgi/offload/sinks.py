@@ -24,6 +24,7 @@ import os
 import time
 
 from .. import _forkwsgi
+from .._version import __version__
 
 log = logging.getLogger("forkwsgi")
 
@@ -317,6 +318,9 @@ class DirectProducer:
         self.lib = librdkafka_path()
         if self.lib is None:
             raise ValueError("confluent-kafka loaded no librdkafka shared library")
+        # What the broker's client metrics name it (confluent-kafka's Producer
+        # says confluent-kafka-python); a setting given overrides it.
+        conf = dict({"client.software.name": "forkwsgi", "client.software.version": __version__}, **conf)
         self.p = _forkwsgi.KafkaProducer(self.lib, [(k, _conf_text(v)) for k, v in conf.items()])
         self.version = self.p.version
         self.open = {}                    # batch id -> KafkaTicket not yet done

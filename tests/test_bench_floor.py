@@ -1,0 +1,24 @@
+"""bench/run_floor.py, the CPython floor of one WSGI request against the
+budget of issue 15's keep-alive goal: a short run with the reference's
+figure given (no server started), checked for every case's line and for a
+verdict that follows from the figures it printed. ~2 s."""
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "bench", "run_floor.py")
+
+
+def test_short_run_prints_every_case_and_a_consistent_verdict():
+    r = subprocess.run([sys.executable, SCRIPT, "--ref-us", "3.60", "--number", "20000", "--repeat", "3"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ns = {name: float(v) for name, v in re.findall(r"^  (\w+) +(-?[\d.]+) ns$", r.stdout, re.M)}
+    assert set(ns) == {"app", "environ", "body", "request"}, r.stdout
+    assert ns["app"] > 0 and ns["request"] > ns["body"], r.stdout
+    budget = float(re.search(r"a server may spend (\d+) ns more", r.stdout).group(1))
+    assert abs(budget - 3600 * (1 / 0.95 - 1)) < 1, r.stdout          # 189 ns
+    best = float(re.search(r"only this Python: ([\d.]+)x", r.stdout).group(1))
+    assert abs(best - 3600 / (3600 + ns["request"])) < 0.002, r.stdout
