@@ -178,9 +178,11 @@ static void keep_log(fw_kafka *k, int level, const char *fac, const char *text)
 }
 
 /* The producer this thread is serving reports for, set around every call
- * into librdkafka that runs callbacks (fw_kafka_poll, _flush, _close): the
- * log callback, unlike the others, gets no opaque of ours. Logs reach it
- * only there, as log.queue is set (fw_kafka_open). */
+ * into librdkafka that runs callbacks on it (rd_kafka_new, fw_kafka_poll,
+ * _flush, _close): the log callback, unlike the others, gets no opaque of
+ * ours. Logs reach it only there, as log.queue is set (fw_kafka_open); a
+ * line logged on one of librdkafka's own threads before the log queue is
+ * set finds it NULL and is not kept. */
 static _Thread_local fw_kafka *serving;
 
 static void on_log(const fw_rdk *rk, int level, const char *fac, const char *buf)
@@ -233,7 +235,9 @@ fw_kafka *fw_kafka_open(const char *lib_path, const char *const *conf, char *err
     k->api.conf_set_dr_msg_cb(c, on_delivery);
     k->api.conf_set_error_cb(c, on_error);
     k->api.conf_set_log_cb(c, on_log);
+    serving = k;                          /* what rd_kafka_new logs on this thread (debug=conf) */
     k->rk = k->api.create(FW_RDK_PRODUCER, c, why, sizeof why);
+    serving = NULL;
     if (!k->rk) {                         /* c is still ours on failure */
         snprintf(err, errlen, "%s", why);
         k->api.conf_destroy(c);
