@@ -87,7 +87,7 @@ $(CBUILD)/test_ring: tests/c/test_ring.c tests/c/check.h $(RING_SRC) cserver/fw_
 	@mkdir -p $(CBUILD)
 	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_ring.c $(RING_SRC) -lpthread -o $@
 
-KAFKA_SRC := cserver/fw_kafka.c
+KAFKA_SRC := cserver/fw_kafka.c cserver/fw_rdkafka.c
 
 $(CBUILD)/test_kafka: tests/c/test_kafka.c tests/c/check.h $(KAFKA_SRC) cserver/fw_kafka.h cserver/fw_rdkafka.h
 	@mkdir -p $(CBUILD)

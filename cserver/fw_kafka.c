@@ -2,8 +2,9 @@
 #include "fw_kafka.h"
 #include "fw_rdkafka.h"
 
-#include <dlfcn.h>
+#include <dlfcn.h>                        /* dlclose */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,60 +18,6 @@ struct fw_kafka {
     fw_kafka_log logs[FW_KAFKA_LOGS];     /* kept since the last drain: [log_next, log_count) */
     unsigned log_count, log_next, log_dropped;
 };
-
-/* ---- loading librdkafka ---------------------------------------------------- */
-
-static const struct {
-    const char *name;
-    size_t off;
-} rdk_syms[] = {
-    { "rd_kafka_version", offsetof(fw_rdk_api, version) },
-    { "rd_kafka_version_str", offsetof(fw_rdk_api, version_str) },
-    { "rd_kafka_conf_new", offsetof(fw_rdk_api, conf_new) },
-    { "rd_kafka_conf_set", offsetof(fw_rdk_api, conf_set) },
-    { "rd_kafka_conf_set_opaque", offsetof(fw_rdk_api, conf_set_opaque) },
-    { "rd_kafka_conf_set_dr_msg_cb", offsetof(fw_rdk_api, conf_set_dr_msg_cb) },
-    { "rd_kafka_conf_set_error_cb", offsetof(fw_rdk_api, conf_set_error_cb) },
-    { "rd_kafka_conf_set_log_cb", offsetof(fw_rdk_api, conf_set_log_cb) },
-    { "rd_kafka_conf_destroy", offsetof(fw_rdk_api, conf_destroy) },
-    { "rd_kafka_new", offsetof(fw_rdk_api, create) },
-    { "rd_kafka_set_log_queue", offsetof(fw_rdk_api, set_log_queue) },
-    { "rd_kafka_producev", offsetof(fw_rdk_api, producev) },
-    { "rd_kafka_poll", offsetof(fw_rdk_api, poll) },
-    { "rd_kafka_flush", offsetof(fw_rdk_api, flush) },
-    { "rd_kafka_purge", offsetof(fw_rdk_api, purge) },
-    { "rd_kafka_outq_len", offsetof(fw_rdk_api, outq_len) },
-    { "rd_kafka_fatal_error", offsetof(fw_rdk_api, fatal_error) },
-    { "rd_kafka_destroy", offsetof(fw_rdk_api, destroy) },
-    { "rd_kafka_err2name", offsetof(fw_rdk_api, err2name) },
-    { "rd_kafka_err2str", offsetof(fw_rdk_api, err2str) },
-};
-
-/* dlopen the library and fill api; -1 with a reason in err. */
-static int rdk_load(fw_kafka *k, const char *path, char *err, size_t errlen)
-{
-    k->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!k->lib) {
-        const char *why = dlerror();
-        snprintf(err, errlen, "cannot load %s: %s", path, why ? why : "dlopen failed");
-        return -1;
-    }
-    for (size_t i = 0; i < sizeof rdk_syms / sizeof rdk_syms[0]; i++) {
-        void *f = dlsym(k->lib, rdk_syms[i].name);
-        if (!f) {
-            snprintf(err, errlen, "%s has no %s", path, rdk_syms[i].name);
-            return -1;
-        }
-        /* POSIX: a data pointer from dlsym converts to a function pointer
-         * by copying its bytes. */
-        memcpy((char *)&k->api + rdk_syms[i].off, &f, sizeof f);
-    }
-    if (k->api.version() < FW_RDK_MIN_VERSION) {
-        snprintf(err, errlen, "%s is librdkafka %s: 1.0 or newer is needed", path, k->api.version_str());
-        return -1;
-    }
-    return 0;
-}
 
 /* ---- batches ------------------------------------------------------------- */
 
@@ -214,7 +161,8 @@ fw_kafka *fw_kafka_open(const char *lib_path, const char *const *conf, char *err
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    if (rdk_load(k, lib_path, err, errlen) < 0)
+    k->lib = fw_rdk_load(&k->api, lib_path, err, errlen);
+    if (!k->lib)
         goto fail;
     fw_rdk_conf *c = k->api.conf_new();
     char why[512];
@@ -297,9 +245,12 @@ void fw_kafka_poll(fw_kafka *k, int timeout_ms)
 int fw_kafka_flush(fw_kafka *k, int timeout_ms)
 {
     serving = k;
-    k->api.flush(k->rk, timeout_ms);
+    k->api.flush(k->rk, timeout_ms);     /* RD_KAFKA_RESP_ERR__TIMED_OUT: some are left, counted below */
     serving = NULL;
-    return k->api.outq_len(k->rk);
+    long left = 0;
+    for (const fw_kafka_batch *b = k->open; b; b = b->next)
+        left += b->left;
+    return left > INT32_MAX ? INT32_MAX : (int)left;
 }
 
 void fw_kafka_purge(fw_kafka *k)

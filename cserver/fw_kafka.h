@@ -102,7 +102,7 @@ void fw_kafka_fail(fw_kafka *k, fw_kafka_batch *b, uint32_t i, int code);
 void fw_kafka_poll(fw_kafka *k, int timeout_ms);
 
 /* Wait up to timeout_ms for every record to have its report (blocks);
- * returns how many are still without one. */
+ * returns how many records of the open batches are still without one. */
 int fw_kafka_flush(fw_kafka *k, int timeout_ms);
 
 /* Drop what librdkafka still holds, queued or in flight: each such record's

@@ -5,7 +5,7 @@
  * Everything here is librdkafka's stable public ABI (rdkafka.h, unchanged
  * since 1.0): the layout of rd_kafka_message_t, the va-arg tags of
  * rd_kafka_producev(), a few flags and error codes, and the signatures of
- * the functions fw_kafka.c looks up. tests/c/test_rdkafka_abi.c compiles it
+ * the functions fw_rdk_load (fw_rdkafka.c) looks up. tests/c/test_rdkafka_abi.c compiles it
  * next to the real rdkafka.h (Debian's librdkafka-dev) and checks every
  * layout and value against it. */
 #ifndef FW_RDKAFKA_H
@@ -60,7 +60,7 @@ typedef void fw_rdk_dr_cb(fw_rdk *rk, const fw_rdk_message *m, void *opaque);
 typedef void fw_rdk_error_cb(fw_rdk *rk, int err, const char *reason, void *opaque);
 typedef void fw_rdk_log_cb(const fw_rdk *rk, int level, const char *fac, const char *buf);
 
-/* The functions, as pointers filled by dlsym (fw_kafka.c: rdk_load). */
+/* The functions, as pointers filled by dlsym (fw_rdk_load). */
 typedef struct fw_rdk_api {
     int (*version)(void);
     const char *(*version_str)(void);
@@ -79,11 +79,15 @@ typedef struct fw_rdk_api {
     int (*poll)(fw_rdk *rk, int timeout_ms);
     fw_rdk_err (*flush)(fw_rdk *rk, int timeout_ms);
     fw_rdk_err (*purge)(fw_rdk *rk, int flags);
-    int (*outq_len)(fw_rdk *rk);
     fw_rdk_err (*fatal_error)(fw_rdk *rk, char *errstr, size_t errlen);
     void (*destroy)(fw_rdk *rk);
     const char *(*err2name)(fw_rdk_err err);
     const char *(*err2str)(fw_rdk_err err);
 } fw_rdk_api;
+
+/* dlopen the librdkafka at path and fill api with its functions. Returns
+ * the dlopen handle (for dlclose), or NULL with a one-line reason in err:
+ * not loadable, a function missing, a version older than 1.0. */
+void *fw_rdk_load(fw_rdk_api *api, const char *path, char *err, size_t errlen);
 
 #endif

@@ -70,7 +70,6 @@ SAME_TYPE(producev, rd_kafka_producev);
 SAME_TYPE(poll, rd_kafka_poll);
 SAME_TYPE(flush, rd_kafka_flush);
 SAME_TYPE(purge, rd_kafka_purge);
-SAME_TYPE(outq_len, rd_kafka_outq_len);
 SAME_TYPE(fatal_error, rd_kafka_fatal_error);
 SAME_TYPE(destroy, rd_kafka_destroy);
 SAME_TYPE(err2name, rd_kafka_err2name);
