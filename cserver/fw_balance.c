@@ -374,6 +374,21 @@ void fw_balance_allow(fw_balance *b, int on)
     pthread_mutex_unlock(&b->mu);
 }
 
+int fw_balance_armed(const fw_balance *b)
+{
+    return (int)atomic_load(&b->sb[b->cfg.me].armed);
+}
+
+int fw_balance_sharing(const fw_balance *b)
+{
+    if (b->cfg.mode == FW_BAL_REUSEPORT)
+        return 1;
+    int n = 0;
+    for (int j = 0; j < b->cfg.nslots; j++)
+        n += is_open(&b->sb[j]);
+    return n > 0 ? n : 1;
+}
+
 void fw_balance_accepted(fw_balance *b)
 {
     atomic_fetch_add(&b->sb[b->cfg.me].accepted, 1);
@@ -520,6 +535,11 @@ int fw_balance_tick(fw_balance *b, int64_t now)
     return left < 0 ? 0 : (int)left;
 }
 
+void fw_balance_beat(fw_balance *b, int64_t now)
+{
+    atomic_store_explicit(&b->sb[b->cfg.me].beat, now, memory_order_relaxed);
+}
+
 void fw_balance_drain(fw_balance *b)
 {
     pthread_mutex_lock(&b->mu);
@@ -553,6 +573,7 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
     atomic_store(&sb[i].handed_in, 0);
     atomic_store(&sb[i].handed_out, 0);
     atomic_store(&sb[i].kicks_sent, 0);
+    atomic_store(&sb[i].beat, 0);
     atomic_fetch_add(&sb[i].gen, 1);
     atomic_store(&sb[i].pid, 0);
     /* FREE until the worker's loop runs (fw_balance_start): a worker still
@@ -572,6 +593,7 @@ int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
         .incoming = atomic_load(&s->incoming), .pending = atomic_load(&s->pending),
         .armed = atomic_load(&s->armed), .open = atomic_load(&s->open), .retire = atomic_load(&s->retire),
         .threads = atomic_load(&s->threads), .gen = atomic_load(&s->gen), .pid = atomic_load(&s->pid),
+        .beat = atomic_load(&s->beat),
         .accepted = atomic_load(&s->accepted), .handed_in = atomic_load(&s->handed_in),
         .handed_out = atomic_load(&s->handed_out), .kicks_sent = atomic_load(&s->kicks_sent),
     };

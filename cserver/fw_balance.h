@@ -66,6 +66,8 @@ typedef struct fw_sb_slot {
     _Atomic uint32_t threads;       /* app threads of the owner */
     _Atomic uint32_t gen;           /* master: bumped at each spawn into the slot */
     _Atomic int32_t pid;            /* owner, when its loop starts; master zeroes it */
+    _Atomic int64_t beat;           /* owner: its loop's last pass (CLOCK_MONOTONIC ms), 0 before
+                                     * the first: the master's heartbeat check */
     _Atomic uint64_t accepted __attribute__((aligned(64)));   /* statistics, owner */
     _Atomic uint64_t handed_in;
     _Atomic uint64_t handed_out;
@@ -161,6 +163,11 @@ void fw_balance_allow(fw_balance *b, int on);
 /* Accept at most this many connections per listener wake-up (batch: the
  * configured most). */
 int fw_balance_accept_batch(const fw_balance *b, int batch);
+/* Question, any thread: are the listeners in this worker's epoll set? */
+int fw_balance_armed(const fw_balance *b);
+/* How many workers take connections from this worker's listeners now
+ * (itself included; 1 with reuseport or alone). */
+int fw_balance_sharing(const fw_balance *b);
 /* Statistics: one connection accepted. */
 void fw_balance_accepted(fw_balance *b);
 
@@ -218,6 +225,9 @@ enum {
  * Returns the ms until it is next due, or -1 when none is needed. */
 int fw_balance_tick(fw_balance *b, int64_t now);
 
+/* Loop thread, each pass: the loop turns (now: monotonic ms). */
+void fw_balance_beat(fw_balance *b, int64_t now);
+
 /* Graceful stop: leave the minimum (DRAINING), disarm, kick the others. */
 void fw_balance_drain(fw_balance *b);
 
@@ -231,6 +241,7 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds);
 typedef struct fw_sb_view {
     uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen;
     int32_t pid;
+    int64_t beat;
     uint64_t accepted, handed_in, handed_out, kicks_sent;
 } fw_sb_view;
 int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out);

@@ -1,13 +1,15 @@
 /* fw_body: request bodies, as the app's wsgi.input sees them.
  *
- * Three ways a body reaches the app, chosen when the head is parsed:
- *  - in place: a Content-Length body up to spool_threshold is read by the
- *    loop into `in` behind the head; the app reads that span (no copy);
- *  - pre-read: chunked or larger bodies are decoded by the loop into memory,
- *    spilling into an unlinked temp file past spool_threshold, so a 512 MB
- *    upload costs bounded memory and never ties up the app while it trickles in;
- *  - live: with "Expect: 100-continue" the app runs first and its first read
- *    sends "100 Continue" and then pulls the body from the socket. */
+ * Every body is read from the socket by the loop (fw_conn.c), never by the
+ * app, so a body that trickles in ties up no thread. This file decodes what
+ * the loop read, into one of two places chosen when the head is parsed:
+ *  - in place: a Content-Length body up to spool_threshold stays in `in`
+ *    behind the head; the app reads that span (no copy);
+ *  - pre-read: chunked or larger bodies are decoded into memory, spilling
+ *    into an unlinked temp file past spool_threshold, so a 512 MB upload
+ *    costs bounded memory.
+ * With "Expect: 100-continue" the loop answers 100 Continue (fw_conn.c)
+ * and reads the body like any other, before the app runs. */
 #define _GNU_SOURCE
 #include "fw_conn.h"
 #include "fw_io.h"
@@ -15,13 +17,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define FILE_WINDOW (64 * 1024)
+#define BODY_CHUNK (64 * 1024)     /* socket reads while a body arrives */
 
 /* Move the head out of `in` (so the body can stream through it) and re-parse
  * it from its new home. */
@@ -47,27 +49,48 @@ int fw_body_setup(fw_conn *c)
         b->src = FW_B_NONE;
         b->done = 1;
         c->consume_at_end = c->head_len;
-        fw_conn_body_ready(c);
-        return 0;
-    }
-    b->chunked = r->chunked;
-    b->cl_left = r->chunked ? 0 : r->content_length;
-    if (r->expect_continue) {
-        if (head_detach(c) != 0)
-            return -1;
-        b->src = FW_B_LIVE;
-        fw_conn_body_ready(c);
-        return 0;
+        return FW_BODY_NONE;
     }
     b->src = FW_B_MEM;
+    b->chunked = r->chunked;
+    b->cl_left = r->chunked ? 0 : r->content_length;
+    /* Expect: 100-continue: 100 Continue at once and the body is read
+     * before the app runs (PEP 3333's first way, gunicorn's), so no thread
+     * ever waits for a client's body. */
+    b->continue_wanted = r->expect_continue;
     if (!r->chunked && r->content_length <= c->srv->cfg.spool_threshold) {
         b->inplace = 1;
         c->consume_at_end = c->head_len + (size_t)r->content_length;
     } else if (head_detach(c) != 0) {
         return -1;
     }
-    fw_conn_body_wait(c);
-    return 0;
+    return FW_BODY_READ;
+}
+
+size_t fw_body_read_size(const fw_conn *c)
+{
+    if (c->body.inplace) {
+        size_t need = c->head_len + (size_t)c->req.content_length, used = fw_buf_used(&c->in);
+        if (need > used && need - used > BODY_CHUNK)
+            return need - used;
+    }
+    return BODY_CHUNK;
+}
+
+uint64_t fw_body_received(const fw_conn *c)
+{
+    if (c->body.inplace) {
+        size_t used = fw_buf_used(&c->in);
+        return used > c->head_len ? used - c->head_len : 0;
+    }
+    return c->body.total + fw_buf_used(&c->in);
+}
+
+int fw_body_arrived(const fw_conn *c)
+{
+    if (c->body.inplace)
+        return fw_buf_used(&c->in) > c->head_len;
+    return fw_buf_used(&c->in) > 0 || c->body.total > 0;
 }
 
 /* Next decoded span from `in` (consumed from `in`; the span stays valid
@@ -167,7 +190,6 @@ int fw_body_preread(fw_conn *c)
         b->span_len = (size_t)c->req.content_length;
         b->total = c->req.content_length;
         b->done = 1;
-        fw_conn_body_ready(c);
         return 0;
     }
     for (;;) {
@@ -190,7 +212,6 @@ int fw_body_preread(fw_conn *c)
             b->span = fw_buf_head(&b->mem);
             b->span_len = fw_buf_used(&b->mem);
         }
-        fw_conn_body_ready(c);
         return 0;
     }
 }
@@ -210,70 +231,7 @@ void fw_body_release(fw_conn *c)
 int fw_body_ready(const fw_conn *c)
 {
     const fw_body *b = &c->body;
-    return b->span_len > 0 || b->src == FW_B_NONE || b->src == FW_B_MEM ||
-           (b->src == FW_B_LIVE && (b->done || b->error));
-}
-
-static int live_fail(fw_conn *c, int err)
-{
-    c->body.error = err;
-    c->must_close = 1;
-    return err;
-}
-
-static int live_peek(fw_conn *c, const char **p, size_t *n)
-{
-    fw_body *b = &c->body;
-    if (b->error)
-        return b->error;
-    if (b->done)
-        return FW_IO_DONE;
-    if (!b->continue_sent) {
-        b->continue_sent = 1;
-        /* Only while the client is still waiting for it: if body bytes are
-         * already here, or the response has begun, it is too late to matter. */
-        if (fw_buf_used(&c->in) == 0 && !c->resp.started) {
-            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-            if (fw_buf_append(&c->out, cont, sizeof(cont) - 1) != 0)
-                return live_fail(c, FW_IO_ERR);
-            int rc = fw_conn_flush_wait(c);
-            if (rc != FW_IO_DONE)
-                return live_fail(c, rc);
-        }
-    }
-    for (;;) {
-        int rc = decode_step(c, p, n);
-        if (rc == FW_CHUNK_DATA) {
-            b->span = *p;
-            b->span_len = *n;
-            return FW_IO_DONE;
-        }
-        if (rc == FW_CHUNK_DONE) {
-            b->done = 1;
-            return FW_IO_DONE;
-        }
-        if (rc != FW_HTTP_INCOMPLETE)
-            return live_fail(c, FW_IO_BAD);
-        if (fw_buf_used(&c->out) > 0) {
-            /* Responses owed (pipelined before this request): the client
-             * may wait for them before it sends the rest. */
-            int w = fw_conn_flush_wait(c);
-            if (w != FW_IO_DONE)
-                return live_fail(c, w);
-        }
-        struct pollfd pfd = { .fd = c->w.fd, .events = POLLIN };
-        int timeout = c->srv->cfg.body_timeout_ms > 0 ? c->srv->cfg.body_timeout_ms : -1;
-        int k = poll(&pfd, 1, timeout);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return live_fail(c, FW_IO_ERR);
-        if (k == 0)
-            return live_fail(c, FW_IO_TIMEOUT);
-        k = fw_conn_read(c, 64 * 1024);
-        if (k < 0)
-            return live_fail(c, FW_IO_ERR);
-    }
+    return b->span_len > 0 || b->error || b->src != FW_B_FILE;
 }
 
 int fw_body_peek(fw_conn *c, const char **p, size_t *n)
@@ -286,37 +244,31 @@ int fw_body_peek(fw_conn *c, const char **p, size_t *n)
         *n = b->span_len;
         return FW_IO_DONE;
     }
-    switch (b->src) {
-    case FW_B_FILE: {
-        if (b->file_pos >= b->file_size)
-            return FW_IO_DONE;
-        uint64_t left = b->file_size - b->file_pos;
-        size_t want = left < FILE_WINDOW ? (size_t)left : FILE_WINDOW;
-        fw_buf_reset(&b->fbuf, FILE_WINDOW);
-        if (fw_buf_reserve(&b->fbuf, want) != 0)
-            return FW_IO_ERR;
-        ssize_t k;
-        do {
-            k = pread(b->fd, b->fbuf.data, want, (off_t)b->file_pos);
-        } while (k < 0 && errno == EINTR);
-        if (k <= 0)
-            return FW_IO_ERR;
-        b->file_pos += (uint64_t)k;
-        b->span = b->fbuf.data;
-        b->span_len = (size_t)k;
-        *p = b->span;
-        *n = b->span_len;
+    if (b->error)
+        return FW_IO_ERR;
+    if (b->src != FW_B_FILE || b->file_pos >= b->file_size)
         return FW_IO_DONE;
+    uint64_t left = b->file_size - b->file_pos;
+    size_t want = left < FILE_WINDOW ? (size_t)left : FILE_WINDOW;
+    fw_buf_reset(&b->fbuf, FILE_WINDOW);
+    if (fw_buf_reserve(&b->fbuf, want) != 0) {
+        b->error = FW_IO_ERR;
+        return FW_IO_ERR;
     }
-    case FW_B_LIVE: {
-        int rc = live_peek(c, p, n);
-        if (rc == FW_IO_DONE && b->span_len == 0)
-            *n = 0;
-        return rc;
+    ssize_t k;
+    do {
+        k = pread(b->fd, b->fbuf.data, want, (off_t)b->file_pos);
+    } while (k < 0 && errno == EINTR);
+    if (k <= 0) {
+        b->error = FW_IO_ERR;
+        return FW_IO_ERR;
     }
-    default:
-        return FW_IO_DONE;
-    }
+    b->file_pos += (uint64_t)k;
+    b->span = b->fbuf.data;
+    b->span_len = (size_t)k;
+    *p = b->span;
+    *n = b->span_len;
+    return FW_IO_DONE;
 }
 
 void fw_body_consume(fw_conn *c, size_t n)

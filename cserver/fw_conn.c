@@ -1,37 +1,42 @@
 /* fw_conn: the per-connection state machine. See fw_conn.h.
  *
- * conn_drive() is the only place that moves a connection between states; the
- * event callbacks just feed it. Pipelined requests are served by the same
+ * conn_drive() moves a connection between states; socket events
+ * (conn_cb), timeouts, the app threads' hand-backs and the server's ready
+ * queue only feed it. This file alone reads and writes client sockets,
+ * waits on them and closes them. Pipelined requests are served by the same
  * loop in order, without waiting for another EPOLLIN, and their responses
  * leave together (see fw_conn.h: the batch). */
+#define _GNU_SOURCE
 #include "fw_conn.h"
 #include "fw_internal.h"
 #include "fw_pool.h"
-#include "fw_proxy.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
+#include <linux/sockios.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
-#include <sys/un.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define READ_CHUNK (16 * 1024)
-#define BODY_CHUNK (64 * 1024)
 #define IDLE_KEEP_BYTES (16 * 1024)   /* an idle connection keeps at most this much buffer */
 
 #define CONN_OF(wp) ((fw_conn *)((char *)(wp) - offsetof(fw_conn, w)))
 
+static const char CONTINUE_100[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
 static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events);
 static void conn_drive(fw_conn *c);
+static void read_and_drive(fw_conn *c);
 static void app_unlock(fw_server *srv);
-static int proxy_start(fw_conn *c, fw_pass_client client);
 
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
-                     const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client)
+                     const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client,
+                     int64_t age_ms)
 {
     fw_conn *c = calloc(1, sizeof(*c));
     if (!c)
@@ -54,8 +59,10 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
     c->peer_len = salen;
     c->fwd_allowed = fw_netlist_match(srv->cfg.forwarded_allow, sa, salen);
     c->body.fd = -1;
+    c->outq_mark = -1;
     c->resp.sf_fd = -1;
     c->state = FW_C_READ_HEAD;
+    c->ready_at = srv->now - age_ms;
     c->next = srv->conns;
     if (srv->conns)
         srv->conns->prev = c;
@@ -73,7 +80,7 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
     }
     if (srv->cfg.stats)
         fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
-    if (proxy_start(c, client) != 0) {
+    if (fw_peer_start(c, client) != 0) {
         fw_conn_close(c);
         return c;
     }
@@ -81,11 +88,8 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
      * no epoll round trip is spent on it, and it is counted as it is
      * dispatched, in this same loop pass. A silent connection only steers
      * placement for a moment (fw_balance_silent). */
-    if (fw_conn_read(c, READ_CHUNK) < 0) {
-        fw_conn_close(c);       /* already gone; freed with the graveyard */
-        return c;
-    }
-    if (fw_buf_used(&c->in) == 0) {
+    read_and_drive(c);
+    if (c->state == FW_C_READ_HEAD && fw_buf_used(&c->in) == 0) {
         if (srv->stopping) {
             fw_conn_start_stop(c);      /* handed over while we stop */
         } else if (srv->pool && !kept_alive) {
@@ -94,7 +98,6 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
                 fw_timer_start(&srv->t_grace, &c->grace, srv->now);
         }
     }
-    conn_drive(c);
     return c;
 }
 
@@ -109,11 +112,22 @@ void fw_conn_free(fw_conn *c)
     free(c);
 }
 
+static void unpark(fw_conn *c, int rc);
+
 void fw_conn_close(fw_conn *c)
 {
     fw_server *srv = c->srv;
     if (c->state == FW_C_CLOSED)
         return;
+    if (c->parked) {
+        /* Never under its thread, which sleeps holding it: the thread is
+         * told, and the connection closes when the app returns. */
+        c->must_close = 1;
+        unpark(c, FW_IO_ERR);
+        return;
+    }
+    if (c->state == FW_C_QUEUED)
+        fw_server_dequeue(srv, c);
     if (c->app_state && srv->ops->on_drop)
         srv->ops->on_drop(srv->app, c);
     c->app_state = NULL;
@@ -153,12 +167,21 @@ void fw_conn_close_passed(fw_conn *c)
     fw_conn_close(c);
 }
 
+/* Watch c's socket for mask (0: nothing). A failure closes c. */
 static void conn_watch(fw_conn *c, uint32_t mask)
 {
     if (fw_loop_watch(&c->srv->loop, &c->w, mask) != 0) {
         fw_server_log(c->srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(errno));
         fw_conn_close(c);
     }
+}
+
+/* Is the socket in some app thread's hands (submitted, or parked: the
+ * thread sleeps, but the request is its own)? The loop then leaves the
+ * request alone. */
+static int owned_by_thread(const fw_conn *c)
+{
+    return c->parked || (c->state == FW_C_APP && c->srv->pool);
 }
 
 /* Stop reading and close after what is queued has been sent. */
@@ -184,22 +207,6 @@ void fw_conn_queue_error(fw_conn *c, int status)
     fw_resp_error_head(c, status);
 }
 
-/* The start of what the client sent, escaped, into shown (80 characters
- * at most, then "..."), for log lines: it usually shows the fault. */
-static void input_start(const fw_conn *c, char shown[85])
-{
-    size_t n = 0, i = 0;
-    const unsigned char *p = (const unsigned char *)fw_buf_head(&c->in);
-    size_t used = fw_buf_used(&c->in);
-    for (; i < used && n + 4 < 81; i++) {
-        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
-            shown[n++] = (char)p[i];
-        else
-            n += (size_t)snprintf(shown + n, 81 - n, "\\x%02x", p[i]);
-    }
-    memcpy(shown + n, i < used ? "..." : "", i < used ? 4 : 1);
-}
-
 /* One line per rejected request: the client, the status and why, and the
  * start of what it sent. */
 static void log_rejected(fw_conn *c, int status)
@@ -215,93 +222,7 @@ static void log_rejected(fw_conn *c, int status)
     for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
         if (reasons[i].status == status)
             why = reasons[i].why;
-    const char *host, *port;
-    fw_conn_peer_text(c, &host, &port);
-    char shown[85];
-    input_start(c, shown);
-    fw_server_log(c->srv, FW_LOG_INFO, "%s%s%s: %d %s: \"%s\"", host, *port ? ":" : "", port, status,
-                  why, shown);
-}
-
-/* ---- the PROXY protocol header (--proxy-protocol) ---------------------- */
-
-static void set_peer(fw_conn *c, const struct sockaddr *sa, socklen_t len)
-{
-    if (len > sizeof(c->peer))
-        len = sizeof(c->peer);
-    memcpy(&c->peer, sa, len);
-    c->peer_len = len;
-    c->peer_text = 0;
-}
-
-/* No request on this connection: say why, with the socket's peer and the
- * start of what it sent, and close it. */
-static void proxy_refuse(fw_conn *c, const char *why)
-{
-    const char *host, *port;
-    fw_conn_peer_text(c, &host, &port);
-    char shown[85];
-    input_start(c, shown);
-    fw_server_log(c->srv, FW_LOG_INFO, "%s%s%s: PROXY protocol: %s: connection closed: \"%s\"", host,
-                  *port ? ":" : "", port, why, shown);
-    fw_conn_close(c);
-}
-
-/* A new connection: a header is to come, from a peer in --proxy-allow-from
- * (unix-socket peers are). One handed over by another worker: the header
- * was read there, or (client.sa NULL) it is still to come. Returns 0, or
- * -1 when c must be closed (said why). */
-static int proxy_start(fw_conn *c, fw_pass_client client)
-{
-    const fw_config *cfg = &c->srv->cfg;
-    if (client.sa) {
-        c->proxy = client.sa->sa_family == AF_UNSPEC ? FW_PX_READ : FW_PX_NAMED;
-        if (c->proxy == FW_PX_NAMED)
-            set_peer(c, client.sa, client.len);
-        return 0;
-    }
-    if (!cfg->proxy_protocol)
-        return 0;
-    if (!fw_netlist_match(cfg->proxy_allow, (const struct sockaddr *)&c->peer, c->peer_len)) {
-        const char *host, *port;
-        fw_conn_peer_text(c, &host, &port);
-        fw_server_log(c->srv, FW_LOG_INFO, "%s%s%s: PROXY protocol: peer not in --proxy-allow-from: "
-                      "connection closed", host, *port ? ":" : "", port);
-        return -1;
-    }
-    c->proxy = FW_PX_WAIT;
-    return 0;
-}
-
-/* READ_HEAD before the first request: the header. Returns 1 once it is
- * read (the request may follow), 0 to wait for more bytes (under the
- * header timeout, running since accept), -1 when c was closed. */
-static int step_proxy(fw_conn *c)
-{
-    fw_proxy_hdr h;
-    long n = fw_proxy_parse(fw_buf_head(&c->in), fw_buf_used(&c->in), c->srv->cfg.proxy_protocol, &h);
-    if (n == FW_PROXY_INCOMPLETE)
-        return 0;
-    if (n < 0) {
-        proxy_refuse(c, h.why);
-        return -1;
-    }
-    fw_buf_consume(&c->in, (size_t)n);
-    c->proxy = h.local ? FW_PX_READ : FW_PX_NAMED;
-    if (!h.local)
-        set_peer(c, (const struct sockaddr *)&h.client, h.client_len);
-    return 1;
-}
-
-/* For a hand-off: what the worker taking c must know of its client. */
-static fw_pass_client passed_client(const fw_conn *c)
-{
-    static const struct sockaddr unspec = { .sa_family = AF_UNSPEC };
-    if (c->proxy == FW_PX_NAMED)
-        return (fw_pass_client){ (const struct sockaddr *)&c->peer, c->peer_len };
-    if (c->proxy == FW_PX_READ)
-        return (fw_pass_client){ &unspec, sizeof(unspec) };
-    return (fw_pass_client){ NULL, 0 };
+    fw_peer_log(c, FW_LOG_INFO, 1, "%d %s", status, why);
 }
 
 /* Answer a protocol error and close. */
@@ -318,6 +239,231 @@ static void conn_fail(fw_conn *c, int status)
     c->app_active = 0;
     c->state = FW_C_WRITE;
 }
+
+/* ---- the socket ------------------------------------------------------------ */
+
+/* Read once from the socket into `in`. Returns the bytes read (> 0), 0 on
+ * EAGAIN, -1 on EOF or error (the caller decides how to close). */
+static ssize_t conn_read(fw_conn *c, size_t want)
+{
+    if (fw_buf_reserve(&c->in, want) != 0)
+        return -1;
+    for (;;) {
+        ssize_t n = read(c->w.fd, fw_buf_tail(&c->in), fw_buf_room(&c->in));
+        if (n > 0) {
+            c->in.len += (size_t)n;
+            return n;
+        }
+        if (n == 0)
+            return -1;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        return -1;
+    }
+}
+
+static int io_error(fw_conn *c, int e)
+{
+    if (e == EAGAIN || e == EWOULDBLOCK)
+        return FW_IO_AGAIN;
+    c->must_close = 1;
+    return FW_IO_ERR;
+}
+
+/* Bytes the kernel still holds to send on c's socket (unsent, or sent and
+ * not acknowledged), or -1 when it cannot say. */
+static int kernel_outq(const fw_conn *c)
+{
+    int q;
+    return ioctl(c->w.fd, SIOCOUTQ, &q) == 0 ? q : -1;
+}
+
+/* Bytes of the response still to leave: `out`, borrowed bytes, the file's rest. */
+static uint64_t pending_out(const fw_conn *c)
+{
+    return fw_buf_used(&c->out) + c->ext_len + c->ext_tail_len + (c->resp.sf_fd >= 0 ? c->resp.sf_left : 0);
+}
+
+int fw_conn_flush(fw_conn *c)
+{
+    fw_resp *r = &c->resp;
+    while (fw_buf_used(&c->out) + c->ext_len + c->ext_tail_len > 0) {
+        struct iovec iov[3] = {
+            { .iov_base = fw_buf_head(&c->out), .iov_len = fw_buf_used(&c->out) },
+            { .iov_base = (void *)c->ext, .iov_len = c->ext_len },
+            { .iov_base = c->ext_tail, .iov_len = c->ext_tail_len },
+        };
+        struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 3 };
+        ssize_t n = sendmsg(c->w.fd, &mh, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return io_error(c, errno);
+        }
+        size_t w = (size_t)n, k = w < fw_buf_used(&c->out) ? w : fw_buf_used(&c->out);
+        fw_buf_consume(&c->out, k);
+        w -= k;
+        k = w < c->ext_len ? w : c->ext_len;
+        c->ext += k;
+        c->ext_len -= k;
+        w -= k;
+        memmove(c->ext_tail, c->ext_tail + w, c->ext_tail_len - w);
+        c->ext_tail_len -= w;
+    }
+    while (r->sf_fd >= 0 && r->sf_left > 0) {
+        off_t off = (off_t)r->sf_off;
+        size_t want = r->sf_left > (1u << 30) ? (1u << 30) : (size_t)r->sf_left;
+        ssize_t n = sendfile(c->w.fd, r->sf_fd, &off, want);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return io_error(c, errno);
+        }
+        if (n == 0) {
+            c->must_close = 1;           /* the file shrank under us */
+            return FW_IO_ERR;
+        }
+        r->sf_off += (uint64_t)n;
+        r->sf_left -= (uint64_t)n;
+    }
+    return FW_IO_DONE;
+}
+
+/* fw_conn_send and fw_conn_send_borrowed: borrow says what becomes of
+ * what the socket does not take. */
+static int send_body(fw_conn *c, const char *data, size_t len, int borrow)
+{
+    const char *tail;
+    size_t tail_len;
+    len = fw_resp_frame(c, len, &tail, &tail_len);
+    size_t queued = fw_buf_used(&c->out);
+    struct iovec iov[3] = {
+        { .iov_base = fw_buf_head(&c->out), .iov_len = queued },
+        { .iov_base = (void *)data, .iov_len = len },
+        { .iov_base = (void *)tail, .iov_len = tail_len },
+    };
+    struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 3 };
+    ssize_t n;
+    do {
+        n = sendmsg(c->w.fd, &mh, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        int rc = io_error(c, errno);
+        if (rc == FW_IO_ERR)
+            return rc;
+        n = 0;
+    }
+    /* What the socket did not take is copied behind what is queued, or
+     * borrowed. */
+    size_t w = (size_t)n;
+    size_t from_out = w < queued ? w : queued;
+    fw_buf_consume(&c->out, from_out);
+    w -= from_out;
+    size_t from_data = w < len ? w : len;
+    w -= from_data;
+    if (borrow && from_data < len) {
+        c->ext = data + from_data;
+        c->ext_len = len - from_data;
+        memcpy(c->ext_tail, tail, tail_len);
+        c->ext_tail_len = tail_len;
+        return FW_IO_AGAIN;
+    }
+    if (fw_buf_append(&c->out, data + from_data, len - from_data) != 0 ||
+        fw_buf_append(&c->out, tail + w, tail_len - w) != 0) {
+        c->must_close = 1;
+        return FW_IO_ERR;
+    }
+    return fw_buf_used(&c->out) ? FW_IO_AGAIN : FW_IO_DONE;
+}
+
+int fw_conn_send(fw_conn *c, const char *data, size_t len)
+{
+    return send_body(c, data, len, 0);
+}
+
+int fw_conn_send_borrowed(fw_conn *c, const char *data, size_t len)
+{
+    return send_body(c, data, len, 1);
+}
+
+/* ---- app threads that wait for the loop ------------------------------------ */
+
+/* Loop thread: give c back to its parked thread with rc. From the moment
+ * fw_pool_resume returns, the thread owns c: nothing after it touches c. */
+static void unpark(fw_conn *c, int rc)
+{
+    fw_server *srv = c->srv;
+    fw_timer_stop(&c->timer);
+    /* No event may reach the loop while the thread holds it (a oneshot
+     * watch that fired is disarmed already). */
+    if (c->w.mask && fw_loop_watch(&srv->loop, &c->w, 0) != 0)
+        fw_server_log(srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(errno));
+    c->park_rc = rc;
+    c->parked = 0;
+    c->state = FW_C_APP;
+    fw_pool_resume(srv->pool, &c->job);
+}
+
+int fw_conn_drain_wait(fw_conn *c)
+{
+    int rc = fw_conn_flush(c);
+    if (rc != FW_IO_AGAIN || !c->srv->pool)
+        return rc;      /* inline, the loop thread cannot wait for itself */
+    /* Hand c to the loop and sleep until it is given back. */
+    c->parked = 1;
+    fw_pool_park(c->srv->pool, &c->job);
+    return c->park_rc;
+}
+
+/* A body starts to arrive: under the body timeout (a pause) and the
+ * minimum rate counted from now. */
+static void body_start(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    c->state = FW_C_READ_BODY;
+    c->body.started = srv->now;
+    fw_timer_start(&srv->t_body, &c->timer, srv->now);
+}
+
+void fw_conn_parked(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    if (srv->closing) {
+        fw_conn_close(c);       /* the server is gone: the thread is told */
+        return;
+    }
+    c->state = FW_C_WRITE;
+    fw_timer_start(&srv->t_write, &c->timer, srv->now);
+    conn_drive(c);
+}
+
+/* The body could not be read: status (400, 408, 413, 500) is answered,
+ * FW_IO_ERR (the client is gone) closes. */
+static void body_failed(fw_conn *c, int status)
+{
+    if (status == FW_IO_ERR)
+        fw_conn_close(c);
+    else
+        conn_fail(c, status);
+}
+
+/* The minimum rate of a body (--body-min-rate, bytes a second): after a
+ * grace of one --body-timeout from its start, what has arrived must keep
+ * up with the rate over the time beyond it (mod_reqtimeout's MinRate). A
+ * client that trickles a byte now and then is cut at its next byte. */
+static int body_too_slow(const fw_conn *c)
+{
+    const fw_server *srv = c->srv;
+    uint64_t rate = srv->cfg.body_min_rate;
+    int64_t beyond = srv->now - c->body.started - srv->cfg.body_timeout_ms;
+    if (rate == 0 || beyond <= 0)
+        return 0;
+    return fw_body_received(c) * 1000 < (uint64_t)beyond * rate;
+}
+
+/* ---- between requests -------------------------------------------------------- */
 
 /* The access log line of the response just sent, while the request's head
  * is still in place; and, every so often, a word on lines it had to drop. */
@@ -375,20 +521,12 @@ static void conn_between(fw_conn *c)
     }
 }
 
-/* The app did not read the whole (streamed) request body: where the next
- * request starts is not known. */
-static int body_unread(const fw_conn *c)
+/* Does the connection close after the response at hand? request_end
+ * closes (or lingers) on it; fw_conn_may_batch writes such a response at
+ * once, with the batch before it. */
+static int closes_after_response(const fw_conn *c)
 {
-    return c->body.src == FW_B_LIVE && !c->body.done;
-}
-
-/* Does the connection close after the response at hand? unread:
- * body_unread(c), asked while the body is still set up. request_end closes
- * (or lingers) on it; fw_conn_may_batch writes such a response at once,
- * with the batch before it. */
-static int closes_after_response(const fw_conn *c, int unread)
-{
-    return c->must_close || !c->keep_alive || c->srv->ending_keepalive || unread;
+    return c->must_close || c->resp.close || c->body.error || !c->keep_alive || c->srv->ending_keepalive;
 }
 
 /* The response is on the wire, or queued at the end of a batch (then
@@ -399,7 +537,7 @@ static void request_end(fw_conn *c)
     fw_server *srv = c->srv;
     if (srv->cfg.access_log || srv->cfg.stats)
         record_response(c);
-    int unread = body_unread(c);
+    int closes = closes_after_response(c);
     if (c->body.fd >= 0)
         app_unlock(srv);        /* the spool file's close frees its blocks */
     fw_body_release(c);
@@ -415,14 +553,16 @@ static void request_end(fw_conn *c)
     c->head_scan = 0;
     memset(&c->resp, 0, sizeof(c->resp));
     c->resp.sf_fd = -1;
+    c->ext = NULL;              /* written by now: the response is on the wire or in `out` */
+    c->ext_len = c->ext_tail_len = 0;
     c->requests++;
     fw_server_request_done(srv);
     c->app_active = 0;
     c->app_state = NULL;
 
-    /* Asked after fw_server_request_done, which may end keep-alive. */
-    if (closes_after_response(c, unread)) {
-        if (unread || fw_buf_used(&c->in) > 0)
+    /* fw_server_request_done may have ended keep-alive. */
+    if (closes || srv->ending_keepalive) {
+        if (fw_buf_used(&c->in) > 0)
             conn_linger(c);
         else
             fw_conn_close(c);
@@ -435,7 +575,7 @@ int fw_conn_may_batch(const fw_conn *c)
 {
     /* A response after which the connection closes is written at once,
      * with the batch before it. */
-    if (closes_after_response(c, body_unread(c)))
+    if (closes_after_response(c))
         return 0;
     if (c->resp.sf_left > 0)
         return 0;
@@ -464,7 +604,9 @@ static int step_head(fw_conn *c)
 {
     fw_server *srv = c->srv;
     if (c->proxy == FW_PX_WAIT) {
-        int rc = step_proxy(c);
+        int rc = fw_peer_read_proxy(c);
+        if (rc < 0)
+            fw_conn_close(c);   /* said why */
         if (rc <= 0)
             return rc < 0;      /* closed: drive on to see it */
     }
@@ -480,6 +622,7 @@ static int step_head(fw_conn *c)
         /* First byte of a request on a kept-alive connection: the idle
          * timer gives way to the header timer. */
         c->head_started = srv->now;
+        c->ready_at = srv->now;
         fw_timer_start(&srv->t_head, &c->timer, srv->now);
         if (srv->cfg.stats)
             fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
@@ -511,12 +654,69 @@ static int step_head(fw_conn *c)
     c->head_scan = 0;
     if (srv->cfg.access_log || srv->cfg.stats)
         c->began_ns = fw_now_ns();
-    c->keep_alive = c->req.keep_alive && srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
-    if (fw_body_setup(c) != 0) {
+    /* A 2xx to CONNECT turns the connection into a tunnel for a proxy in
+     * front (RFC 9110 9.3.6); whatever the app answers, it is the last
+     * response on this connection. */
+    c->keep_alive = c->req.keep_alive && c->req.form != FW_TARGET_AUTHORITY &&
+                    srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
+    switch (fw_body_setup(c)) {
+    case FW_BODY_NONE:
+        c->state = FW_C_APP;
+        c->app_active = 0;
+        break;
+    case FW_BODY_READ:
+        body_start(c);
+        break;
+    default:
         conn_fail(c, 500);
-        return 1;
+        break;
     }
     return 1;
+}
+
+/* ---- the app ------------------------------------------------------------------ */
+
+/* A request waits for a free app thread, oldest first (fw_server.c). */
+static void queue_ready(fw_conn *c, int unread)
+{
+    fw_timer_stop(&c->timer);
+    c->state = FW_C_QUEUED;
+    c->unread = unread;
+    fw_server_enqueue(c->srv, c);
+}
+
+/* Hand c's request (or the rest of its response) to an app thread. */
+static void submit(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    c->state = FW_C_APP;
+    fw_timer_stop(&c->timer);
+    fw_timer_stop(&c->grace);
+    /* Its oneshot watch has fired (or was never armed), so the loop hears
+     * nothing of it while a thread owns it. */
+    if (c->w.mask && fw_loop_watch(&srv->loop, &c->w, 0) != 0) {
+        fw_server_log(srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(errno));
+        fw_conn_close(c);
+        return;
+    }
+    fw_balance_begin(&srv->bal, &c->place);
+    fw_pool_submit(srv->pool, &c->job);
+}
+
+void fw_conn_dispatch(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    if (!c->unread) {
+        submit(c);
+        return;
+    }
+    /* Its request arrived while every thread was busy and is read now. Its
+     * timer stopped while it waited: a fresh connection's header timeout
+     * starts again, a kept-alive one waits for its first byte. */
+    c->unread = 0;
+    c->state = FW_C_READ_HEAD;
+    fw_timer_start(c->head_started ? &srv->t_head : &srv->t_idle, &c->timer, srv->now);
+    read_and_drive(c);
 }
 
 /* Back from the app, inline or from a pool thread. Returns 0 if c closed. */
@@ -537,6 +737,14 @@ static int app_returned(fw_conn *c, int rc)
     return 1;
 }
 
+void fw_conn_app_returning(fw_conn *c, int rc)
+{
+    /* What it could not send, the loop sends; and the response of a
+     * pipelined request waits there to leave with the next ones. */
+    if (rc != FW_APP_CLOSE && c->state == FW_C_APP && !(rc == FW_APP_DONE && fw_conn_may_batch(c)))
+        (void)fw_conn_flush(c);
+}
+
 void fw_conn_app_done(fw_conn *c, int rc)
 {
     c->thr = &c->srv->loop_thread;
@@ -555,119 +763,165 @@ static void app_unlock(fw_server *srv)
         srv->ops->unlock(srv->app);
 }
 
-static void conn_drive_steps(fw_conn *c);
+/* ---- the driver ---------------------------------------------------------------- */
 
-static void conn_drive(fw_conn *c)
+/* READ_BODY: decode what arrived. Returns 1 to keep driving, 0 when c
+ * waits for input or went to its parked thread. */
+static int step_body(fw_conn *c)
 {
-    conn_drive_steps(c);
-    app_unlock(c->srv);
+    fw_body *b = &c->body;
+    /* A body not read in place may be spooled to a file. */
+    if (!b->inplace)
+        app_unlock(c->srv);
+    int rc = fw_body_preread(c);
+    if (rc == 0) {
+        c->state = FW_C_APP;
+        c->app_active = 0;
+        return 1;
+    }
+    if (rc != FW_HTTP_INCOMPLETE) {
+        body_failed(c, rc);
+        return 1;
+    }
+    if (b->continue_wanted) {
+        /* The client waits for it before sending the body; only while it
+         * still does: once body bytes came, or the response began, it is
+         * too late to matter. Queued behind any responses owed. */
+        b->continue_wanted = 0;
+        if (!fw_body_arrived(c) && !c->resp.started &&
+            fw_buf_append(&c->out, CONTINUE_100, sizeof(CONTINUE_100) - 1) == 0)
+            b->continue_sent = 1;
+    }
+    return wait_for_input(c);
+}
+
+/* WRITE or FLUSH: write what is owed. Returns 1 to keep driving, 0 to wait. */
+static int step_write(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    if (c->state == FW_C_WRITE && !c->app_active && !c->parked && fw_conn_may_batch(c)) {
+        /* The next request is already here: its response joins this one. */
+        c->batched++;
+        request_end(c);
+        return 1;
+    }
+    app_unlock(srv);
+    uint64_t before = pending_out(c);
+    int rc = fw_conn_flush(c);
+    /* The write timeout is "no progress for that long": a reader that
+     * takes bytes, however slowly, is kept. */
+    if (pending_out(c) < before || c->timer.list != &srv->t_write)
+        fw_timer_start(&srv->t_write, &c->timer, srv->now);
+    if (rc == FW_IO_AGAIN) {
+        /* The socket is full. It turns writable again only once the kernel
+         * has sent a good part of what it holds, which can be megabytes: a
+         * slow reader may take longer than the write timeout to get there
+         * while it reads all along. The timeout looks at this again. */
+        c->outq_mark = kernel_outq(c);
+        conn_watch(c, EPOLLOUT);
+        return 0;
+    }
+    if (rc != FW_IO_DONE) {
+        fw_conn_close(c);
+        return 0;
+    }
+    c->batched = 0;
+    if (c->state == FW_C_WRITE && c->parked) {
+        unpark(c, FW_IO_DONE);      /* drained for write() */
+        return 0;
+    }
+    if (c->state == FW_C_FLUSH) {
+        /* Back to reading, its timeout starting now, as after any write. */
+        if (c->flush_then == FW_C_READ_BODY) {
+            c->state = FW_C_READ_BODY;
+            fw_timer_start(&srv->t_body, &c->timer, srv->now);
+        } else {
+            conn_between(c);
+        }
+    } else if (c->app_active) {
+        c->state = FW_C_APP;
+    } else {
+        request_end(c);
+    }
+    return 1;
+}
+
+/* APP: hand the request to the app: to a free thread, or to the ready
+ * queue when there is none; inline, call it here. Returns 1 to keep
+ * driving, 0 when c left the loop's hands. */
+static int step_app(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    fw_timer_stop(&c->timer);
+    if (srv->pool) {
+        if (fw_server_thread_free(srv))
+            submit(c);
+        else
+            queue_ready(c, 0);
+        return 0;
+    }
+    /* Inline: no event for this fd can be dispatched while the app runs,
+     * so the registration stays as it is, which saves an epoll_ctl pair
+     * per kept-alive request (events that arrive for a connection in APP
+     * state are ignored by conn_cb). */
+    int rc = c->app_active ? srv->ops->on_writable(srv->app, c) : srv->ops->on_request(srv->app, c);
+    return app_returned(c, rc);
 }
 
 static void conn_drive_steps(fw_conn *c)
 {
-    fw_server *srv = c->srv;
     for (;;) {
+        int more;
         switch (c->state) {
         case FW_C_READ_HEAD:
-            if (!step_head(c) && !wait_for_input(c))
-                return;
+            more = step_head(c) || wait_for_input(c);
             break;
-        case FW_C_READ_BODY: {
-            /* A body not read in place may be spooled to a file. */
-            if (!c->body.inplace)
-                app_unlock(srv);
-            int rc = fw_body_preread(c);
-            if (rc == FW_HTTP_INCOMPLETE) {
-                if (!wait_for_input(c))
-                    return;
-            } else if (rc != 0) {
-                conn_fail(c, rc);
-            }
+        case FW_C_READ_BODY:
+            more = step_body(c);
             break;
-        }
-        case FW_C_APP: {
-            fw_timer_stop(&c->timer);
-            if (srv->pool) {
-                /* A thread owns it now. Its oneshot watch has fired (or was
-                 * never armed), so the loop hears nothing of it meanwhile. */
-                if (c->w.mask)
-                    conn_watch(c, 0);
-                fw_timer_stop(&c->grace);
-                fw_balance_begin(&srv->bal, &c->place);
-                fw_pool_submit(srv->pool, &c->job);
-                return;
-            }
-            /* Inline: no event for this fd can be dispatched while the app
-             * runs, so the registration stays as it is, which saves an
-             * epoll_ctl pair per kept-alive request (events that arrive for
-             * a connection in APP state are ignored by conn_cb). */
-            int rc = c->app_active ? srv->ops->on_writable(srv->app, c)
-                                   : srv->ops->on_request(srv->app, c);
-            if (!app_returned(c, rc))
-                return;
+        case FW_C_APP:
+            more = step_app(c);
             break;
-        }
         case FW_C_WRITE:
-        case FW_C_FLUSH: {
-            if (c->state == FW_C_WRITE && !c->app_active && fw_conn_may_batch(c)) {
-                /* The next request is already here: its response joins this one. */
-                c->batched++;
-                request_end(c);
-                break;
-            }
-            app_unlock(srv);
-            int rc = fw_conn_flush(c);
-            if (rc == FW_IO_AGAIN) {
-                if (c->timer.list != &srv->t_write)
-                    fw_timer_start(&srv->t_write, &c->timer, srv->now);
-                conn_watch(c, EPOLLOUT);
-                return;
-            }
-            if (rc != FW_IO_DONE) {
-                fw_conn_close(c);
-                return;
-            }
-            c->batched = 0;
-            if (c->state == FW_C_FLUSH) {
-                /* Back to reading, its timeout starting now, as after any write. */
-                if (c->flush_then == FW_C_READ_BODY)
-                    fw_conn_body_wait(c);
-                else
-                    conn_between(c);
-            } else if (c->app_active) {
-                c->state = FW_C_APP;
-            } else {
-                request_end(c);
-            }
+        case FW_C_FLUSH:
+            more = step_write(c);
+            break;
+        default:        /* QUEUED, LINGER, CLOSED */
+            more = 0;
             break;
         }
-        case FW_C_LINGER:
-        case FW_C_CLOSED:
+        if (!more)
             return;
-        }
     }
 }
 
-/* Read once from the socket into `in`. Returns 1 on data, 0 on EAGAIN, -1 on
- * EOF or error (the caller decides how to close). */
-int fw_conn_read(fw_conn *c, size_t want)
+static void conn_drive(fw_conn *c)
 {
-    if (fw_buf_reserve(&c->in, want) != 0)
-        return -1;
-    for (;;) {
-        ssize_t n = read(c->w.fd, fw_buf_tail(&c->in), fw_buf_room(&c->in));
-        if (n > 0) {
-            c->in.len += (size_t)n;
-            return 1;
-        }
-        if (n == 0)
-            return -1;
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return 0;
-        return -1;
+    fw_server *srv = c->srv;
+    conn_drive_steps(c);
+    app_unlock(srv);
+}
+
+/* READ_HEAD or READ_BODY, the socket is readable: read, then drive. */
+static void read_and_drive(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    int body = c->state == FW_C_READ_BODY;
+    ssize_t n = conn_read(c, body ? fw_body_read_size(c) : READ_CHUNK);
+    if (n < 0) {
+        /* EOF or reset: never answer a request that was not fully sent. */
+        fw_conn_close(c);
+        return;
     }
+    if (body && n > 0) {
+        fw_timer_start(&srv->t_body, &c->timer, srv->now);
+        if (body_too_slow(c)) {
+            fw_peer_log(c, FW_LOG_INFO, 0, "request body below --body-min-rate: %llu bytes in %lld ms",
+                        (unsigned long long)fw_body_received(c), (long long)(srv->now - c->body.started));
+            body_failed(c, 408);
+        }
+    }
+    conn_drive(c);
 }
 
 static void linger_read(fw_conn *c)
@@ -693,40 +947,33 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
     fw_server *srv = c->srv;
     switch (c->state) {
     case FW_C_READ_HEAD:
-    case FW_C_READ_BODY: {
-        /* A request arriving on an idle connection (kept alive, or new and
-         * silent until now) may be better served by another worker: see
-         * fw_balance_handoff. It goes there unread. */
-        if (c->state == FW_C_READ_HEAD && srv->pool && fw_buf_used(&c->in) == 0 &&
-            fw_buf_used(&c->out) == 0 && !srv->stopping &&
-            fw_balance_handoff(&srv->bal, &c->place, c->w.fd, listener_index(c), served_before(c),
-                               passed_client(c))) {
-            fw_conn_close_passed(c);    /* the socket lives on in the datagram, then in the peer */
-            return;
+        if (srv->pool && fw_buf_used(&c->in) == 0 && fw_buf_used(&c->out) == 0 && !srv->stopping) {
+            /* A request arriving on an idle connection (kept alive, or new
+             * and silent until now) may be better served by another worker:
+             * see fw_balance_handoff. It goes there unread. */
+            if (fw_balance_handoff(&srv->bal, &c->place, c->w.fd, listener_index(c), served_before(c),
+                                   fw_peer_passed(c))) {
+                fw_conn_close_passed(c);    /* the socket lives on in the datagram, then in the peer */
+                return;
+            }
+            /* Every thread here is busy: it waits its turn, unread. */
+            if (!fw_server_thread_free(srv)) {
+                c->ready_at = srv->now;
+                queue_ready(c, 1);
+                return;
+            }
         }
-        size_t want = c->state == FW_C_READ_BODY ? BODY_CHUNK : READ_CHUNK;
-        int rc = fw_conn_read(c, want);
-        if (rc < 0) {
-            /* EOF or reset: never answer a request that was not fully sent. */
-            fw_conn_close(c);
-            return;
-        }
-        if (rc == 0) {
-            conn_watch(c, EPOLLIN);     /* re-arm a oneshot watch */
-            return;
-        }
-        if (c->state == FW_C_READ_BODY)
-            fw_timer_start(&srv->t_body, &c->timer, srv->now);
-        conn_drive(c);
+        read_and_drive(c);
         return;
-    }
+    case FW_C_READ_BODY:
+        read_and_drive(c);
+        return;
     case FW_C_WRITE:
     case FW_C_FLUSH:
-        if (events & (EPOLLERR)) {
+        if (events & EPOLLERR) {
             fw_conn_close(c);
             return;
         }
-        fw_timer_start(&srv->t_write, &c->timer, srv->now);
         conn_drive(c);
         return;
     case FW_C_LINGER:
@@ -748,9 +995,10 @@ void fw_conn_on_timeout(fw_conn *c)
          * that sent nothing (or is idle between requests) just closes. Part
          * of a PROXY header is no request: it closes, said why. */
         if (c->proxy == FW_PX_WAIT && fw_buf_used(&c->in) > 0) {
-            proxy_refuse(c, "header not complete within --header-timeout");
+            fw_peer_log(c, FW_LOG_INFO, 1, "PROXY protocol: header not complete within --header-timeout: "
+                        "connection closed");
+            fw_conn_close(c);
         } else if (fw_buf_used(&c->in) > 0 && c->head_started) {
-            fw_server_log(srv, FW_LOG_DEBUG, "fd %d: header timeout", c->w.fd);
             conn_fail(c, 408);
             conn_drive(c);
         } else {
@@ -758,19 +1006,31 @@ void fw_conn_on_timeout(fw_conn *c)
         }
         return;
     case FW_C_READ_BODY:
-        fw_server_log(srv, FW_LOG_DEBUG, "fd %d: body timeout", c->w.fd);
-        conn_fail(c, 408);
+        body_failed(c, 408);
         conn_drive(c);
         return;
     case FW_C_WRITE:
     case FW_C_FLUSH: {
+        /* Progress the socket did not report (see step_write): bytes left
+         * the kernel's queue since we last looked. */
+        int q = kernel_outq(c);
+        if (q >= 0 && c->outq_mark >= 0 && q < c->outq_mark) {
+            c->outq_mark = q;
+            fw_timer_start(&srv->t_write, &c->timer, srv->now);
+            return;
+        }
         /* Reset rather than close: a plain close would leave the kernel
          * trickling megabytes of queued response into a stalled window. */
         struct linger lg = { .l_onoff = 1, .l_linger = 0 };
-        fw_server_log(srv, FW_LOG_INFO, "fd %d: client stopped reading, closing", c->w.fd);
+        fw_peer_log(c, FW_LOG_INFO, 0, "client stopped reading for --write-timeout: closing");
         if (setsockopt(c->w.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) != 0)
             fw_server_log(srv, FW_LOG_DEBUG, "SO_LINGER: %s", strerror(errno));
-        fw_conn_close(c);
+        if (c->parked) {
+            c->must_close = 1;          /* closes (with a reset) once the app returns */
+            unpark(c, FW_IO_TIMEOUT);
+        } else {
+            fw_conn_close(c);
+        }
         return;
     }
     default:
@@ -792,10 +1052,43 @@ static int input_waiting(const fw_conn *c)
     return n > 0;
 }
 
+/* Idle, or queued before its next request was read: while retiring, give it
+ * unread to a worker that serves on. Returns 1 if handed over (closed
+ * here), 0 if it is to be tried again soon, -1 if nobody will take it. */
+static int pass_idle_on(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    if (!srv->handing_on)
+        return -1;
+    int rc = fw_balance_pass_on(&srv->bal, c->w.fd, listener_index(c), served_before(c), fw_peer_passed(c));
+    if (rc == 0) {
+        fw_conn_close_passed(c);
+        return 1;
+    }
+    /* Again soon: their queues are full, or (early in the stop) the
+     * replacement that made the master retire us is not up yet. */
+    if (rc == FW_AGAIN || srv->now < srv->pass_wait_until) {
+        srv->pass_waiting = 1;
+        return 0;
+    }
+    return -1;
+}
+
 void fw_conn_start_stop(fw_conn *c)
 {
     fw_server *srv = c->srv;
+    if (owned_by_thread(c))
+        return;     /* its thread builds its head, asking fw_server_ends_keepalive */
     switch (c->state) {
+    case FW_C_QUEUED:
+        /* Its request is served (keep_alive was decided when it was parsed,
+         * or will be, with the stop in view); an unread one may go to a
+         * worker that serves on. */
+        if (c->unread)
+            (void)pass_idle_on(c);
+        else if (srv->ending_keepalive)
+            c->keep_alive = 0;
+        return;
     case FW_C_READ_HEAD:
         if (fw_buf_used(&c->in) > 0) {
             c->keep_alive = 0;  /* a request half received: serve it, then close */
@@ -803,20 +1096,8 @@ void fw_conn_start_stop(fw_conn *c)
         }
         /* Idle (kept alive, or new and silent). A retiring worker gives it,
          * unread, to a worker that serves on: the client never notices. */
-        if (srv->handing_on) {
-            int rc = fw_balance_pass_on(&srv->bal, c->w.fd, listener_index(c), served_before(c),
-                                        passed_client(c));
-            if (rc == 0) {
-                fw_conn_close_passed(c);
-                return;
-            }
-            /* Again soon: their queues are full, or (early in the stop) the
-             * replacement that made the master retire us is not up yet. */
-            if (rc == FW_AGAIN || srv->now < srv->pass_wait_until) {
-                srv->pass_waiting = 1;
-                return;
-            }
-        }
+        if (pass_idle_on(c) >= 0)
+            return;
         /* Nobody to give it to. A kept-alive connection with nothing
          * waiting is closed (clients retry those); with its next request
          * already waiting, that request is served, with Connection: close.
@@ -838,53 +1119,11 @@ void fw_conn_start_stop(fw_conn *c)
     }
 }
 
-void fw_conn_peer_text(fw_conn *c, const char **host, const char **port)
+int fw_conn_evict_idle(fw_conn *c)
 {
-    if (!c->peer_text) {
-        const struct sockaddr_storage *ss = &c->peer;
-        unsigned p = 0;
-        c->peer_host[0] = 0;
-        c->peer_port[0] = 0;
-        if (ss->ss_family == AF_INET) {
-            const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-            if (!inet_ntop(AF_INET, &a->sin_addr, c->peer_host, sizeof(c->peer_host)))
-                c->peer_host[0] = 0;
-            p = ntohs(a->sin_port);
-        } else if (ss->ss_family == AF_INET6) {
-            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-            int ok = IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)
-                         ? inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], c->peer_host, sizeof(c->peer_host)) != NULL
-                         : inet_ntop(AF_INET6, &a->sin6_addr, c->peer_host, sizeof(c->peer_host)) != NULL;
-            if (!ok)
-                c->peer_host[0] = 0;
-            p = ntohs(a->sin6_port);
-        } else if (ss->ss_family == AF_UNIX) {
-            const struct sockaddr_un *u = (const struct sockaddr_un *)ss;
-            size_t off = offsetof(struct sockaddr_un, sun_path);
-            size_t n = c->peer_len > off ? strnlen(u->sun_path, c->peer_len - off) : 0;
-            if (n >= sizeof(c->peer_host))
-                n = sizeof(c->peer_host) - 1;
-            memcpy(c->peer_host, u->sun_path, n);
-            c->peer_host[n] = 0;
-        }
-        if (ss->ss_family == AF_INET || ss->ss_family == AF_INET6)
-            snprintf(c->peer_port, sizeof(c->peer_port), "%u", p);
-        c->peer_text = 1;
-    }
-    *host = c->peer_host;
-    *port = c->peer_port;
-}
-
-/* Used by fw_body.c when a pre-read body is complete. */
-void fw_conn_body_ready(fw_conn *c)
-{
-    c->state = FW_C_APP;
-    c->app_active = 0;
-}
-
-/* Used by fw_body.c to move to READ_BODY. */
-void fw_conn_body_wait(fw_conn *c)
-{
-    c->state = FW_C_READ_BODY;
-    fw_timer_start(&c->srv->t_body, &c->timer, c->srv->now);
+    if (c->state != FW_C_READ_HEAD || c->head_started || fw_buf_used(&c->in) > 0 || fw_buf_used(&c->out) > 0 ||
+        input_waiting(c))
+        return 0;
+    fw_conn_close(c);
+    return 1;
 }

@@ -1,25 +1,49 @@
 /* fw_conn: one client connection and the request/response on it.
  *
- * States: READ_HEAD -> [READ_BODY] -> APP -> [WRITE] -> READ_HEAD (keep-alive)
- * or -> LINGER/close; READ_HEAD/READ_BODY -> [FLUSH] -> READ_HEAD/READ_BODY.
+ * fw_conn.c owns the connection: it alone reads and writes the socket,
+ * waits, changes the state and decides to close. fw_body.c (request bodies)
+ * and fw_resp.c (response framing) work on the buffers and return outcomes;
+ * the app layer (the WSGI glue) asks for body bytes and hands response bytes
+ * through the functions below, which never block a thread that runs the
+ * event loop.
+ *
+ * States:
+ *   READ_HEAD -> [READ_BODY] -> [QUEUED] -> APP -> [WRITE] -> READ_HEAD (kept alive)
+ *                                                          -> LINGER / close
+ *   READ_HEAD / READ_BODY -> [FLUSH] -> back (responses owed are written first)
+ *
+ * QUEUED: with app threads, a request that finds every thread busy waits
+ * in the server's ready queue (fw_server.h), oldest first, unread when it
+ * arrived on an idle connection (it may still be handed to another worker).
+ *
+ * Parked: with app threads, write() (the app's legacy imperative API) may
+ * wait for a client that reads slowly (fw_conn_drain_wait). The connection
+ * then goes back to the loop (WRITE, `parked` set) while the app's thread
+ * sleeps; the loop writes under the write timeout and wakes the thread
+ * when done or failed. A parked connection is never closed under its
+ * thread: the thread is woken with the error; it closes once the app
+ * returns. No thread ever waits for a request body: the loop reads every
+ * body before the app runs.
  *
  * Pipelining: when a response is complete and the next request's bytes are
  * already in `in`, its write is deferred (fw_conn_may_batch): the request
  * ends, the next one is served, and the responses queue up in `out`. They
  * are written together, in order, when the connection would otherwise wait
  * for input (FLUSH), or when a response cannot join the batch (it closes
- * the connection, streams, sends a file, or the batch is full): then WRITE
- * writes the batch and that response in one go. Ownership: between on_request and the end of the
- * response the app layer owns the request (app_state, the body reader and
- * the response writer below); the loop owns everything else. Only one thread
- * touches a connection at a time: the loop thread, or (with app threads) the
- * pool thread it was submitted to, from fw_pool_submit until the thread puts
- * it back (fw_conn_app_done); `thr` says which thread's context is in use.
+ * the connection, streams, sends a file, or the batch is full).
+ *
+ * Threads: only one thread touches a connection at a time: the loop thread,
+ * or (with app threads) the pool thread it was submitted to, from
+ * fw_pool_submit until the thread puts it back (fw_conn_app_done) or parks
+ * it; `thr` says which thread's context is in use. The thread that owns it
+ * may write without blocking (fw_conn_send, fw_conn_flush); only the loop
+ * waits on the socket.
  *
  * Buffers: `in` (raw bytes from the socket; the parsed head points into it
  * or into head_copy), `out` (bytes queued for the socket: the current
- * response, after those of ended pipelined requests still unwritten), `body.mem`
- * (a pre-read body that is not a plain span of `in`) are all owned here. */
+ * response, after those of ended pipelined requests still unwritten),
+ * `body.mem` (a pre-read body that is not a plain span of `in`) are all
+ * owned here. */
 #ifndef FW_CONN_H
 #define FW_CONN_H
 
@@ -33,7 +57,8 @@
 
 enum fw_conn_state {
     FW_C_READ_HEAD,
-    FW_C_READ_BODY,     /* pre-reading a body before the app runs */
+    FW_C_READ_BODY,     /* reading a body before the app runs */
+    FW_C_QUEUED,        /* ready, waiting for a free app thread (srv->ready) */
     FW_C_APP,           /* the app layer owns the request */
     FW_C_WRITE,         /* waiting for the socket to drain `out` */
     FW_C_LINGER,        /* answered an error: discard input until EOF, then close */
@@ -42,7 +67,8 @@ enum fw_conn_state {
     FW_C_CLOSED
 };
 
-enum fw_body_src { FW_B_NONE, FW_B_MEM, FW_B_FILE, FW_B_LIVE };
+
+enum fw_body_src { FW_B_NONE, FW_B_MEM, FW_B_FILE };
 
 /* The PROXY protocol header of a connection (--proxy-protocol). */
 enum fw_conn_proxy {
@@ -52,9 +78,10 @@ enum fw_conn_proxy {
     FW_PX_NAMED         /* read; peer is the client it named */
 };
 
-/* Return codes of the I/O helpers below. */
+/* Return codes of the I/O functions below. */
 enum { FW_IO_DONE = 0, FW_IO_AGAIN = 1, FW_IO_ERR = -1, FW_IO_TIMEOUT = -2, FW_IO_BAD = -3 };
 
+/* A request body (fw_body.c decodes; fw_conn.c reads the socket). */
 typedef struct fw_body {
     int src;                 /* enum fw_body_src */
     const char *span;        /* decoded bytes ready for the reader (into in/mem/fbuf) */
@@ -62,17 +89,21 @@ typedef struct fw_body {
     uint64_t cl_left;        /* Content-Length bytes not yet decoded */
     int chunked;
     fw_chunked ck;
-    int done;                /* every body byte has been decoded */
-    int error;               /* FW_IO_* or an HTTP status from the decoder */
+    int done;                /* every body byte has been decoded (pre-read complete) */
+    int continue_wanted;     /* answer 100 Continue before waiting for the body */
+    int continue_sent;
+    int error;               /* reading the spool file failed (FW_IO_ERR): the connection
+                              * closes */
     uint64_t total;          /* decoded size so far */
+    int64_t started;         /* first wait for it (ms): the minimum rate counts from here */
     fw_buf mem;              /* owned: pre-read chunked/spilled body */
     int fd;                  /* owned: spool file, -1 if none */
     uint64_t file_size, file_pos;
     fw_buf fbuf;             /* owned: read window over the spool file */
-    int continue_sent;
     int inplace;             /* the body is a span of `in` right after the head */
 } fw_body;
 
+/* The response being framed (fw_resp.c). */
 typedef struct fw_resp {
     int started;             /* status line and headers queued */
     int status;
@@ -80,7 +111,8 @@ typedef struct fw_resp {
     int chunked;
     int fixed;               /* app gave Content-Length */
     uint64_t left;           /* fixed: bytes still owed */
-    int crlf_owed;           /* chunked: CRLF owed before the next size line */
+    int close;               /* the response ends the connection: its head said so, or its
+                              * body broke its framing (past or short of Content-Length) */
     int app_close;           /* app sent Connection: close */
     int app_date;            /* app sent Date: it goes out instead of ours */
     size_t head_start;       /* out length before the head, to roll back a bad head */
@@ -112,6 +144,14 @@ struct fw_conn {
 
     fw_buf in;
     fw_buf out;
+    /* Body bytes of the app's that leave after `out` without being copied
+     * (fw_conn_send_borrowed): not owned; the app layer keeps them alive
+     * until its next on_writable or on_drop. Nothing is queued in `out`
+     * while they wait. */
+    const char *ext;
+    size_t ext_len;
+    char ext_tail[2];                 /* what follows them: a chunk's CRLF */
+    size_t ext_tail_len;
 
     /* Current request. */
     fw_request req;
@@ -127,26 +167,38 @@ struct fw_conn {
                                        * write deferred: pipelining); 0 once `out` is written */
     int flush_then;                   /* FW_C_FLUSH: the state to go back to */
     int keep_alive;                   /* this response may keep the connection */
-    int must_close;
+    int must_close;                   /* the connection cannot carry another request (an
+                                       * error answered, a write failed); fw_conn.c's alone */
 
     fw_body body;
     fw_resp resp;
-    void *app_state;                  /* owned by the app layer while FW_C_APP/WRITE */
+    void *app_state;                  /* owned by the app layer while it holds the request */
     int app_active;                   /* on_writable wanted once out drains */
 
     fw_thread *thr;                   /* the thread serving it (loop_thread or a pool thread's) */
     fw_pool_job job;                  /* srv->pool's lists while a pool thread owns it */
     int pool_rc;                      /* what the app call returned, for the loop */
+    int parked;                       /* its app thread waits for the loop to drain `out` */
+    int outq_mark;                    /* bytes the kernel held to send when the loop last
+                                       * waited for the socket to drain (SIOCOUTQ), -1: unknown */
+    int park_rc;                      /* what the loop tells the parked thread (FW_IO_*) */
     fw_balance_place place;           /* its place in this worker's count (fw_balance) */
     fw_tnode grace;                   /* srv->t_grace: ends place.pending */
     int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
                                        * next request under the idle timeout, not the header one */
+
+    /* The ready queue (srv->ready_head/tail), while QUEUED. */
+    fw_conn *rq_prev, *rq_next;
+    int64_t ready_at;                 /* when its request arrived (ms): the queue's order */
+    int unread;                       /* QUEUED before anything of its request was read */
 
     /* For the access log and the counters (srv->cfg.access_log, .stats), per request. */
     uint64_t began_ns;                /* the head parsed (CLOCK_MONOTONIC ns), 0 if not
                                        * yet or neither stats nor access log want it */
     uint64_t app_done_ns;             /* set by the app layer: when its last call for this
                                        * request returned (CLOCK_MONOTONIC ns), or 0 */
+    uint64_t app_waited_ns;           /* set by the app layer: time its current call spent
+                                       * waiting for the client (not app time) */
     fw_buf log_headers;               /* owned: response headers the format shows (fw_alog_capture) */
 };
 
@@ -154,9 +206,12 @@ struct fw_conn {
  * it had served requests there and is idle; client: what that worker knew
  * of the client, fw_balance.h). sa: the socket's peer. The connection owns
  * fd. With --proxy-protocol a new connection from a peer not in
- * --proxy-allow-from is closed at once (logged). */
+ * --proxy-allow-from is closed at once (logged). age_ms: how long the
+ * connection waited in the accept queue, when known (0 otherwise): a
+ * request that must queue is placed by it. */
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
-                     const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client);
+                     const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client,
+                     int64_t age_ms);
 void fw_conn_close(fw_conn *c);
 /* Close c whose socket now also lives in another process (handed over):
  * leaves the epoll set explicitly first (see fw_loop_unwatch). */
@@ -169,6 +224,16 @@ void fw_conn_on_timeout(fw_conn *c);
 void fw_conn_start_stop(fw_conn *c);
 /* Loop thread: a pool thread is done with c; rc is what the app call said. */
 void fw_conn_app_done(fw_conn *c, int rc);
+/* Loop thread: c's app thread parked it (c->parked says why). */
+void fw_conn_parked(fw_conn *c);
+/* Loop thread: a thread is free, c is the oldest request waiting for one
+ * (taken off the ready queue by the server): serve it. */
+void fw_conn_dispatch(fw_conn *c);
+/* Loop thread: idle kept-alive c may be closed to make room for a new
+ * connection (--max-connections): 1 if it was closed. */
+int fw_conn_evict_idle(fw_conn *c);
+/* Pool thread, after the app call: write what can leave at once. */
+void fw_conn_app_returning(fw_conn *c, int rc);
 
 /* The client's address as text (REMOTE_ADDR, log lines), formatted once
  * per connection: the socket's peer or, once a PROXY protocol header named
@@ -179,13 +244,13 @@ void fw_conn_peer_text(fw_conn *c, const char **host, const char **port);
 
 /* ---- for the app layer: request body (wsgi.input) ---------------------- */
 
-/* Make decoded body bytes available: p and n span them (n==0 at the end).
- * May block on the socket (FW_B_LIVE, with the body timeout) or the spool
- * file: call without holding an interpreter lock. Returns FW_IO_DONE, or
- * FW_IO_ERR (client gone), FW_IO_TIMEOUT, FW_IO_BAD (malformed body). */
+/* Decoded body bytes, all read before the app ran: p and n span them (n==0
+ * at the end). Returns FW_IO_DONE, or FW_IO_ERR when the spool file cannot
+ * be read. May read the spool file: call without an interpreter lock
+ * unless fw_body_ready. */
 int fw_body_peek(fw_conn *c, const char **p, size_t *n);
 void fw_body_consume(fw_conn *c, size_t n);
-/* Nonzero when the next peek would not block. */
+/* Nonzero when the next peek is a span in memory (no I/O). */
 int fw_body_ready(const fw_conn *c);
 
 /* ---- for the app layer: response ---------------------------------------- */
@@ -206,16 +271,29 @@ int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char
 int fw_resp_end_head(fw_conn *c, int64_t known_len);
 void fw_resp_abort_head(fw_conn *c);
 
-/* Frame and send body bytes: writes `out` and data together (writev) without
- * copying data when the socket takes it; copies what it does not. Never
- * blocks. Returns FW_IO_DONE (all on the wire), FW_IO_AGAIN (queued) or FW_IO_ERR. */
-int fw_resp_send(fw_conn *c, const char *data, size_t len);
 /* Frame and queue body bytes without writing (for bodies known to be ready). */
 int fw_resp_queue(fw_conn *c, const char *data, size_t len);
 /* Send from a file with sendfile() after what is queued. */
 void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count);
 /* The app has no more body: queue the chunked terminator, check lengths. */
 void fw_resp_finish(fw_conn *c);
+
+/* Frame and send body bytes: `out` and data leave together (writev)
+ * without copying data when the socket takes it; what it does not take is
+ * copied into `out`. Never blocks. Returns FW_IO_DONE (all on the wire),
+ * FW_IO_AGAIN (queued) or FW_IO_ERR (the client is gone). */
+int fw_conn_send(fw_conn *c, const char *data, size_t len);
+/* The same, but what the socket does not take of data stays where it is,
+ * borrowed (fw_conn.ext): the caller keeps data alive and returns
+ * FW_APP_WAIT, so the loop writes it and calls on_writable after. For
+ * large bodies the app holds anyway: a slow reader costs no copy. */
+int fw_conn_send_borrowed(fw_conn *c, const char *data, size_t len);
+/* Write what is queued without blocking: FW_IO_DONE, FW_IO_AGAIN, FW_IO_ERR. */
+int fw_conn_flush(fw_conn *c);
+/* App thread (never inline): wait while the loop writes what is queued,
+ * under the write timeout. FW_IO_DONE, FW_IO_TIMEOUT or FW_IO_ERR. Call
+ * without an interpreter lock. */
+int fw_conn_drain_wait(fw_conn *c);
 
 /* A pipelined batch: at most this many responses, and no response joins it
  * once `out` holds this many bytes (fairness towards the loop's other
@@ -230,13 +308,8 @@ void fw_resp_finish(fw_conn *c);
  * by the thread that owns c, when the app is done with the response. */
 int fw_conn_may_batch(const fw_conn *c);
 
-/* Write what is queued without blocking. */
-int fw_conn_flush(fw_conn *c);
-/* Write what is queued, waiting up to the write timeout (for write()). */
-int fw_conn_flush_wait(fw_conn *c);
-
-/* Queue a complete server-generated error response and mark the connection
- * for closing. */
+/* Queue a complete server-generated error response; the connection closes
+ * after it. */
 void fw_conn_queue_error(fw_conn *c, int status);
 
 #endif

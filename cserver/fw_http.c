@@ -137,25 +137,50 @@ static void split_path(fw_request *r, const char *p, const char *end)
     }
 }
 
+/* An authority as Host and request targets carry it (RFC 9112 3.2, RFC
+ * 3986 3.2.2-3.2.3): a host, an IP literal in brackets or a reg-name/IPv4
+ * of host characters other than ':' '[' ']', then, when a ':' follows, a
+ * port of at most five digits up to 65535 (empty allowed, as the URI
+ * grammar does, unless need_port). Anything else is a malformed Host:
+ * "h.test:99999x" is one. */
 static int valid_authority(const char *p, size_t n, int need_port)
 {
-    const char *colon = NULL;
+    const char *end = p + n, *h = p;
     if (n == 0)
         return 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!(cls[(unsigned char)p[i]] & C_HOST))
-            return 0;
-        if (p[i] == ':')
-            colon = p + i;
-    }
-    if (need_port) {
-        if (!colon || colon == p || colon + 1 == p + n)
-            return 0;
-        for (const char *d = colon + 1; d < p + n; d++)
-            if (*d < '0' || *d > '9')
+    if (*h == '[') {
+        while (h < end && *h != ']') {
+            if (h > p && !(cls[(unsigned char)*h] & C_HEX) && *h != ':' && *h != '.' && *h != 'v' &&
+                *h != 'V')
                 return 0;
+            h++;
+        }
+        if (h == end || h == p + 1)
+            return 0;
+        h++;                        /* past ']' */
+    } else {
+        while (h < end && *h != ':') {
+            if (!(cls[(unsigned char)*h] & C_HOST) || *h == '[' || *h == ']')
+                return 0;
+            h++;
+        }
+        if (h == p)
+            return 0;
     }
-    return 1;
+    if (h == end)
+        return !need_port;
+    if (*h != ':')
+        return 0;
+    const char *d = h + 1;
+    if (end - d > 5 || (need_port && d == end))
+        return 0;
+    unsigned port = 0;
+    for (; d < end; d++) {
+        if (*d < '0' || *d > '9')
+            return 0;
+        port = port * 10 + (unsigned)(*d - '0');
+    }
+    return port <= 65535;
 }
 
 static int parse_target(fw_request *r)
@@ -164,11 +189,14 @@ static int parse_target(fw_request *r)
     int is_connect = r->method_len == 7 && memcmp(r->method, "CONNECT", 7) == 0;
     int is_options = r->method_len == 7 && memcmp(r->method, "OPTIONS", 7) == 0;
 
+    r->authority = p;
+    r->authority_len = 0;
     if (is_connect) {
         /* authority-form only: host:port */
         if (!valid_authority(p, r->target_len, 1))
             return 400;
         r->form = FW_TARGET_AUTHORITY;
+        r->authority_len = r->target_len;
         r->path = p + r->target_len;
         r->path_len = 0;
         r->query = r->path;
@@ -204,6 +232,8 @@ static int parse_target(fw_request *r)
     if (!valid_authority(a, (size_t)(ae - a), 0) || memchr(a, '@', (size_t)(ae - a)))
         return 400;
     r->form = FW_TARGET_ABSOLUTE;
+    r->authority = a;
+    r->authority_len = (size_t)(ae - a);
     if (ae < end && *ae == '/') {
         split_path(r, ae, end);
     } else {
@@ -288,10 +318,10 @@ static int frame_header(fw_request *r, struct framing *f, const fw_header *h)
     switch (nl) {
     case 4:
         if (fw_http_token_eq(nm, nl, "host")) {
+            /* Empty is allowed: a target without an authority (RFC 9112 3.2). */
             f->host_count++;
-            for (size_t i = 0; i < h->value_len; i++)
-                if (!(cls[(unsigned char)h->value[i]] & C_HOST))
-                    return 400;
+            if (h->value_len > 0 && !valid_authority(h->value, h->value_len, 0))
+                return 400;
         }
         break;
     case 6:

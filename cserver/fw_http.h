@@ -48,6 +48,8 @@ typedef struct fw_request {
     const char *target;    size_t target_len;   /* raw request-target */
     const char *path;      size_t path_len;     /* path part, not decoded */
     const char *query;     size_t query_len;    /* after '?', without it */
+    const char *authority; size_t authority_len; /* host[:port] of an absolute-form target
+                                                 * (or CONNECT's), else empty */
     int form;                                   /* enum fw_target_form */
     int minor;                                  /* HTTP/1.<minor>: 0 or 1 */
 

@@ -5,19 +5,63 @@
 
 #include "fw_conn.h"
 
-/* fw_body.c: set up body handling for a parsed head (moves the connection to
- * READ_BODY or APP); pre-read step (0 done, FW_HTTP_INCOMPLETE, or a status);
- * release body resources. */
+/* ---- fw_body.c: the body of a parsed request --------------------------- */
+
+/* How the body of the request just parsed is to be read (fw_body_setup). */
+enum fw_body_plan {
+    FW_BODY_NONE = 0,       /* no body: the request is ready */
+    FW_BODY_READ = 1        /* pre-read it (fw_body_preread) before the app runs */
+};
+
+/* Set up the body of c's parsed head. Returns an fw_body_plan, or -1 when
+ * out of memory. */
 int fw_body_setup(fw_conn *c);
+/* Decode what `in` holds. Returns 0 when the whole body is in (memory or
+ * spool file), FW_HTTP_INCOMPLETE for more input, or an HTTP status. */
 int fw_body_preread(fw_conn *c);
+/* Bytes worth reading from the socket for this body now. */
+size_t fw_body_read_size(const fw_conn *c);
+/* Body bytes received so far, decoded or not (the minimum rate's measure). */
+uint64_t fw_body_received(const fw_conn *c);
+/* Question: has any byte of the body arrived (then 100 Continue is too late)? */
+int fw_body_arrived(const fw_conn *c);
 void fw_body_release(fw_conn *c);
 
-/* fw_conn.c */
-int fw_conn_read(fw_conn *c, size_t want);
-void fw_conn_body_ready(fw_conn *c);
-void fw_conn_body_wait(fw_conn *c);
+/* ---- fw_resp.c: response framing ----------------------------------------- */
 
-/* fw_resp.c: queue a complete server-generated error response. */
+/* Queue a complete server-generated error response (after what is queued). */
 void fw_resp_error_head(fw_conn *c, int status);
+/* Frame len body bytes about to be sent: queues what goes before them (a
+ * chunk's size line), points *tail at what goes after them (a chunk's CRLF;
+ * tail_len 0 otherwise) and returns how many of the len bytes go on the
+ * wire (0 for bodiless responses; clamped to Content-Length). */
+size_t fw_resp_frame(fw_conn *c, size_t len, const char **tail, size_t *tail_len);
+
+/* ---- fw_peer.c: who the client is ------------------------------------------ */
+
+/* A new connection (client: what a handing worker knew, fw_balance.h):
+ * decide whether a PROXY protocol header is to come. Returns 0, or -1 when
+ * the peer may not send one (said in the log): close c. */
+int fw_peer_start(fw_conn *c, fw_pass_client client);
+/* The PROXY protocol header at the start of `in`: 1 when read (consumed;
+ * the peer is now the client it named), 0 when incomplete, -1 when
+ * malformed (said in the log): close c. */
+int fw_peer_read_proxy(fw_conn *c);
+/* For a hand-off: what the worker taking c must know of its client. */
+fw_pass_client fw_peer_passed(const fw_conn *c);
+/* A log line about c: "host:port: " and the message, then, with
+ * show_input, the escaped start of what the client sent. */
+void fw_peer_log(fw_conn *c, int level, int show_input, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- fw_server.c: the connection's place in the server ------------------- */
+
+/* The ready queue: c (a request, or an idle connection whose request
+ * arrived unread) waits for a free app thread, ordered by c->ready_at. */
+void fw_server_enqueue(fw_server *srv, fw_conn *c);
+void fw_server_dequeue(fw_server *srv, fw_conn *c);
+/* Question: may a request be handed to an app thread now (a thread is free
+ * and no older request waits)? */
+int fw_server_thread_free(const fw_server *srv);
 
 #endif

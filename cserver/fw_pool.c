@@ -16,6 +16,18 @@ typedef struct pool_thread {
     int index;
 } pool_thread;
 
+/* mu held: make sure the loop looks at the done and parked lists. */
+static void wake_loop_locked(fw_pool *p)
+{
+    if (p->done_signalled)
+        return;
+    p->done_signalled = 1;
+    uint64_t one = 1;
+    /* A full counter (never, in practice) still reads as "wake up". */
+    if (write(p->done_w.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        p->ops->error(p->ctx, "pool: eventfd write", errno);
+}
+
 static void *pool_main(void *arg)
 {
     pool_thread self = *(pool_thread *)arg;
@@ -41,13 +53,7 @@ static void *pool_main(void *arg)
         pthread_mutex_lock(&p->mu);
         if (p->done_tail) p->done_tail->next = job; else p->done_head = job;
         p->done_tail = job;
-        if (!p->done_signalled) {
-            p->done_signalled = 1;
-            uint64_t one = 1;
-            /* A full counter (never, in practice) still reads as "wake up". */
-            if (write(p->done_w.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-                p->ops->error(p->ctx, "pool: eventfd write", errno);
-        }
+        wake_loop_locked(p);
     }
     pthread_mutex_unlock(&p->mu);
     if (p->ops->thread_stop)
@@ -65,10 +71,17 @@ static void on_done(fw_loop *loop, fw_watch *w, uint32_t events)
     if (read(w->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         p->ops->error(p->ctx, "pool: eventfd read", errno);
     pthread_mutex_lock(&p->mu);
-    fw_pool_job *job = p->done_head;
+    fw_pool_job *job = p->done_head, *parked = p->parked_head;
     p->done_head = p->done_tail = NULL;
+    p->parked_head = p->parked_tail = NULL;
     p->done_signalled = 0;
     pthread_mutex_unlock(&p->mu);
+    while (parked) {
+        fw_pool_job *next = parked->next;
+        parked->next = NULL;
+        p->ops->parked(p->ctx, parked);
+        parked = next;
+    }
     while (job) {
         fw_pool_job *next = job->next;
         job->next = NULL;
@@ -97,6 +110,11 @@ fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void
         pthread_mutex_destroy(&p->mu);
         goto fail;
     }
+    if (pthread_cond_init(&p->resume_cv, NULL) != 0) {
+        pthread_cond_destroy(&p->cv);
+        pthread_mutex_destroy(&p->mu);
+        goto fail;
+    }
     p->done_w.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     p->done_w.cb = on_done;
     if (p->done_w.fd < 0 || fw_loop_watch(loop, &p->done_w, EPOLLIN) != 0)
@@ -120,6 +138,7 @@ fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void
     }
     return p;
 fail_sync:
+    pthread_cond_destroy(&p->resume_cv);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
 fail: {
@@ -142,6 +161,28 @@ void fw_pool_submit(fw_pool *p, fw_pool_job *job)
     p->work_tail = job;
     pthread_mutex_unlock(&p->mu);
     pthread_cond_signal(&p->cv);
+}
+
+void fw_pool_park(fw_pool *p, fw_pool_job *job)
+{
+    pthread_mutex_lock(&p->mu);
+    job->parked = 1;
+    job->next = NULL;
+    if (p->parked_tail) p->parked_tail->next = job; else p->parked_head = job;
+    p->parked_tail = job;
+    wake_loop_locked(p);
+    while (job->parked)
+        pthread_cond_wait(&p->resume_cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void fw_pool_resume(fw_pool *p, fw_pool_job *job)
+{
+    pthread_mutex_lock(&p->mu);
+    job->parked = 0;
+    /* Few threads, rarely parked: waking them all to find the one is cheap. */
+    pthread_cond_broadcast(&p->resume_cv);
+    pthread_mutex_unlock(&p->mu);
 }
 
 fw_pool_job *fw_pool_cancel_queued(fw_pool *p)
@@ -171,6 +212,7 @@ void fw_pool_stop(fw_pool *p)
     if (fw_loop_watch(p->loop, &p->done_w, 0) != 0)
         p->ops->error(p->ctx, "pool: epoll_ctl", errno);
     close(p->done_w.fd);
+    pthread_cond_destroy(&p->resume_cv);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p->tids);

@@ -8,6 +8,11 @@
  * caller embeds an fw_pool_job in its own object (a connection) and finds
  * the object again from the job, the way libuv hands an fd to a callback.
  *
+ * A thread may also park its job: hand it back to the loop (ops->parked)
+ * while the thread sleeps, until the loop resumes it (fw_pool_resume); the
+ * thread then carries on with the job where it stopped. The loop uses this
+ * to do a job's waiting on sockets for the thread.
+ *
  * The queues are intrusive (fw_pool_job.next): submitting never allocates,
  * and they can never hold more jobs than the caller has objects. */
 #ifndef FW_POOL_H
@@ -18,7 +23,8 @@
 #include "fw_loop.h"
 
 typedef struct fw_pool_job {
-    struct fw_pool_job *next;      /* the pool's: work or done list */
+    struct fw_pool_job *next;      /* the pool's: work, done or parked list */
+    int parked;                    /* under the pool's mu: its thread sleeps until resumed */
 } fw_pool_job;
 
 typedef struct fw_pool_ops {
@@ -29,6 +35,9 @@ typedef struct fw_pool_ops {
     void (*run)(void *ctx, int index, fw_pool_job *job);
     /* On the loop thread: the job has run and is the caller's again. */
     void (*done)(void *ctx, fw_pool_job *job);
+    /* On the loop thread: the job's thread parked it (fw_pool_park); the
+     * caller's until it calls fw_pool_resume. */
+    void (*parked)(void *ctx, fw_pool_job *job);
     /* A syscall of the pool failed (what: its name; err: errno). */
     void (*error)(void *ctx, const char *what, int err);
 } fw_pool_ops;
@@ -41,10 +50,12 @@ typedef struct fw_pool {
     pthread_t *tids;               /* owned, nthreads */
     int started;                   /* threads running */
 
-    pthread_mutex_t mu;            /* guards the two lists, quit and done_signalled */
+    pthread_mutex_t mu;            /* guards the lists, quit, done_signalled, jobs' parked */
     pthread_cond_t cv;             /* work arrived, or quit */
+    pthread_cond_t resume_cv;      /* a parked job was resumed */
     fw_pool_job *work_head, *work_tail;
     fw_pool_job *done_head, *done_tail;
+    fw_pool_job *parked_head, *parked_tail;
     int quit;
     int done_signalled;            /* an eventfd write is pending for the loop */
 
@@ -58,6 +69,14 @@ fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void
 
 /* Loop thread: hand the job to a thread. */
 void fw_pool_submit(fw_pool *p, fw_pool_job *job);
+
+/* Pool thread, inside ops->run: hand the job to the loop (ops->parked) and
+ * sleep until the loop calls fw_pool_resume on it. The job still counts
+ * as busy. */
+void fw_pool_park(fw_pool *p, fw_pool_job *job);
+/* Loop thread: wake the thread of a parked job; the job is that thread's
+ * again from the moment this is called. */
+void fw_pool_resume(fw_pool *p, fw_pool_job *job);
 
 /* Loop thread: take back the jobs no thread has started yet (for a fast
  * stop); returns them as a list linked by next. */

@@ -1,19 +1,14 @@
-/* fw_resp: response framing and writing. The server owns framing: the app
- * says status, headers and body bytes; this file decides Content-Length vs
- * chunked vs close-delimited, drops what must not be on the wire (bodies of
- * HEAD/1xx/204/304, hop-by-hop headers) and writes with as few syscalls and
- * copies as it can (headers and the first body chunk leave in one writev). */
+/* fw_resp: response framing. The server owns framing: the app says status,
+ * headers and body bytes; this file decides Content-Length vs chunked vs
+ * close-delimited and drops what must not be on the wire (bodies of
+ * HEAD/1xx/204/304, hop-by-hop headers). It queues bytes in the
+ * connection's `out`; fw_conn.c writes them. */
 #define _GNU_SOURCE
 #include "fw_conn.h"
 #include "fw_internal.h"
 
-#include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/sendfile.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
 
 static const char *reason(int status)
 {
@@ -69,7 +64,7 @@ void fw_resp_error_head(fw_conn *c, int status)
     c->resp.status = status;
     c->resp.no_body = 1;
     c->resp.sent = c->req.is_head ? 0 : blen;
-    c->must_close = 1;
+    c->resp.close = 1;
 }
 
 int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
@@ -82,7 +77,7 @@ int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
     r->head_open = 1;
     r->status = code;
     r->no_body = c->req.is_head || code < 200 || code == 204 || code == 304;
-    r->fixed = r->chunked = r->app_close = r->app_date = r->crlf_owed = 0;
+    r->fixed = r->chunked = r->app_close = r->app_date = r->close = 0;
     r->left = 0;
     if (fw_buf_append(&c->out, "HTTP/1.1 ", 9) != 0 ||
         fw_buf_append(&c->out, status_line, status_len) != 0 ||
@@ -186,12 +181,11 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     fw_resp *r = &c->resp;
     fw_server *srv = c->srv;
     char line[64];
-    int keep = c->keep_alive && !r->app_close && !c->must_close && !fw_server_ends_keepalive(srv);
+    int keep = c->keep_alive && !r->app_close && !c->must_close && !c->body.error &&
+               !fw_server_ends_keepalive(srv);
 
     if (r->status < 200)
         keep = 0;       /* a 1xx as the final answer leaves the client waiting: end it */
-    if (c->body.src == FW_B_LIVE && !c->body.done)
-        keep = 0;       /* an unread streaming body cannot be skipped safely */
     if (r->no_body) {
         /* HEAD: a length only from a body the app gave in full. An empty one
          * says nothing, since frameworks answer HEAD with no body (Werkzeug:
@@ -223,34 +217,39 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
         fw_buf_append(&c->out, "\r\n", 2) != 0)
         return -1;
     if (!keep)
-        c->must_close = 1;
+        r->close = 1;
     r->started = 1;
     r->head_open = 0;
     return 0;
 }
 
-/* Frame `len` body bytes: returns how many of them go on the wire (0 for
- * bodiless responses; clamped to Content-Length) and queues a chunk header. */
-static size_t frame(fw_conn *c, size_t len)
+size_t fw_resp_frame(fw_conn *c, size_t len, const char **tail, size_t *tail_len)
 {
     fw_resp *r = &c->resp;
+    *tail = "";
+    *tail_len = 0;
     if (r->no_body || len == 0)
         return 0;
     if (r->fixed) {
         if (len > r->left) {
             len = (size_t)r->left;
-            c->must_close = 1;           /* the app wrote past its Content-Length */
+            r->close = 1;                /* the app wrote past its Content-Length */
         }
         r->left -= len;
         r->sent += len;
         return len;
     }
     if (r->chunked) {
-        char hdr[32];
-        int n = snprintf(hdr, sizeof(hdr), "%s%zx\r\n", r->crlf_owed ? "\r\n" : "", len);
-        if (fw_buf_append(&c->out, hdr, (size_t)n) != 0)
+        /* A chunk leaves whole, its CRLF included, when the app yields it:
+         * a client may wait for that CRLF before it hands the chunk on. */
+        char hdr[24];
+        int n = snprintf(hdr, sizeof(hdr), "%zx\r\n", len);
+        if (fw_buf_append(&c->out, hdr, (size_t)n) != 0) {
+            r->close = 1;
             return 0;
-        r->crlf_owed = 1;
+        }
+        *tail = "\r\n";
+        *tail_len = 2;
     }
     r->sent += len;
     return len;
@@ -258,52 +257,12 @@ static size_t frame(fw_conn *c, size_t len)
 
 int fw_resp_queue(fw_conn *c, const char *data, size_t len)
 {
-    len = frame(c, len);
-    if (len && fw_buf_append(&c->out, data, len) != 0)
+    const char *tail;
+    size_t tail_len;
+    len = fw_resp_frame(c, len, &tail, &tail_len);
+    if (len && (fw_buf_append(&c->out, data, len) != 0 || fw_buf_append(&c->out, tail, tail_len) != 0))
         return FW_IO_ERR;
     return FW_IO_DONE;
-}
-
-static int io_error(int e)
-{
-    return e == EAGAIN || e == EWOULDBLOCK ? FW_IO_AGAIN : FW_IO_ERR;
-}
-
-int fw_resp_send(fw_conn *c, const char *data, size_t len)
-{
-    len = frame(c, len);
-    size_t queued = fw_buf_used(&c->out);
-    if (c->resp.sf_fd >= 0) {
-        if (fw_buf_append(&c->out, data, len) != 0)
-            return FW_IO_ERR;
-        return fw_conn_flush(c);
-    }
-    struct iovec iov[2] = {
-        { .iov_base = fw_buf_head(&c->out), .iov_len = queued },
-        { .iov_base = (void *)data, .iov_len = len },
-    };
-    struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
-    ssize_t n;
-    do {
-        n = sendmsg(c->w.fd, &mh, MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0) {
-        int rc = io_error(errno);
-        if (rc == FW_IO_ERR)
-            return rc;
-        n = 0;
-    }
-    size_t w = (size_t)n;
-    if (w < queued) {
-        fw_buf_consume(&c->out, w);
-        w = 0;
-    } else {
-        fw_buf_consume(&c->out, queued);
-        w -= queued;
-    }
-    if (w < len && fw_buf_append(&c->out, data + w, len - w) != 0)
-        return FW_IO_ERR;
-    return fw_buf_used(&c->out) ? FW_IO_AGAIN : FW_IO_DONE;
 }
 
 void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count)
@@ -328,59 +287,9 @@ void fw_resp_finish(fw_conn *c)
     if (r->no_body)
         return;
     if (r->chunked) {
-        if (append_str(&c->out, r->crlf_owed ? "\r\n0\r\n\r\n" : "0\r\n\r\n") != 0)
-            c->must_close = 1;
-        r->crlf_owed = 0;
+        if (append_str(&c->out, "0\r\n\r\n") != 0)
+            r->close = 1;
     } else if (r->fixed && r->left > 0) {
-        c->must_close = 1;               /* shorter than its Content-Length */
-    }
-}
-
-int fw_conn_flush(fw_conn *c)
-{
-    fw_resp *r = &c->resp;
-    while (fw_buf_used(&c->out) > 0) {
-        ssize_t n = send(c->w.fd, fw_buf_head(&c->out), fw_buf_used(&c->out), MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return io_error(errno);
-        }
-        fw_buf_consume(&c->out, (size_t)n);
-    }
-    while (r->sf_fd >= 0 && r->sf_left > 0) {
-        off_t off = (off_t)r->sf_off;
-        size_t want = r->sf_left > (1u << 30) ? (1u << 30) : (size_t)r->sf_left;
-        ssize_t n = sendfile(c->w.fd, r->sf_fd, &off, want);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return io_error(errno);
-        }
-        if (n == 0) {
-            c->must_close = 1;           /* the file shrank under us */
-            return FW_IO_ERR;
-        }
-        r->sf_off += (uint64_t)n;
-        r->sf_left -= (uint64_t)n;
-    }
-    return FW_IO_DONE;
-}
-
-int fw_conn_flush_wait(fw_conn *c)
-{
-    int timeout = c->srv->cfg.write_timeout_ms > 0 ? c->srv->cfg.write_timeout_ms : -1;
-    for (;;) {
-        int rc = fw_conn_flush(c);
-        if (rc != FW_IO_AGAIN)
-            return rc;
-        struct pollfd pfd = { .fd = c->w.fd, .events = POLLOUT };
-        int k = poll(&pfd, 1, timeout);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return FW_IO_ERR;
-        if (k == 0)
-            return FW_IO_TIMEOUT;
+        r->close = 1;                    /* shorter than its Content-Length */
     }
 }

@@ -2,12 +2,14 @@
 #define _GNU_SOURCE
 #include "fw_server.h"
 #include "fw_conn.h"
+#include "fw_internal.h"
 #include "fw_pool.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdatomic.h>
@@ -35,6 +37,7 @@ void fw_config_defaults(fw_config *cfg)
     cfg->limits.max_body = 1024ull * 1024 * 1024;
     cfg->header_timeout_ms = 10000;
     cfg->body_timeout_ms = 30000;
+    cfg->body_min_rate = 500;            /* mod_reqtimeout's; a slow mobile link does 5,000+ */
     cfg->keepalive_timeout_ms = 75000;   /* above proxies' upstream idle timeouts (README) */
     cfg->write_timeout_ms = 30000;
     cfg->graceful_timeout_ms = 30000;
@@ -87,14 +90,79 @@ static void set_accepting(fw_server *srv, int on)
     fw_balance_allow(&srv->bal, on);
 }
 
+/* Is there room for one more connection? Below --max-connections, or at
+ * it with an idle kept-alive connection to close for it (evict_idle). */
+static int room_for_one(const fw_server *srv)
+{
+    return srv->nconns < srv->cfg.max_connections || srv->t_idle.count > 0;
+}
+
+/* Resume accepting when nothing holds it back. */
+static void maybe_accept_again(fw_server *srv)
+{
+    if (!srv->accepting && !srv->stopping && srv->now >= srv->accept_resume_at && room_for_one(srv))
+        set_accepting(srv, 1);
+}
+
 void fw_server_conn_closed(fw_server *srv)
 {
     srv->nconns--;
     if (srv->cfg.stats)
         fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
-    if (!srv->accepting && !srv->stopping && srv->nconns < srv->cfg.max_connections &&
-        srv->now >= srv->accept_resume_at)
-        set_accepting(srv, 1);
+    maybe_accept_again(srv);
+}
+
+/* At --max-connections: close the idle kept-alive connections that waited
+ * longest (nginx does the same), so that a new client is served at once
+ * instead of waiting for the keep-alive timeout. Returns 1 when one was
+ * closed. */
+static int evict_idle(fw_server *srv)
+{
+    for (int tries = 0; tries < 8 && srv->t_idle.head; tries++) {
+        fw_conn *c = CONN_OF_TIMER(srv->t_idle.head);
+        if (fw_conn_evict_idle(c)) {
+            srv->evictions++;
+            if (srv->now >= srv->eviction_logged_at + 10000) {
+                fw_server_log(srv, FW_LOG_INFO, "--max-connections %d reached: closing the longest idle "
+                              "kept-alive connections to make room (%llu so far)", srv->cfg.max_connections,
+                              (unsigned long long)srv->evictions);
+                srv->eviction_logged_at = srv->now;
+            }
+            return 1;
+        }
+        /* Its next request is waiting: it is not idle. Last in line, then. */
+        fw_timer_start(&srv->t_idle, &c->timer, srv->now);
+    }
+    return 0;
+}
+
+/* ---- the ready queue -------------------------------------------------------- */
+
+void fw_server_enqueue(fw_server *srv, fw_conn *c)
+{
+    /* Nearly always the newest: walk from the tail. A connection taken
+     * from the accept queue may be older than some (take_waiting). */
+    fw_conn *after = srv->ready_tail;
+    while (after && after->ready_at > c->ready_at)
+        after = after->rq_prev;
+    c->rq_prev = after;
+    c->rq_next = after ? after->rq_next : srv->ready_head;
+    if (c->rq_next) c->rq_next->rq_prev = c; else srv->ready_tail = c;
+    if (after) after->rq_next = c; else srv->ready_head = c;
+    srv->nready++;
+}
+
+void fw_server_dequeue(fw_server *srv, fw_conn *c)
+{
+    if (c->rq_prev) c->rq_prev->rq_next = c->rq_next; else srv->ready_head = c->rq_next;
+    if (c->rq_next) c->rq_next->rq_prev = c->rq_prev; else srv->ready_tail = c->rq_prev;
+    c->rq_prev = c->rq_next = NULL;
+    srv->nready--;
+}
+
+int fw_server_thread_free(const fw_server *srv)
+{
+    return srv->pool && srv->pool->busy < srv->cfg.threads && !srv->ready_head;
 }
 
 void fw_server_request_done(fw_server *srv)
@@ -109,24 +177,39 @@ void fw_server_request_done(fw_server *srv)
     }
 }
 
-static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
+/* How long ago a connection just accepted from l came (ms), as far as the
+ * kernel says: the last data it received (the request) or, before any, the
+ * handshake. 0 when not known (unix sockets). */
+static int64_t accepted_age(const fw_listener *l, int fd)
 {
-    (void)loop;
-    (void)events;
-    fw_listener *l = LISTENER_OF(w);
-    fw_server *srv = l->srv;
-    int batch = fw_balance_accept_batch(&srv->bal, srv->cfg.accept_batch);
-    for (int i = 0; i < batch && srv->accepting; i++) {
+    if (l->family != AF_INET && l->family != AF_INET6)
+        return 0;
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+        return 0;
+    return ti.tcpi_last_data_recv;
+}
+
+/* Accept one connection from l. Returns 1 if one was accepted (and served
+ * or queued), 0 when the queue is empty, -1 to stop accepting for now. */
+static int accept_one(fw_server *srv, fw_listener *l, int with_age)
+{
+    for (;;) {
+        if (srv->nconns >= srv->cfg.max_connections && !evict_idle(srv)) {
+            set_accepting(srv, 0);
+            return -1;
+        }
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
-        int fd = accept4(w->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(l->w.fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             switch (errno) {
             case EAGAIN:
 #if EAGAIN != EWOULDBLOCK
             case EWOULDBLOCK:
 #endif
-                return;
+                return 0;
             case EINTR:
             case ECONNABORTED:
             case EPROTO:
@@ -147,21 +230,92 @@ static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
                 }
                 srv->accept_resume_at = srv->now + 1000;
                 set_accepting(srv, 0);
-                return;
+                return -1;
             default:
                 fw_server_log(srv, FW_LOG_ERROR, "accept: %s", strerror(errno));
-                return;
+                return -1;
             }
         }
         fw_balance_accepted(&srv->bal);
-        if (!fw_conn_new(srv, l, fd, (struct sockaddr *)&ss, len, 0, (fw_pass_client){ NULL, 0 })) {
+        int64_t age = with_age ? accepted_age(l, fd) : 0;
+        if (!fw_conn_new(srv, l, fd, (struct sockaddr *)&ss, len, 0, (fw_pass_client){ NULL, 0 }, age)) {
             fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
             close(fd);
         }
-        if (srv->nconns >= srv->cfg.max_connections) {
+        if (!room_for_one(srv)) {
             set_accepting(srv, 0);
+            return -1;
+        }
+        return 1;
+    }
+}
+
+/* Inline, a loop pass serves the requests of its kept-alive connections
+ * that came during the last pass, each as the pass reaches it; the accept
+ * queue's share of the pass is the connections that were waiting in it
+ * when the pass began, split between the workers that share it (those that
+ * come meanwhile wait for the next pass, as kept-alive requests do). So
+ * neither kind of client waits behind the other for more than a pass. */
+static int inline_batch(fw_server *srv, const fw_listener *l)
+{
+    int batch = fw_balance_accept_batch(&srv->bal, srv->cfg.accept_batch);
+    if (l->family != AF_INET && l->family != AF_INET6)
+        return batch;
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    /* For a listening socket the kernel reports its accept queue's length
+     * as tcpi_unacked. */
+    if (getsockopt(l->w.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+        return batch;
+    int sharing = fw_balance_sharing(&srv->bal);
+    int share = ((int)ti.tcpi_unacked + sharing - 1) / sharing;
+    if (share > srv->cfg.accept_batch)
+        share = srv->cfg.accept_batch;
+    return share > 1 ? share : 1;
+}
+
+static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
+{
+    (void)loop;
+    (void)events;
+    fw_listener *l = LISTENER_OF(w);
+    fw_server *srv = l->srv;
+    int batch = srv->pool ? fw_balance_accept_batch(&srv->bal, srv->cfg.accept_batch) : inline_batch(srv, l);
+    for (int i = 0; i < batch && srv->accepting; i++)
+        if (accept_one(srv, l, srv->ready_head != NULL) <= 0)
+            return;
+}
+
+/* Requests wait here for a thread while the listeners are not watched
+ * (least-busy leaves them while every thread is busy): connections may be
+ * waiting in the accept queue too, unseen. With a thread free, take one in,
+ * so that its request is placed among those waiting by its age: the work
+ * that waits is served in arrival order, whichever queue it waits in. */
+static void take_waiting(fw_server *srv)
+{
+    if (!srv->accepting || srv->nlisteners == 0 || fw_balance_armed(&srv->bal))
+        return;
+    for (int k = 0; k < srv->nlisteners; k++) {
+        int i = (srv->take_next + k) % srv->nlisteners;
+        if (accept_one(srv, &srv->listeners[i], 1) != 0) {
+            srv->take_next = i + 1;
             return;
         }
+    }
+}
+
+/* Hand the oldest waiting requests to the threads that are free. */
+static void serve_ready(fw_server *srv)
+{
+    int took = 0;
+    while (srv->ready_head && srv->pool->busy < srv->cfg.threads) {
+        if (!took) {
+            took = 1;
+            take_waiting(srv);
+        }
+        fw_conn *c = srv->ready_head;
+        fw_server_dequeue(srv, c);
+        fw_conn_dispatch(c);
     }
 }
 
@@ -222,7 +376,7 @@ static void bal_take(void *ctx, int listener, int fd, int kept_alive, fw_pass_cl
         close(fd);             /* the client has gone meanwhile */
         return;
     }
-    if (!fw_conn_new(srv, &srv->listeners[listener], fd, (struct sockaddr *)&ss, salen, kept_alive, client)) {
+    if (!fw_conn_new(srv, &srv->listeners[listener], fd, (struct sockaddr *)&ss, salen, kept_alive, client, 0)) {
         fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
         close(fd);
     }
@@ -293,6 +447,7 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->t_linger.timeout_ms = 2000;
     srv->t_grace.timeout_ms = FW_SILENT_GRACE_MS;
     srv->accept_pause_logged_at = -10000;
+    srv->eviction_logged_at = -10000;
     srv->now = fw_now_ms();
     if (fw_balance_init(&srv->bal, &cfg->balance, cfg->threads, srv->nlisteners, &srv->loop, &balance_ops,
                         srv) != 0)
@@ -319,6 +474,7 @@ void fw_server_free(fw_server *srv)
 {
     if (!srv)
         return;
+    srv->closing = 1;
     while (srv->conns)
         fw_conn_close(srv->conns);
     free_graveyard(srv);
@@ -415,7 +571,7 @@ static void pass_on_idle(fw_server *srv)
     fw_conn *c = srv->conns;
     while (c) {
         fw_conn *next = c->next;
-        if (c->state == FW_C_READ_HEAD && fw_buf_used(&c->in) == 0)
+        if ((c->state == FW_C_READ_HEAD && fw_buf_used(&c->in) == 0) || (c->state == FW_C_QUEUED && c->unread))
             fw_conn_start_stop(c);
         c = next;
     }
@@ -439,24 +595,18 @@ static void begin_stop(fw_server *srv)
     fw_conn *c = srv->conns;
     while (c) {
         fw_conn *next = c->next;
-        /* One a pool thread owns finishes there: its head is built after
-         * `ending_keepalive` is set, so it says Connection: close unless
-         * we hand on. */
-        if (!(srv->pool && c->state == FW_C_APP))
-            fw_conn_start_stop(c);
+        /* One a pool thread owns finishes there (fw_conn_start_stop leaves
+         * it): its head is built after `ending_keepalive` is set, so it says
+         * Connection: close unless we hand on. */
+        fw_conn_start_stop(c);
         c = next;
     }
     fw_server_log(srv, FW_LOG_DEBUG, "stopping%s: %d connection(s) in flight",
                   srv->handing_on ? " (handing idle connections on)" : "", srv->nconns);
 }
 
-/* After the loop: connections a pool thread still owns cannot be closed
- * under it. Cut their sockets (the app's writes fail at once, the client
- * sees the end), take back what no thread has started, and wait until the
- * threads hand the rest back. An app call that never returns keeps this
- * waiting: in a worker the master kills the process after the graceful
- * timeout; an embedded serve() returns when the call does. */
-/* Close every connection except those a pool thread owns. */
+/* Close every connection except those a pool thread owns; a parked one is
+ * given back to its thread, told the connection is gone. */
 static void close_all(fw_server *srv)
 {
     fw_conn *c = srv->conns;
@@ -498,18 +648,24 @@ static void pool_run(void *ctx, int index, fw_pool_job *job)
     /* The thread is free from here on: say so before the response is
      * written, or the client's next connection can see a stale count. */
     fw_balance_end(&srv->bal, &c->place);
-    /* What it could not send, the loop sends; and the response of a
-     * pipelined request waits there to leave with the next ones. */
-    if (rc != FW_APP_CLOSE && c->state == FW_C_APP && !(rc == FW_APP_DONE && fw_conn_may_batch(c)))
-        (void)fw_conn_flush(c);
+    fw_conn_app_returning(c, rc);
     c->pool_rc = rc;
 }
 
 static void pool_done(void *ctx, fw_pool_job *job)
 {
-    (void)ctx;
+    fw_server *srv = ctx;
     fw_conn *c = CONN_OF_JOB(job);
     fw_conn_app_done(c, c->pool_rc);
+    /* A thread is free: the oldest request that waits for one gets it. */
+    if (!srv->closing)
+        serve_ready(srv);
+}
+
+static void pool_parked(void *ctx, fw_pool_job *job)
+{
+    (void)ctx;
+    fw_conn_parked(CONN_OF_JOB(job));
 }
 
 static void pool_error(void *ctx, const char *what, int err)
@@ -519,7 +675,7 @@ static void pool_error(void *ctx, const char *what, int err)
 
 static const fw_pool_ops pool_ops = {
     .thread_start = pool_thread_start, .thread_stop = pool_thread_stop,
-    .run = pool_run, .done = pool_done, .error = pool_error,
+    .run = pool_run, .done = pool_done, .parked = pool_parked, .error = pool_error,
 };
 
 static int start_pool(fw_server *srv)
@@ -543,6 +699,7 @@ static int start_pool(fw_server *srv)
 static void drain_pool(fw_server *srv)
 {
     fw_pool *p = srv->pool;
+    srv->closing = 1;           /* a thread that parks from now on is told at once */
     fw_pool_job *q = fw_pool_cancel_queued(p);
     while (q) {
         fw_pool_job *next = q->next;
@@ -558,6 +715,7 @@ static void drain_pool(fw_server *srv)
     while (p->busy > 0) {
         int n = fw_loop_wait(&srv->loop, 1000);
         srv->now = fw_now_ms();
+        fw_balance_beat(&srv->bal, srv->now);
         if (n < 0 && errno != EINTR)
             break;
         /* Only the pool's completions matter now; they close at once. */
@@ -580,6 +738,7 @@ int fw_server_run(fw_server *srv)
     srv->pass_waiting = 0;
     srv->retiring = 0;
     srv->sig_stop = 0;
+    srv->closing = 0;
     if (srv->cfg.threads > 1) {
         if (start_pool(srv) != 0) {
             fw_server_log(srv, FW_LOG_ERROR, "cannot start %d app threads: %s",
@@ -603,6 +762,7 @@ int fw_server_run(fw_server *srv)
         }
         int n = fw_loop_wait(&srv->loop, next_timeout(srv));
         srv->now = fw_now_ms();
+        fw_balance_beat(&srv->bal, srv->now);     /* at least once a second (next_timeout) */
         if (n < 0) {
             if (errno == EINTR) {
                 if (srv->ops->on_signal && srv->ops->on_signal(srv->app)) {
@@ -628,12 +788,13 @@ int fw_server_run(fw_server *srv)
         expire_grace(srv);
         if (srv->stopping && srv->pass_waiting)
             pass_on_idle(srv);
+        if (srv->pool)
+            serve_ready(srv);
         free_graveyard(srv);
-        if (!srv->accepting && !srv->stopping && srv->now >= srv->accept_resume_at &&
-            srv->nconns < srv->cfg.max_connections)
-            set_accepting(srv, 1);
+        maybe_accept_again(srv);
     }
     srv->accepting = 0;
+    srv->closing = 1;
     if (!srv->stopping)
         fw_balance_drain(&srv->bal);     /* (begin_stop drained already) */
     srv->stopping = 1;          /* what comes back from the threads closes */
@@ -652,5 +813,6 @@ int fw_server_run(fw_server *srv)
     srv->stopping = 0;
     srv->ending_keepalive = 0;
     srv->stop_requested = 0;
+    srv->closing = 0;
     return rc;
 }

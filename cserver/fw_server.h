@@ -47,6 +47,8 @@ typedef struct fw_config {
     fw_http_limits limits;
     int header_timeout_ms;     /* first byte to end of head (slowloris): 408 */
     int body_timeout_ms;       /* longest pause while a body arrives: 408 */
+    int body_min_rate;         /* bytes a second a body must keep up, after a grace of one
+                                * body timeout (mod_reqtimeout's MinRate): 408; 0 = none */
     int keepalive_timeout_ms;  /* idle kept-alive connection; 0 disables keep-alive */
     int write_timeout_ms;      /* longest stall while the client does not read */
     int graceful_timeout_ms;   /* stop(): how long in-flight responses may take */
@@ -149,6 +151,14 @@ struct fw_server {
     fw_conn *conns;            /* all open connections (doubly linked) */
     int nconns;
     fw_conn *graveyard;        /* closed during this loop pass, freed after it */
+    /* With app threads: requests (and idle connections whose request came,
+     * unread) waiting for a free thread, oldest first (fw_conn.ready_at). */
+    fw_conn *ready_head, *ready_tail;
+    int nready;
+    int take_next;             /* the listener take_waiting tries first */
+    uint64_t evictions;        /* idle connections closed at --max-connections */
+    int64_t eviction_logged_at;
+    int closing;               /* the loop is over: what a thread hands back closes */
 
     int64_t now;               /* monotonic ms, refreshed each pass */
 

@@ -112,6 +112,7 @@ cdef extern from "glue.h":
         fw_http_limits limits
         int header_timeout_ms
         int body_timeout_ms
+        int body_min_rate
         int keepalive_timeout_ms
         int write_timeout_ms
         int graceful_timeout_ms
@@ -144,6 +145,7 @@ cdef extern from "glue.h":
     ctypedef struct fw_sb_view:
         uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen
         int32_t pid
+        int64_t beat
         uint64_t accepted, handed_in, handed_out, kicks_sent
 
     ctypedef struct fw_glue:
@@ -277,6 +279,7 @@ CORE_SETTINGS = {
     "limit_request_body": (K_U64, _at(&_layout.limits.max_body)),
     "header_timeout": (K_MS, _at(&_layout.header_timeout_ms)),
     "body_timeout": (K_MS, _at(&_layout.body_timeout_ms)),
+    "body_min_rate": (K_INT, _at(&_layout.body_min_rate)),
     "keepalive": (K_MS, _at(&_layout.keepalive_timeout_ms)),
     "write_timeout": (K_MS, _at(&_layout.write_timeout_ms)),
     "graceful_timeout": (K_MS, _at(&_layout.graceful_timeout_ms)),
@@ -668,7 +671,7 @@ def sb_read(scoreboard):
         out.append({"state": _STATES[v.state] if v.state < 3 else "?", "pid": v.pid, "gen": v.gen,
                     "inflight": v.inflight, "armed": v.armed, "threads": v.threads, "open": v.open,
                     "retire": v.retire, "accepted": v.accepted, "handed_in": v.handed_in,
-                    "handed_out": v.handed_out, "kicks_sent": v.kicks_sent})
+                    "handed_out": v.handed_out, "kicks_sent": v.kicks_sent, "beat": v.beat})
     return out
 
 

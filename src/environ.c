@@ -17,7 +17,7 @@
 
 #include <string.h>
 
-static PyObject *k_method, *k_path, *k_query, *k_raw_uri, *k_proto, *k_server_name,
+static PyObject *k_method, *k_path, *k_query, *k_raw_uri, *k_proto, *k_server_name, *k_http_host,
     *k_server_port, *k_remote_addr, *k_remote_port, *k_ctype, *k_clen, *k_url_scheme, *v_http11,
     *v_http10, *v_empty, *v_http, *v_https, *s_comma;
 
@@ -40,6 +40,7 @@ int fw_environ_init(void)
     INTERN(k_raw_uri, "RAW_URI");
     INTERN(k_proto, "SERVER_PROTOCOL");
     INTERN(k_server_name, "SERVER_NAME");
+    INTERN(k_http_host, "HTTP_HOST");
     INTERN(k_server_port, "SERVER_PORT");
     INTERN(k_remote_addr, "REMOTE_ADDR");
     INTERN(k_remote_port, "REMOTE_PORT");
@@ -305,6 +306,10 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
         if (rc < 0)
             goto fail;
     }
+    /* An absolute-form target names the host: a Host header says nothing
+     * more (RFC 9112 3.2.2: the origin server ignores it). */
+    if (r->form == FW_TARGET_ABSOLUTE && set_new(env, k_http_host, cached(r->authority, r->authority_len)) < 0)
+        goto fail;
     if (forwarded) {
         int said = forwarded_proto(forwarded->value, forwarded->value_len);
         conflict |= scheme && said && said != scheme;

@@ -92,6 +92,8 @@ struct fw_req {
     InputObject *input;
     PyObject *result;           /* what the app returned */
     PyObject *iter;             /* iterator, or NULL on the list/tuple fast path */
+    PyObject *lent;             /* owned: the chunk whose rest the connection borrowed
+                                 * (fw_conn_send_borrowed) until the loop has written it */
     Py_ssize_t index;           /* list/tuple fast path position */
     int headers_sent;
     int sendfile_pending;       /* the loop is sending the file; close it afterwards */
@@ -200,6 +202,15 @@ int fw_req_send_head(fw_req *r, int64_t known_len);
  * first: the request's first call (on_request, not on_writable). */
 uint64_t fw_status_enter(fw_glue *s, fw_conn *c, int first);
 void fw_status_leave(fw_glue *s, fw_conn *c, uint64_t began_ns);
+/* The app's current call waits for the client (wsgi.input while the loop
+ * reads the body, write() while the loop writes): that is no app time, for
+ * --timeout (the master sees "not in the app") nor for the counters. */
+typedef struct fw_pause {
+    uint64_t at;                /* when the wait began (ns) */
+    uint64_t slot_began;        /* the status slot's start time before it */
+} fw_pause;
+void fw_status_pause(fw_glue *s, fw_conn *c, fw_pause *p);
+void fw_status_resume(fw_glue *s, fw_conn *c, const fw_pause *p);
 /* For the master: one entry's start time (0: not in the app), its count of
  * calls and, when in the app, its request line (into line, cap bytes,
  * NUL-terminated). A question: 1 if the thread is in the app. */

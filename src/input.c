@@ -1,9 +1,9 @@
 /* wsgi.input: a stream over the request body, de-chunked.
  *
  * Reads come from the core's body reader (fw_body_peek/consume): a span of
- * the connection buffer, a spool file, or the live socket for
- * "Expect: 100-continue" requests. Only the last two can block, and those
- * run with the GIL released. */
+ * the connection buffer or of a spool file. The loop has read the whole
+ * body from the client before the app runs: reading it here never waits
+ * for a client. */
 #include "glue.h"
 
 #include <string.h>
@@ -17,36 +17,23 @@ static int check(InputObject *self)
     return 0;
 }
 
-static int raise_io(int rc)
-{
-    switch (rc) {
-    case FW_IO_TIMEOUT:
-        PyErr_SetString(PyExc_TimeoutError, "timed out reading the request body");
-        break;
-    case FW_IO_BAD:
-        PyErr_SetString(PyExc_OSError, "malformed request body (bad chunked encoding)");
-        break;
-    default:
-        PyErr_SetString(PyExc_OSError, "client disconnected while sending the request body");
-        break;
-    }
-    return -1;
-}
-
-/* Peek at the next span, releasing the GIL when that may block. */
+/* Peek at the next span: with the GIL held for a span in memory, without
+ * it when the spool file is read. */
 static int peek(InputObject *self, const char **p, size_t *n)
 {
+    fw_conn *c = self->conn;
     int rc;
-    if (fw_body_ready(self->conn)) {
-        rc = fw_body_peek(self->conn, p, n);
+    if (fw_body_ready(c)) {
+        rc = fw_body_peek(c, p, n);
     } else {
-        fw_conn *c = self->conn;
         Py_BEGIN_ALLOW_THREADS
         rc = fw_body_peek(c, p, n);
         Py_END_ALLOW_THREADS
     }
-    if (rc != FW_IO_DONE)
-        return raise_io(rc);
+    if (rc != FW_IO_DONE) {
+        PyErr_SetString(PyExc_OSError, "cannot read the request body's spool file");
+        return -1;
+    }
     return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #define QUEUE_HIGH (256 * 1024)   /* list bodies: flush past this much queued */
+#define LEND_MIN (64 * 1024)      /* list items this large are lent, not copied */
 
 static PyObject *s_wsgi_input, *s_close, *s_fileno, *s_tell;
 
@@ -45,7 +46,7 @@ uint64_t fw_status_enter(fw_glue *s, fw_conn *c, int first)
      * upload, or owed responses flushed first): that is no time in the app,
      * which --timeout and the app counters measure. */
     uint64_t ns = first && !c->srv->pool && c->began_ns &&
-                  (c->body.src == FW_B_NONE || c->body.src == FW_B_LIVE) ? c->began_ns : fw_now_ns();
+                  c->body.src == FW_B_NONE ? c->began_ns : fw_now_ns();
     if (!slot)
         return ns;
     size_t room = FW_STATUS_SIZE - 16 - 1, n = 0;
@@ -75,9 +76,33 @@ void fw_status_leave(fw_glue *s, fw_conn *c, uint64_t began_ns)
         atomic_store_explicit((_Atomic uint64_t *)(void *)slot, 0, memory_order_release);
     if (c->srv->cfg.stats && began_ns) {
         uint64_t now = fw_now_ns();
+        uint64_t spent = now - began_ns;
         c->app_done_ns = now;           /* the core's "queued" time of a batched response */
-        fw_stats_app_call(c->srv->cfg.stats, (now - began_ns) / 1000, !c->srv->pool);
+        fw_stats_app_call(c->srv->cfg.stats, (spent > c->app_waited_ns ? spent - c->app_waited_ns : 0) / 1000,
+                          !c->srv->pool);
     }
+    c->app_waited_ns = 0;
+}
+
+void fw_status_pause(fw_glue *s, fw_conn *c, fw_pause *p)
+{
+    char *slot = status_slot(s, c);
+    p->at = fw_now_ns();
+    p->slot_began = 0;
+    if (slot) {
+        p->slot_began = atomic_load_explicit((_Atomic uint64_t *)(void *)slot, memory_order_relaxed);
+        atomic_store_explicit((_Atomic uint64_t *)(void *)slot, 0, memory_order_release);
+    }
+}
+
+void fw_status_resume(fw_glue *s, fw_conn *c, const fw_pause *p)
+{
+    char *slot = status_slot(s, c);
+    uint64_t waited = fw_now_ns() - p->at;
+    c->app_waited_ns += waited;
+    /* The clock the master reads starts later by the wait. */
+    if (slot && p->slot_began)
+        atomic_store_explicit((_Atomic uint64_t *)(void *)slot, p->slot_began + waited, memory_order_release);
 }
 
 int fw_status_read(const void *entry, uint64_t *began, uint64_t *calls, char *line, size_t cap)
@@ -212,6 +237,7 @@ static void req_release(fw_req *r)
             log_exception(r->server, "Error closing the response of", r->conn);
         }
     }
+    Py_CLEAR(r->lent);
     Py_CLEAR(r->iter);
     Py_CLEAR(r->result);
     if (r->sr) {
@@ -279,6 +305,7 @@ static int iterate(fw_req *r)
         req_release(r);
         return FW_APP_DONE;
     }
+    Py_CLEAR(r->lent);          /* written by the loop before it called us again */
     for (;;) {
         PyObject *chunk;
         if (!r->iter) {
@@ -317,8 +344,9 @@ static int iterate(fw_req *r)
             return app_failed(r, "Bad response to");
         }
         int rc;
-        if (!r->iter) {
-            /* Everything is ready: queue it, the loop writes it in one go. */
+        if (!r->iter && n < LEND_MIN) {
+            /* Everything is ready: small pieces are queued, and the loop
+             * writes them in one go. */
             rc = fw_resp_queue(c, PyBytes_AS_STRING(chunk), (size_t)n);
             Py_DECREF(chunk);
             if (rc == FW_IO_DONE && fw_buf_used(&c->out) < QUEUE_HIGH)
@@ -329,11 +357,17 @@ static int iterate(fw_req *r)
                 Py_END_ALLOW_THREADS
             }
         } else {
-            /* PEP 3333: each yielded chunk goes out before the next is asked for. */
+            /* PEP 3333: each yielded chunk goes out before the next is
+             * asked for. What the socket does not take now is lent to the
+             * connection, not copied: the chunk is kept until the loop has
+             * written it, so a slow reader of a big body costs no copy. */
             Py_BEGIN_ALLOW_THREADS
-            rc = fw_resp_send(c, PyBytes_AS_STRING(chunk), (size_t)n);
+            rc = fw_conn_send_borrowed(c, PyBytes_AS_STRING(chunk), (size_t)n);
             Py_END_ALLOW_THREADS
-            Py_DECREF(chunk);
+            if (rc == FW_IO_AGAIN)
+                r->lent = chunk;
+            else
+                Py_DECREF(chunk);
         }
         if (rc == FW_IO_AGAIN)
             return FW_APP_WAIT;

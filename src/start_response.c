@@ -185,8 +185,15 @@ out:
     return res;
 }
 
-/* write(data): the legacy imperative API. Blocks until data is on the wire
- * (with the write timeout), without the GIL. */
+/* write(data): the legacy imperative API. The bytes leave at once when the
+ * socket takes them; what it does not take is queued, and the loop writes
+ * it (after the app returns, if not before). Past WRITE_BUFFER queued, an
+ * app thread waits while the loop writes (under the write timeout, which
+ * counts no progress; no app time for --timeout); inline, the loop thread
+ * must not wait for one client, so it queues up to INLINE_WRITE_MAX. */
+#define WRITE_BUFFER ((size_t)1 << 20)
+#define INLINE_WRITE_MAX ((size_t)64 << 20)
+
 static PyObject *sr_write(PyObject *self_, PyObject *arg)
 {
     StartResponseObject *self = (StartResponseObject *)self_;
@@ -206,15 +213,29 @@ static PyObject *sr_write(PyObject *self_, PyObject *arg)
         PyBuffer_Release(&view);
         return NULL;
     }
+    fw_conn *c = r->conn;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = fw_resp_send(r->conn, view.buf, (size_t)view.len);
-    if (rc == FW_IO_AGAIN)
-        rc = fw_conn_flush_wait(r->conn);
+    rc = fw_conn_send(c, view.buf, (size_t)view.len);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
+    if (rc == FW_IO_AGAIN && c->srv->pool && fw_buf_used(&c->out) > WRITE_BUFFER) {
+        fw_pause pause;
+        fw_status_pause(r->server, c, &pause);
+        Py_BEGIN_ALLOW_THREADS
+        rc = fw_conn_drain_wait(c);
+        Py_END_ALLOW_THREADS
+        fw_status_resume(r->server, c, &pause);
+    } else if (rc == FW_IO_AGAIN) {
+        if (!c->srv->pool && fw_buf_used(&c->out) > INLINE_WRITE_MAX) {
+            PyErr_Format(PyExc_OSError, "client is not reading: %zu MiB of write() output queued (with "
+                         "--threads 1 the loop cannot wait for one client; with app threads write() waits)",
+                         INLINE_WRITE_MAX >> 20);
+            return NULL;
+        }
+        rc = FW_IO_DONE;
+    }
     if (rc != FW_IO_DONE) {
-        r->conn->must_close = 1;
         PyErr_SetString(PyExc_OSError, rc == FW_IO_TIMEOUT ? "client stopped reading (write timeout)"
                                                            : "client disconnected");
         return NULL;

@@ -507,3 +507,40 @@ def prom_app():
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"counted"]
     return app
+
+
+def ticker(environ, start_response):
+    """?n=N&every=S: N chunks, one every S seconds, each saying when it was
+    yielded (CLOCK_MONOTONIC, system-wide: the client compares its own
+    reading). Streamed chunked, as Server-Sent Events and progress streams
+    are."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    n, every = int(q.get("n", "3")), float(q.get("every", "1"))
+    start_response("200 OK", [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")])
+
+    def chunks():
+        for i in range(n):
+            if i:
+                time.sleep(every)
+            yield f"data: {i} {time.monotonic():.6f}\n\n".encode()
+    return chunks()
+
+
+def writes(environ, start_response):
+    """?mb=N: N MiB sent with the legacy write() callable, 64 KiB at a time."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    mb = int(q.get("mb", "16"))
+    piece = bytes(range(256)) * 256
+    write = start_response("200 OK", [("Content-Type", "application/octet-stream"),
+                                      ("Content-Length", str(mb << 20))])
+    for _ in range(mb * 16):
+        write(piece)
+    return []
+
+
+def blob(environ, start_response):
+    """?kb=N: a list body of N KiB with a Content-Length (pipelined batches)."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    body = b"x" * (int(q.get("kb", "64")) << 10)
+    start_response("200 OK", [("Content-Type", "application/octet-stream")])
+    return [body]

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import Conn, wait_for
+from httpraw import Closed, Conn, wait_for
 
 APP_MODES = ("inline",)      # each server here chooses its own --threads
 
@@ -392,3 +392,77 @@ def test_behind_haproxy_send_proxy(tmp_path, mode, send):
             proxy.wait(5)
         log.close()
         s.stop()
+
+
+HAPROXY_RULES_CONF = """
+global
+    maxconn 100
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    timeout tunnel 30s
+frontend web
+    bind 127.0.0.1:{port}
+    http-request deny if {{ path_beg /denied }}
+    http-request del-header X-Forwarded-Proto
+    option forwardfor
+    default_backend app
+backend app
+    server app1 127.0.0.1:{upstream}
+"""
+
+
+@pytest.mark.skipif(not HAPROXY, reason="haproxy is installed by .ci/run")
+def test_connect_answered_2xx_opens_no_tunnel_through_haproxy(tmp_path):
+    """Issue 23, item 8: HAProxy switches a connection whose CONNECT was
+    answered 2xx to a raw tunnel (RFC 9110 9.3.6). At dac5946 forkwsgi kept
+    that connection alive, so what the client sent next bypassed HAProxy's
+    rules: a denied path was served, a forged X-Forwarded-For and
+    X-Forwarded-Proto reached the app. The response to CONNECT now closes
+    its connection: nothing more goes through."""
+    logfile = tmp_path / "access.log"
+    s = ServerProc("apps:echo", "--access-logfile", str(logfile))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    conf = tmp_path / "haproxy.conf"
+    conf.write_text(HAPROXY_RULES_CONF.format(port=port, upstream=s.port))
+    log = open(tmp_path / "haproxy.out", "w")
+    proxy = subprocess.Popen([HAPROXY, "-f", str(conf), "-db"], stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        assert wait_for(lambda: not isinstance(_try_connect(port), Exception), timeout=10), \
+            open(log.name).read()
+        with Conn(port) as c:
+            c.send(b"CONNECT h.test:443 HTTP/1.1\r\nHost: h.test:443\r\n\r\n")
+            r = c.read_response()
+            assert r.status == 200
+            c.send(b"GET /denied HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 6.6.6.6\r\n"
+                   b"X-Forwarded-Proto: https\r\n\r\n")
+            try:
+                r2 = c.read_response()
+            except (Closed, OSError):
+                r2 = None           # closed: the tunnel ended with the server's close
+            assert r2 is None or r2.status == 403, r2.body[:200]   # or HAProxy's own answer
+        # the way HAProxy's rules apply: a denied path gets 403 from it
+        with Conn(port) as c:
+            c.send(b"GET /denied HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert c.read_response().status == 403
+        time.sleep(0.3)
+        assert "/denied" not in logfile.read_text(), logfile.read_text()
+        assert "6.6.6.6" not in s.log()
+    finally:
+        os.killpg(proxy.pid, 15)
+        proxy.wait(10)
+        log.close()
+        s.stop()
+
+
+def _try_connect(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError as e:
+        return e

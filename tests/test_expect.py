@@ -1,5 +1,7 @@
-"""Expect: 100-continue: sent when the app first reads wsgi.input, never otherwise."""
-import json
+"""Expect: 100-continue: answered 100 Continue at once, and the body is read
+by the loop before the app runs (PEP 3333's first way, as gunicorn does), so
+no thread ever waits for a client's body (issue 23, item 2: the app used to
+run first and its read waited on the socket, on the loop thread inline)."""
 
 from httpraw import Conn
 
@@ -27,14 +29,26 @@ def test_continue_chunked(make_server):
         assert c.read_response().body == b"got 5"
 
 
-def test_no_continue_when_app_does_not_read(make_server):
+def test_continue_at_once_and_body_read_before_the_app(make_server):
+    """Even for an app that then answers without reading: the body was
+    read, so the connection carries the next request."""
     s = make_server("apps:expect")
     with Conn(s.port) as c:
         c.send(b"POST /reject HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        assert c.read_response().status == 100
+        c.send(b"hello")
         r = c.read_response()
-        assert r.status == 403
-        assert r.header("connection") == "close"   # the unread body cannot be skipped safely
-        assert c.is_closed()
+        assert r.status == 403 and r.header("connection") is None
+        c.send(b"GET /read HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert c.read_response().body == b"got 0"
+
+
+def test_expect_with_a_body_over_the_limit_gets_413_not_100(make_server):
+    s = make_server("apps:expect", "--limit-request-body", "10")
+    with Conn(s.port) as c:
+        c.send(b"POST /read HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n")
+        r = c.read_response()
+        assert r.status == 413 and c.is_closed()
 
 
 def test_no_continue_after_body_arrived(make_server):

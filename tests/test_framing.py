@@ -143,10 +143,29 @@ def test_absolute_form(server):
     assert d["path"] == "/"
 
 
+def test_absolute_form_names_the_host(server):
+    """RFC 9112 3.2.2: with an absolute-form target the server ignores Host
+    and takes the target's (issue 23, item 11: HTTP_HOST was the header)."""
+    r = server.request(b"GET http://real.test:8080/x HTTP/1.1\r\nHost: other.test\r\n\r\n")
+    assert json.loads(r.body)["headers"]["HTTP_HOST"] == "real.test:8080"
+
+
+@pytest.mark.parametrize("host", [b"h.test:99999x", b"h.test:99999", b"a:1:2", b"[::1", b":80"])
+def test_invalid_host_is_400(server, host):
+    """RFC 9112 3.2: a Host that is no authority gets 400 (item 11)."""
+    r = server.request(b"GET / HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
+    assert r.status == 400
+
+
 def test_options_asterisk_and_connect(server):
     assert server.request(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").status == 200
-    r = server.request(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
-    assert r.status == 200 and json.loads(r.body)["method"] == "CONNECT"
+    with Conn(server.port) as c:
+        c.send(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+        r = c.read_response()
+        assert r.status == 200 and json.loads(r.body)["method"] == "CONNECT"
+        # A 2xx to CONNECT makes a tunnel of the connection for a proxy in
+        # front: it is the last response on it (item 8).
+        assert r.header("connection") == "close" and c.is_closed()
 
 
 def test_leading_empty_lines_ignored(server):

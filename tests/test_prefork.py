@@ -262,6 +262,39 @@ def test_timeout_does_not_touch_slow_clients_or_quick_requests(make_server):
     assert "timed out" not in s.log()
 
 
+def test_a_frozen_worker_is_replaced(make_server):
+    """Issue 23, item 10: a worker stopped (SIGSTOP) with no request in its
+    app was never detected, and its kept-alive clients hung. Its loop stops
+    beating: past --heartbeat-timeout it is killed and replaced, and the
+    client's next connection is served."""
+    s = make_server("apps:pid", "--workers", "1", "--heartbeat-timeout", "1.5")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    frozen = s.worker_pids()[0]
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        assert wait_for(lambda: "is frozen" in s.log(), timeout=10), s.log()
+        assert wait_for(lambda: s.worker_pids() and frozen not in s.worker_pids(), timeout=10)
+    finally:
+        try:
+            os.kill(frozen, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    r = request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert r.status == 200 and int(r.body) != frozen
+
+
+def test_heartbeat_leaves_a_long_request_to_timeout(make_server):
+    """A request that takes longer than --heartbeat-timeout in the app
+    (inline, the loop thread is the app's) is --timeout's business: the
+    worker is not called frozen."""
+    s = make_server("apps:sleep", "--workers", "1", "--heartbeat-timeout", "1", "--timeout", "0")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    pid = s.worker_pids()[0]
+    r = request(s.port, b"GET /?t=3 HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert r.status == 200
+    assert "is frozen" not in s.log() and s.worker_pids() == [pid]
+
+
 def test_a_crashed_worker_is_logged_with_the_requests_it_was_serving(make_server):
     s = make_server("quirk_apps:crash", "--workers", "1", "--threads", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)

@@ -178,11 +178,12 @@ def test_bad_requests_in_parallel_do_not_disturb_good_ones(server):
 
 
 def test_max_connections_queues_instead_of_failing(make_server):
+    """At --max-connections with none of them idle (each is mid-request), a
+    new connection waits in the backlog until one closes."""
     s = make_server("apps:echo", "--max-connections", "5", "--keep-alive", "30")
     held = [Conn(s.port) for _ in range(5)]
     for c in held:
-        c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-        c.read_response()
+        c.send(b"GET / HTTP/1.1\r\nHost: a\r\n")        # a head not yet complete: busy, not idle
     waiting = Conn(s.port)                  # connects (backlog) but is not served yet
     waiting.send(b"GET /late HTTP/1.1\r\nHost: a\r\n\r\n")
     waiting.sock.settimeout(0.5)
@@ -193,5 +194,32 @@ def test_max_connections_queues_instead_of_failing(make_server):
     held[0].close()
     waiting.sock.settimeout(10)
     assert waiting.read_response().status == 200
+    for c in held[1:]:
+        c.send(b"\r\n")
+        assert c.read_response().status == 200
     for c in held[1:] + [waiting]:
+        c.close()
+
+
+def test_max_connections_closes_the_longest_idle_for_a_new_client(make_server):
+    """At --max-connections with idle kept-alive connections (10,000 of
+    them would wait out the 75 s keep-alive), the one idle longest is closed
+    and the new client is served at once, as nginx does."""
+    s = make_server("apps:echo", "--max-connections", "5", "--keep-alive", "30")
+    held = [Conn(s.port) for _ in range(5)]
+    for c in held:
+        c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        c.read_response()
+        time.sleep(0.01)                    # held[0] idles longest
+    t0 = time.monotonic()
+    newcomer = Conn(s.port)
+    newcomer.send(b"GET /new HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert newcomer.read_response().status == 200
+    assert time.monotonic() - t0 < 2.0
+    assert held[0].is_closed(5)
+    for c in held[1:]:                      # the others were left alone
+        c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert c.read_response().status == 200
+    assert "--max-connections 5 reached: closing the longest idle" in s.log()
+    for c in held + [newcomer]:
         c.close()

@@ -377,6 +377,12 @@ def expected_path(target, path):
     return {p}
 
 
+def absolute_authority(target):
+    """host[:port] of an absolute-form target, else None."""
+    m = re.match(r"(?i)https?://([^/?#]*)", target)
+    return m.group(1) if m else None
+
+
 def request_errors(exp, got, host_added=False, fold=False):
     errs = []
 
@@ -393,9 +399,15 @@ def request_errors(exp, got, host_added=False, fold=False):
         chk("query", exp["query"], got["query"])
     chk("protocol", "HTTP/" + exp["version"], got["protocol"])
     have = dict(got["headers"])
-    if host_added:
-        chk("HTTP_HOST (inserted)", HOST, have.pop("HTTP_HOST", None))
     want = expected_env(exp["headers"])
+    authority = absolute_authority(exp["target"])
+    if authority is not None:
+        # RFC 9112 3.2.2: an absolute-form target names the host; the
+        # server ignores Host (present, or inserted by this runner).
+        want.pop("HTTP_HOST", None)
+        chk("HTTP_HOST (the absolute-form target's)", authority, have.pop("HTTP_HOST", None))
+    elif host_added:
+        chk("HTTP_HOST (inserted)", HOST, have.pop("HTTP_HOST", None))
     if fold:
         want = {k: ws(v) for k, v in want.items()}
         have = {k: ws(v) for k, v in have.items()}

@@ -52,6 +52,7 @@ class WorkerInfo:
         self.index = index
         self.ready_fd = ready_fd     # read end of its readiness pipe, None once ready
         self.ready = False
+        self.ready_at = None         # time.monotonic() when it said it was ready
         self.slot = None             # index into the shared status slots
         self.started = time.monotonic()
         self.spawned = time.time()      # for the stats server's last_spawn
@@ -241,6 +242,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 self.check_preflight()
                 self.check_memory()
                 self.check_timeouts()
+                self.check_heartbeats()
                 self.manage_workers()
                 if self.slots.stranded:
                     self.slots.pass_on_stranded(self.stopping)
@@ -314,6 +316,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         if not data:
             return            # it died before it was ready: reap() tells why
         w.ready = True
+        w.ready_at = time.monotonic()
         self.log.debug("worker %d (pid %d) ready", w.index, w.pid)
         old = [o for o in self.workers.values() if o.old and not o.retiring]
         if old:           # rolling reload: one old worker out for each new one in
@@ -525,6 +528,30 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             w.retiring = True
             w.retire_reason = "timeout"
             self.timeouts[w.index] += 1
+            self.kill(w.pid, signal.SIGKILL)
+
+    def check_heartbeats(self):
+        """--heartbeat-timeout: a worker whose loop has stopped turning with
+        no request in its app (SIGSTOP, a system call that never returns) is
+        frozen; its kept-alive clients would hang for ever. It is replaced.
+        A loop busy in the app is --timeout's business, not this."""
+        limit = self.cfg["heartbeat_timeout"]
+        if not limit:
+            return
+        now = time.monotonic()
+        beats = self.slots.beats()
+        for w in list(self.workers.values()):
+            if w.retiring or not w.ready or w.slot is None or beats[w.slot] is None:
+                continue
+            # Before its loop's first pass, the time since it said it was ready.
+            since = beats[w.slot] / 1000 if beats[w.slot] else (w.ready_at or now)
+            if now - since <= limit or self.slots.serving(w.slot):
+                continue
+            self.log.error("Worker %d (pid %d) is frozen: its event loop has not turned for %.1f s, with no "
+                           "request in the app (--heartbeat-timeout %g); replacing it", w.index, w.pid,
+                           now - since, limit)
+            w.retiring = True
+            w.retire_reason = "frozen"
             self.kill(w.pid, signal.SIGKILL)
 
     def check_memory(self):

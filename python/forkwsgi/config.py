@@ -315,6 +315,10 @@ SETTINGS = [
     Setting("timeout", ["-t", "--timeout"], 30.0, _seconds,
             "a worker stuck this many seconds in one call into the app is killed and replaced, after "
             "its request line and Python stack are logged; 0 = never", section="Processes"),
+    Setting("heartbeat_timeout", ["--heartbeat-timeout"], 30.0, _seconds,
+            "a worker whose event loop has not turned for this many seconds while none of its "
+            "threads is in the app is frozen (stopped, stuck in a system call): killed and replaced. "
+            "Independent of --timeout, which measures the app; 0 = never", section="Processes"),
     Setting("max_rss", ["--max-rss"], 0, _non_negative_int,
             "recycle (gracefully) a worker whose resident memory exceeds this many MiB; 0 = never", section="Processes"),
     Setting("master_nice", ["--master-nice"], 0, _nice,
@@ -387,6 +391,10 @@ SETTINGS = [
             "seconds from a request's first byte to the end of its head (408 past it)", section="Timeouts"),
     Setting("body_timeout", ["--body-timeout"], 30.0, _seconds,
             "longest pause in seconds while a request body arrives (408 past it)", section="Timeouts"),
+    Setting("body_min_rate", ["--body-min-rate"], 500, _size,
+            "bytes a second a request body must average once it has taken longer than --body-timeout "
+            "(408 past it, as Apache's mod_reqtimeout MinRate); 0: no minimum. A body that trickles a byte "
+            "now and then is cut at its next byte", section="Timeouts"),
     Setting("keepalive", ["--keep-alive"], 75.0, _seconds,
             "seconds an idle kept-alive connection stays open; 0 disables keep-alive. Behind a proxy, "
             "keep it above the proxy's upstream idle timeout (nginx, AWS ALB: 60 s): the proxy must be "
@@ -479,7 +487,7 @@ PROCESS_ONLY = ("config", "check_config", "print_config", "chdir", "pythonpath",
                 "stats", "metrics", "error_logfile", "log_json", "log_config", "log_config_dict",
                 "user", "group", "initgroups",
                 "proc_name", "preload_app", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
-                "max_requests_jitter", "max_rss", "timeout") + tuple(s.name for s in SETTINGS
+                "max_requests_jitter", "max_rss", "timeout", "heartbeat_timeout") + tuple(s.name for s in SETTINGS
                                                                       if s.name.startswith("offload_"))
 
 

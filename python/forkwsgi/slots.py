@@ -162,6 +162,12 @@ class WorkerSlots:
         hands its idle connections to them instead of closing them."""
         _forkwsgi.sb_retire(self.scoreboard, slot, None)
 
+    def beats(self):
+        """Each slot's last loop pass (CLOCK_MONOTONIC ms), 0 before the
+        first; None for a worker whose loop has ended (stopping, retiring:
+        it beats no more, and the graceful timeout bounds it)."""
+        return [s["beat"] if s["state"] != "draining" else None for s in _forkwsgi.sb_read(self.scoreboard)]
+
     def serving(self, slot):
         """What the worker's app threads are in: [(thread, began_ns, request line)]."""
         return _forkwsgi.status_read(self.status, slot, self.threads)

@@ -308,6 +308,13 @@ static void test_headers(void)
     ctx = "empty Host is allowed (origin-form)";
     CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost:\r\n\r\n"), 0);
     CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n"), 0);
+    ctx = "Host authorities that are fine";
+    CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: h.test:65535\r\n\r\n"), 0);
+    CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: h.test:\r\n\r\n"), 0);
+    CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: 10.0.0.1:8080\r\n\r\n"), 0);
+    CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: [2001:db8::1]\r\n\r\n"), 0);
+    CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: xn--bcher-kva.example\r\n\r\n"), 0);
+    CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: a%20b.test\r\n\r\n"), 0);
 
     ctx = "HTTP/1.0 without Host";
     CHECK_INT(PARSE("GET / HTTP/1.0\r\n\r\n"), 0);
@@ -520,6 +527,18 @@ static const struct bad BADS[] = {
     BAD(400, "GET / HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", "two Host, case"),
     BAD(400, "GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", "two Host on 1.0"),
     BAD(400, "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", "SP in Host"),
+    /* RFC 9112 3.2: a Host that is no authority (issue 23, item 11). */
+    BAD(400, "GET / HTTP/1.1\r\nHost: h.test:99999x\r\n\r\n", "Host port not digits"),
+    BAD(400, "GET / HTTP/1.1\r\nHost: h.test:99999\r\n\r\n", "Host port over 65535"),
+    BAD(400, "GET / HTTP/1.1\r\nHost: h.test:000080\r\n\r\n", "Host port over five digits"),
+    BAD(400, "GET / HTTP/1.1\r\nHost: a:1:2\r\n\r\n", "Host with two colons"),
+    BAD(400, "GET / HTTP/1.1\r\nHost: :80\r\n\r\n", "Host port without a host"),
+    BAD(400, "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", "Host IP literal not closed"),
+    BAD(400, "GET / HTTP/1.1\r\nHost: []\r\n\r\n", "Host empty IP literal"),
+    BAD(400, "GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n", "Host junk after an IP literal"),
+    BAD(400, "GET / HTTP/1.1\r\nHost: a]b\r\n\r\n", "Host bracket in a reg-name"),
+    BAD(400, "GET http://h.test:8x/ HTTP/1.1\r\nHost: h.test\r\n\r\n", "absolute-form port not digits"),
+    BAD(400, "CONNECT h.test:70000 HTTP/1.1\r\nHost: h.test\r\n\r\n", "CONNECT port over 65535"),
     BAD(400, "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", "/ in Host"),
     BAD(400, "GET / HTTP/1.1\r\nHost: u@a\r\n\r\n", "userinfo in Host"),
     BAD(400, "GET / HTTP/1.1\r\nHost: a\"b\r\n\r\n", "quote in Host"),
