@@ -107,6 +107,27 @@ static int lock_file(int fd, int op)
     return 0;
 }
 
+/* Make a spill file of this process's own, under the first free name from
+ * spill_path on. Never one that exists: it would be a previous process's
+ * with the same pid (a reused pid, or the same pids in a restarted
+ * container), and if that one was killed while appending, it ends in half
+ * a record; a record appended behind it would be read as that one's rest
+ * and the records after it as damage. The sibling collects and deletes
+ * such a file on its own. Returns the fd, or -1 (errno set). */
+static int spill_create(fw_offload *o)
+{
+    for (;;) {          /* each pass a new name: ends at the first one not in the directory */
+        int fd = open(o->spill_path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+        o->spill_gen++;
+        if (spill_name(o) != 0) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+    }
+}
+
 /* This producer's spill file, open and locked, with its size in *size; -1
  * (errno set) if it cannot be had. The sibling may have unlinked the file
  * after collecting all of it: then a new one is made. Called under spill_mu. */
@@ -114,7 +135,7 @@ static int spill_open_locked(fw_offload *o, off_t *size)
 {
     for (int tries = 0; tries < 3; tries++) {
         if (o->spill_fd < 0)
-            o->spill_fd = open(o->spill_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+            o->spill_fd = spill_create(o);
         if (o->spill_fd < 0 || lock_file(o->spill_fd, LOCK_EX) != 0)
             return -1;
         struct stat st;
