@@ -436,6 +436,90 @@ def test_a_reused_pid_never_appends_behind_half_a_record(make_server, dirs):
     assert "damaged" not in s.log(), s.log()[-2000:]
 
 
+MAX_RECORD = 16 << 20                 # --offload-max-record's default
+
+
+def value_of(pid, tag, size):
+    """The value apps:offloader sends for record `tag` ("<id><i>") of `size` bytes."""
+    v = f"{pid}-{tag}-".encode()
+    return v + b"x" * (size - len(v))
+
+
+def digests(values):
+    return sorted((len(v), hashlib.sha256(v).hexdigest()) for v in values)
+
+
+def delivered_digests(dirs):
+    """(length, SHA-256) of every value the sink took (its "digest" mode), sorted."""
+    return sorted((x["value_len"], x["value_sha256"]) for x in lines(dirs["out"]))
+
+
+def memory(pid, field):
+    """VmRSS or VmHWM (the peak since the last reset) of pid, in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+
+def test_spilled_records_over_8_mib_arrive_whole(make_server, dirs):
+    """Records larger than the 8 MiB the sibling reads from a spill file at a
+    time, up to one just at --offload-max-record (16 MiB, the default),
+    spilled while the sink is down (each is too large for the 64 KiB ring),
+    between small ones. Before, the sibling never saw such a record whole:
+    it was acknowledged and never delivered, nor was any record behind it in
+    its spill file, which stayed for ever (71 of 82 delivered). Each is read
+    once: the sibling, holding one record at a time (--offload-max-pending
+    1), grows by the read and the record's value, no more."""
+    (dirs["ctl"] / "fail").write_text("")
+    (dirs["ctl"] / "digest").write_text("")
+    s = start(make_server, dirs, "--offload-max-pending", "1", "--offload-queue-bytes", "65536",
+              "--offload-fsync", "never", workers="1", threads="1")
+    framing = 40 + len("events")                  # the header and the topic
+    big = [(8 << 20) + 1 - framing, 10_000_000, MAX_RECORD - framing]      # just over a chunk ... the limit
+    sent = []
+    for i, size in enumerate([None] + big):
+        if size:
+            r = json.loads(get(s, f"/emit?n=1&size={size}&id=big{i}-", timeout=60).body)
+            assert r["results"] == [True]
+            sent.append(value_of(r["pid"], f"big{i}-0", size))
+        n = 3 if size else 70                     # the first ones fill the ring: the rest spill too
+        r = json.loads(get(s, f"/emit?n={n}&size=1000&id=s{i}-").body)
+        assert r["results"] == [True] * n
+        sent += [value_of(r["pid"], f"s{i}-{k}", 1000) for k in range(n)]
+    assert json.loads(get(s, "/stats").body)["workers"]["spilled"] > len(big)      # small ones too
+    spill_dir = dirs["journal"] / "spill"
+    sib = sibling_pid(s)
+    with open(f"/proc/{sib}/clear_refs", "w") as f:
+        f.write("5")                              # VmHWM starts again from here
+    before = memory(sib, "VmRSS")
+    (dirs["ctl"] / "fail").unlink()
+    assert wait_for(lambda: len(lines(dirs["out"])) >= len(sent), timeout=60), len(lines(dirs["out"]))
+    assert delivered_digests(dirs) == digests(sent)               # each whole, once
+    assert wait_for(lambda: list(spill_dir.iterdir()) == [], timeout=10), list(spill_dir.iterdir())
+    grew = memory(sib, "VmHWM") - before
+    assert grew < 2.5 * MAX_RECORD, grew           # the read and the value (33 MiB): one more copy is 49
+    assert "damaged" not in s.log(), s.log()[-2000:]
+
+
+def test_records_over_8_mib_arrive_whole_through_the_ring(make_server, dirs):
+    """The default 32 MiB ring takes a record up to half its size: one of
+    10 MB and the largest it can (16 MiB - 8 bytes with its framing) go
+    through it, not a spill file, and arrive whole."""
+    (dirs["ctl"] / "digest").write_text("")
+    s = start(make_server, dirs, workers="1", threads="1")
+    framing = 40 + len("events")
+    sent = []
+    for i, size in enumerate([10_000_000, MAX_RECORD - 8 - framing]):
+        r = json.loads(get(s, f"/emit?n=1&size={size}&id=r{i}-", timeout=60).body)
+        assert r["results"] == [True]
+        sent.append(value_of(r["pid"], f"r{i}-0", size))
+        # Delivered (its room in the ring freed) before the next: else that
+        # one may find no room and spill.
+        assert wait_for(lambda: len(lines(dirs["out"])) == i + 1, timeout=30)
+    assert delivered_digests(dirs) == digests(sent)
+    workers = json.loads(get(s, "/stats").body)["workers"]
+    assert workers["queued"] == 2 and workers["spilled"] == 0, workers
+
+
 def test_records_the_sink_refuses_for_good_are_set_aside(make_server, dirs):
     from forkwsgi.offload.records import parse
     s = start(make_server, dirs, workers="1", threads="1")

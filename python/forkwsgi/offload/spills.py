@@ -10,11 +10,11 @@ import fcntl
 import logging
 import os
 
-from .records import BadRecord, parse
+from .records import HDR, BadRecord, length, parse
 
 log = logging.getLogger("forkwsgi")
 
-SPILL_CHUNK = 8 << 20                    # bytes read from one spill file per scan
+SPILL_CHUNK = 8 << 20                    # bytes read from one spill file per scan (or its next record)
 
 
 class SpillCollector:
@@ -68,7 +68,8 @@ class SpillCollector:
             return False
         try:
             with _Locked(fd, wait=False):             # not locked (being appended): read what is whole
-                data = os.pread(fd, SPILL_CHUNK, done)
+                data = os.pread(fd, _read_size(fd, done), done)
+            view = memoryview(data)                     # the journal gets slices of it, not copies
             off = 0
             incomplete = False                          # stopped at a record not all there
             while off < len(data) and self.room > 0:
@@ -83,7 +84,7 @@ class SpillCollector:
                     incomplete = True
                     break
                 try:
-                    seg, end = self.journal.append(data[off:off + size])
+                    seg, end = self.journal.append(view[off:off + size])
                 except OSError as e:
                     self.disk.failed("the journal", e)   # the rest waits in the spill file
                     break
@@ -113,7 +114,7 @@ class SpillCollector:
                 quiet = locked or not alive               # no append under way
                 size = os.fstat(fd).st_size
                 # (size == what was read: the read reached the end, so the
-                # rest is shorter than a chunk.)
+                # rest is all there is of that record.)
                 cut_off = quiet and incomplete and size == done + len(data) and _cut_off(fd, collected, size)
                 deleted = quiet and (size == collected or cut_off)
                 if deleted:
@@ -132,6 +133,17 @@ class SpillCollector:
             return os.fstat(fd).st_size > done + off
         finally:
             os.close(fd)
+
+
+def _read_size(fd, start):
+    """How much to read from start on: a chunk, or all of the record there
+    if it is larger (parse needs a record whole), never more than the file
+    holds (a damaged header may claim up to 4 GiB)."""
+    try:
+        need = length(os.pread(fd, HDR.size, start)) or 0
+    except BadRecord:
+        need = 0                         # parse finds the damage and says so
+    return max(0, min(max(SPILL_CHUNK, need), os.fstat(fd).st_size - start))
 
 
 def _cut_off(fd, start, size):
