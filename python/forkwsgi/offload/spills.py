@@ -108,7 +108,9 @@ class SpillCollector:
             # under the lock, which a live producer holds while appending).
             # Without an append under way, half a record at the end is one
             # whose producer was killed while appending it (offload() had
-            # not returned): no one will finish it or write behind it.
+            # not returned), or could not take back after a failed write
+            # (offload() returned False; the producer moved on to a new
+            # file): no one will finish it or write behind it.
             collected = done + off
             with _Locked(fd, wait=False) as locked:
                 quiet = locked or not alive               # no append under way
@@ -120,9 +122,9 @@ class SpillCollector:
                 if deleted:
                     os.unlink(path)
             if cut_off:
-                log.warning("offload: spill file %s ends in half a record (its worker was killed while "
-                            "appending it; that offload() call never returned): deleted after journaling "
-                            "the whole records before it", path)
+                log.warning("offload: spill file %s ends in half a record (an append cut off: its worker "
+                            "was killed, or the disk failed; that record was never acknowledged): deleted "
+                            "after journaling the whole records before it", path)
             if deleted:
                 self.journal.state["spill"].pop(name, None)
                 try:
