@@ -98,6 +98,21 @@ int fw_offload_topic_ok(const char *t, size_t n)
     return 1;
 }
 
+/* Leave the current spill file (closed: the sibling collects and deletes
+ * it) for the next name. Returns 0, or -1 (ENAMETOOLONG). */
+static int spill_next(fw_offload *o)
+{
+    if (o->spill_fd >= 0)
+        close(o->spill_fd);
+    o->spill_fd = -1;
+    o->spill_gen++;
+    if (spill_name(o) != 0) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return 0;
+}
+
 static int lock_file(int fd, int op)
 {
     while (flock(fd, op) != 0) {
@@ -107,6 +122,24 @@ static int lock_file(int fd, int op)
     return 0;
 }
 
+/* Make a spill file of this process's own, under the first free name from
+ * spill_path on. Never one that exists: it would be a previous process's
+ * with the same pid (a reused pid, or the same pids in a restarted
+ * container), and if that one was killed while appending, it ends in half
+ * a record; a record appended behind it would be read as that one's rest
+ * and the records after it as damage. The sibling collects and deletes
+ * such a file on its own. Returns the fd, or -1 (errno set). */
+static int spill_create(fw_offload *o)
+{
+    for (;;) {          /* each pass a new name: ends at the first one not in the directory */
+        int fd = open(o->spill_path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+        if (spill_next(o) != 0)
+            return -1;
+    }
+}
+
 /* This producer's spill file, open and locked, with its size in *size; -1
  * (errno set) if it cannot be had. The sibling may have unlinked the file
  * after collecting all of it: then a new one is made. Called under spill_mu. */
@@ -114,7 +147,7 @@ static int spill_open_locked(fw_offload *o, off_t *size)
 {
     for (int tries = 0; tries < 3; tries++) {
         if (o->spill_fd < 0)
-            o->spill_fd = open(o->spill_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+            o->spill_fd = spill_create(o);
         if (o->spill_fd < 0 || lock_file(o->spill_fd, LOCK_EX) != 0)
             return -1;
         struct stat st;
@@ -128,13 +161,8 @@ static int spill_open_locked(fw_offload *o, off_t *size)
             *size = st.st_size;
             return 0;
         }
-        close(o->spill_fd);          /* collected and unlinked: start a new file */
-        o->spill_fd = -1;
-        o->spill_gen++;
-        if (spill_name(o) != 0) {
-            errno = ENAMETOOLONG;
+        if (spill_next(o) != 0)      /* collected and unlinked: start a new file */
             return -1;
-        }
     }
     errno = ESTALE;
     return -1;
@@ -145,7 +173,7 @@ static int spill_open_locked(fw_offload *o, off_t *size)
  * spill_max). */
 static int spill(fw_offload *o, const struct iovec *iov, int iovcnt, size_t total)
 {
-    int rc = FW_OFL_SPILLED;
+    int rc = FW_OFL_SPILLED, torn = 0;
     pthread_mutex_lock(&o->spill_mu);
     off_t start;
     if (spill_open_locked(o, &start) != 0) {
@@ -161,16 +189,21 @@ static int spill(fw_offload *o, const struct iovec *iov, int iovcnt, size_t tota
     memcpy(v, iov, (size_t)iovcnt * sizeof(*v));
     if (fw_writev_all(o->spill_fd, v, iovcnt, total) != 0) {
         /* Disk full or worse: take the half record back, so the file
-         * stays a sequence of whole records. */
+         * stays a sequence of whole records. If that fails too, nothing
+         * may follow the half record (the sibling would read the next
+         * record's first bytes as its rest, and the rest as damage): the
+         * next record goes to a new file, and the sibling deletes this one
+         * after its whole records. */
         int e = errno;
-        if (ftruncate(o->spill_fd, start) != 0)
-            e = errno;
-        errno = e;
+        torn = ftruncate(o->spill_fd, start) != 0;
+        errno = e;                   /* the write's error says why (ENOSPC) */
         rc = FW_OFL_EIO;
     }
 unlock:;
     int e = errno;
     lock_file(o->spill_fd, LOCK_UN);
+    if (torn)
+        spill_next(o);               /* closed even if no name is left: nothing follows the half record */
     errno = e;
 out:
     pthread_mutex_unlock(&o->spill_mu);

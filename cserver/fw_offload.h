@@ -83,7 +83,7 @@ typedef struct fw_offload {
     size_t ring_max;                  /* larger records go to the spill file */
     char spill_dir[200];              /* where spill files go */
     char spill_path[256];             /* this producer's spill file: spill-<pid>[-<gen>].fwo */
-    unsigned spill_gen;               /* files this producer had deleted under it (by the sibling) */
+    unsigned spill_gen;               /* names passed: deleted under it (by the sibling), or taken */
     int spill_fd;                     /* opened on first use, -1 before */
     uint64_t spill_max;               /* bytes the file may hold uncollected; past it records drop */
     pthread_mutex_t spill_mu;         /* spill writes are whole records */

@@ -4,8 +4,11 @@ It appends every batch it takes to $FW_SINK_OUT as JSON lines, each with the
 batch number, and obeys files in $FW_SINK_CTL:
   fail    raise (the sink is "down"): the batch is retried later
   slow    sleep this many seconds (the file's content) before taking a batch
+  digest  write each value's length and SHA-256, not the value (records of
+          megabytes: the sink's own copies would hide the sibling's memory)
 and refuses for good every record whose value contains b"REJECT".
 """
+import hashlib
 import json
 import os
 import time
@@ -26,9 +29,12 @@ class ControlledSink:
                 time.sleep(float(f.read().strip() or "0.1"))
         self.batches += 1
         refused = [(i, "refused by the test sink") for i, r in enumerate(batch) if b"REJECT" in r.value]
+        digest = os.path.exists(os.path.join(self.ctl, "digest"))
         lines = [json.dumps({"pid": os.getpid(), "batch": self.batches, "topic": r.topic,
                              "key": r.key.hex() if r.key is not None else None,
-                             "value": r.value.hex(), "src": r.pid, "seq": r.seq})
+                             **({"value_len": len(r.value), "value_sha256": hashlib.sha256(r.value).hexdigest()}
+                                if digest else {"value": r.value.hex()}),
+                             "src": r.pid, "seq": r.seq})
                  for r in batch if b"REJECT" not in r.value]
         with open(self.out, "a") as f:
             f.write("\n".join(lines) + "\n")

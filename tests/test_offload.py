@@ -366,6 +366,160 @@ def test_spill_file_is_bounded_and_deleted_once_collected(make_server, dirs):
     assert wait_for(lambda: len({x["value"] for x in lines(dirs["out"])}) == kept + got2.count(True), timeout=30)
 
 
+def half_a_record(pid):
+    """The first bytes of a record: what an append SIGKILLed midway leaves
+    (the kernel checks for a fatal signal between the pages it copies)."""
+    from forkwsgi.offload.records import HDR, Record, frame
+    return frame(Record("events", None, b"never acknowledged " * 8, time.time(), pid, 1 << 30))[:HDR.size + 30]
+
+
+def delivered_ids(dirs):
+    """The "<id><i>" part of every delivered value ("<pid>-<id><i>-x...")."""
+    got = [bytes.fromhex(x["value"]) for x in lines(dirs["out"])]
+    invented = [v[:80] for v in got if not re.fullmatch(rb"\d+-[a-z]+\d+-x*", v)]
+    assert not invented, invented
+    return {v.split(b"-")[1].decode() for v in got}
+
+
+def test_a_spill_file_cut_off_by_a_kill_is_collected_and_deleted(make_server, dirs):
+    """A worker SIGKILLed inside its append to the spill file leaves half a
+    record at its end (written by hand here, after the kill). That record
+    was never acknowledged (offload() had not returned); every whole one
+    before it is delivered and the file is deleted. Before, the file was
+    kept for ever (its size never matched what was read): the sibling saw
+    records waiting on disk and never went back to idle priority (it stayed
+    SCHED_BATCH, a fair share of the CPU against the request threads)."""
+    (dirs["ctl"] / "fail").write_text("")
+    s = start(make_server, dirs, "--offload-max-pending", "10", "--offload-queue-bytes", "65536",
+              workers="1", threads="1")
+    r = json.loads(get(s, "/emit?n=200&size=1000&id=a").body)
+    assert r["results"] == [True] * 200 and json.loads(get(s, "/stats").body)["workers"]["spilled"] > 0
+    spill_dir = dirs["journal"] / "spill"
+    [spill] = spill_dir.glob(f"spill-{r['pid']}*.fwo")
+    os.kill(r["pid"], signal.SIGKILL)
+    assert wait_for(lambda: r["pid"] not in s.worker_pids())
+    with open(spill, "ab") as f:
+        f.write(half_a_record(r["pid"]))
+    (dirs["ctl"] / "fail").unlink()
+    assert wait_for(lambda: delivered_ids(dirs) == {f"a{i}" for i in range(200)}, timeout=30), s.log()[-2000:]
+    assert wait_for(lambda: list(spill_dir.iterdir()) == [], timeout=10), list(spill_dir.iterdir())
+    assert "ends in half a record" in s.log() and "damaged" not in s.log(), s.log()[-2000:]
+    if os.geteuid() == 0:            # leaving SCHED_IDLE needs root: else it never was idle
+        assert wait_for(lambda: os.sched_getscheduler(sibling_pid(s)) == os.SCHED_IDLE, timeout=10)
+
+
+def test_a_reused_pid_never_appends_behind_half_a_record(make_server, dirs):
+    """A spill file a previous process with the same pid left (a pid
+    reused, or the same pids in a restarted container on the same volume),
+    ending in half a record: the worker with that pid now spills to a file
+    of its own. Before, it appended behind the half record, and the sibling
+    read the first bytes of the next record as that record's rest (a record
+    nobody offloaded, delivered), then took the rest for damage and skipped
+    it (138 of 200 acknowledged records lost in one run). The sibling reads no spill file
+    while its memory is full (the sink down), so the worker spills first."""
+    (dirs["ctl"] / "fail").write_text("")
+    s = start(make_server, dirs, "--offload-max-pending", "10", "--offload-queue-bytes", "65536",
+              workers="1", threads="1")
+    pid = json.loads(get(s, "/emit?n=10&size=100&id=f").body)["pid"]
+    assert wait_for(lambda: json.loads(get(s, "/stats").body)["sibling"]["pending"] == 10)
+    from forkwsgi.offload.records import Record, frame
+    spill_dir = dirs["journal"] / "spill"
+    left = b"".join(frame(Record("events", None, f"{pid}-old{i}-".encode(), time.time(), pid, i)) for i in range(3))
+    (spill_dir / f"spill-{pid}.fwo").write_bytes(left + half_a_record(pid))
+    r = json.loads(get(s, "/emit?n=200&size=1000&id=a").body)
+    assert r["pid"] == pid and r["results"] == [True] * 200
+    assert json.loads(get(s, "/stats").body)["workers"]["spilled"] > 0
+    (dirs["ctl"] / "fail").unlink()
+    want = {f"f{i}" for i in range(10)} | {f"old{i}" for i in range(3)} | {f"a{i}" for i in range(200)}
+    assert wait_for(lambda: delivered_ids(dirs) == want, timeout=30), sorted(want - delivered_ids(dirs))
+    assert wait_for(lambda: list(spill_dir.iterdir()) == [], timeout=10), list(spill_dir.iterdir())
+    assert "damaged" not in s.log(), s.log()[-2000:]
+
+
+MAX_RECORD = 16 << 20                 # --offload-max-record's default
+
+
+def value_of(pid, tag, size):
+    """The value apps:offloader sends for record `tag` ("<id><i>") of `size` bytes."""
+    v = f"{pid}-{tag}-".encode()
+    return v + b"x" * (size - len(v))
+
+
+def digests(values):
+    return sorted((len(v), hashlib.sha256(v).hexdigest()) for v in values)
+
+
+def delivered_digests(dirs):
+    """(length, SHA-256) of every value the sink took (its "digest" mode), sorted."""
+    return sorted((x["value_len"], x["value_sha256"]) for x in lines(dirs["out"]))
+
+
+def memory(pid, field):
+    """VmRSS or VmHWM (the peak since the last reset) of pid, in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+
+def test_spilled_records_over_8_mib_arrive_whole(make_server, dirs):
+    """Records larger than the 8 MiB the sibling reads from a spill file at a
+    time, up to one just at --offload-max-record (16 MiB, the default),
+    spilled while the sink is down (each is too large for the 64 KiB ring),
+    between small ones. Before, the sibling never saw such a record whole:
+    it was acknowledged and never delivered, nor was any record behind it in
+    its spill file, which stayed for ever (71 of 82 delivered). Each is read
+    once: the sibling, holding one record at a time (--offload-max-pending
+    1), grows by the read and the record's value, no more."""
+    (dirs["ctl"] / "fail").write_text("")
+    (dirs["ctl"] / "digest").write_text("")
+    s = start(make_server, dirs, "--offload-max-pending", "1", "--offload-queue-bytes", "65536",
+              "--offload-fsync", "never", workers="1", threads="1")
+    framing = 40 + len("events")                  # the header and the topic
+    big = [(8 << 20) + 1 - framing, 10_000_000, MAX_RECORD - framing]      # just over a chunk ... the limit
+    sent = []
+    for i, size in enumerate([None] + big):
+        if size:
+            r = json.loads(get(s, f"/emit?n=1&size={size}&id=big{i}-", timeout=60).body)
+            assert r["results"] == [True]
+            sent.append(value_of(r["pid"], f"big{i}-0", size))
+        n = 3 if size else 70                     # the first ones fill the ring: the rest spill too
+        r = json.loads(get(s, f"/emit?n={n}&size=1000&id=s{i}-").body)
+        assert r["results"] == [True] * n
+        sent += [value_of(r["pid"], f"s{i}-{k}", 1000) for k in range(n)]
+    assert json.loads(get(s, "/stats").body)["workers"]["spilled"] > len(big)      # small ones too
+    spill_dir = dirs["journal"] / "spill"
+    sib = sibling_pid(s)
+    with open(f"/proc/{sib}/clear_refs", "w") as f:
+        f.write("5")                              # VmHWM starts again from here
+    before = memory(sib, "VmRSS")
+    (dirs["ctl"] / "fail").unlink()
+    assert wait_for(lambda: len(lines(dirs["out"])) >= len(sent), timeout=60), len(lines(dirs["out"]))
+    assert delivered_digests(dirs) == digests(sent)               # each whole, once
+    assert wait_for(lambda: list(spill_dir.iterdir()) == [], timeout=10), list(spill_dir.iterdir())
+    grew = memory(sib, "VmHWM") - before
+    assert grew < 2.5 * MAX_RECORD, grew           # the read and the value (33 MiB): one more copy is 49
+    assert "damaged" not in s.log(), s.log()[-2000:]
+
+
+def test_records_over_8_mib_arrive_whole_through_the_ring(make_server, dirs):
+    """The default 32 MiB ring takes a record up to half its size: one of
+    10 MB and the largest it can (16 MiB - 8 bytes with its framing) go
+    through it, not a spill file, and arrive whole."""
+    (dirs["ctl"] / "digest").write_text("")
+    s = start(make_server, dirs, workers="1", threads="1")
+    framing = 40 + len("events")
+    sent = []
+    for i, size in enumerate([10_000_000, MAX_RECORD - 8 - framing]):
+        r = json.loads(get(s, f"/emit?n=1&size={size}&id=r{i}-", timeout=60).body)
+        assert r["results"] == [True]
+        sent.append(value_of(r["pid"], f"r{i}-0", size))
+        # Delivered (its room in the ring freed) before the next: else that
+        # one may find no room and spill.
+        assert wait_for(lambda: len(lines(dirs["out"])) == i + 1, timeout=30)
+    assert delivered_digests(dirs) == digests(sent)
+    workers = json.loads(get(s, "/stats").body)["workers"]
+    assert workers["queued"] == 2 and workers["spilled"] == 0, workers
+
+
 def test_records_the_sink_refuses_for_good_are_set_aside(make_server, dirs):
     from forkwsgi.offload.records import parse
     s = start(make_server, dirs, workers="1", threads="1")

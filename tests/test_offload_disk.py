@@ -1,8 +1,10 @@
-"""The offload journal on a small or full disk: --offload-dir on a 2 MiB
-tmpfs the test mounts (root only). A full disk must not stop the server,
-kill the sibling, lose or duplicate records; delivered records must not
-keep taking room."""
+"""The offload journal and spill files on a small or full disk:
+--offload-dir on a 2 MiB tmpfs the test mounts (root only). A full disk
+must not stop the server, kill the sibling, lose or duplicate records;
+delivered records must not keep taking room."""
+import array
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -158,3 +160,61 @@ def test_a_stop_on_a_full_disk_delivers_what_is_queued(make_server, small_disk, 
     assert len(values) == len(set(values)) == 1010, s.log()
     assert re.search(r"offload: \d+ record\(s\) sent straight from the queue", s.log()), s.log()
     os.unlink(filler)
+
+
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_APPEND_FL = 0x80086601, 0x40086602, 0x20      # linux/fs.h
+
+
+def append_only(path, on):
+    """chattr +a (on) or -a: the file takes appends, but ftruncate fails (EPERM)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        flags = array.array("i", [0])
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, flags, True)
+        flags[0] = flags[0] | FS_APPEND_FL if on else flags[0] & ~FS_APPEND_FL
+        fcntl.ioctl(fd, FS_IOC_SETFLAGS, flags)
+    finally:
+        os.close(fd)
+
+
+def test_a_spill_append_that_cannot_be_taken_back_moves_the_worker_to_a_new_file(make_server, small_disk,
+                                                                                     tmp_path):
+    """A worker's append to its spill file stops at a full disk, and cutting
+    the half record off fails too (the file is append-only here: ftruncate
+    EPERM). That record was dropped (offload() returned False); the worker
+    spills what comes next to a new file, the sibling delivers the whole
+    records of the old one and deletes it. Before, the worker appended
+    behind the half record: the sibling delivered the dropped record with
+    the next records' first bytes as its rest, then took the rest of the
+    file for damage and skipped it (every record spilled after it lost: 40
+    in one run), and the drop was logged as EPERM, not as the full disk."""
+    from test_offload import delivered_ids, start as start_ctl
+    dirs = {"journal": small_disk / "journal", "ctl": tmp_path / "ctl", "out": tmp_path / "out.jsonl"}
+    dirs["ctl"].mkdir()
+    (dirs["ctl"] / "fail").write_text("")            # the sink is down: records wait in the spill file
+    s = start_ctl(make_server, dirs, "--offload-max-pending", "10", "--offload-queue-bytes", "65536",
+                  workers="1", threads="1")
+    r = json.loads(get(s, "/emit?n=80&size=1000&id=a").body)
+    assert r["results"] == [True] * 80 and stats(s)["workers"]["spilled"] > 0
+    [spill] = (dirs["journal"] / "spill").glob(f"spill-{r['pid']}*.fwo")
+    try:
+        append_only(spill, True)
+    except OSError as e:
+        pytest.skip(f"no append-only files on this tmpfs: {e}")
+    size = spill.stat().st_size
+    filler = fill(small_disk)
+    os.truncate(filler, filler.stat().st_size - 8192)    # a page or two: room for part of the next record
+    try:
+        assert json.loads(get(s, "/emit?n=1&size=20000&id=c").body)["results"] == [False]
+        assert size < spill.stat().st_size < size + 20000, "not half a record"
+    finally:
+        append_only(spill, False)
+        os.unlink(filler)
+    assert json.loads(get(s, "/emit?n=50&size=1000&id=b").body)["results"] == [True] * 50
+    assert len(list(spill.parent.iterdir())) == 2, "the worker still appends behind the half record"
+    (dirs["ctl"] / "fail").unlink()
+    want = {f"a{i}" for i in range(80)} | {f"b{i}" for i in range(50)}
+    assert wait_for(lambda: delivered_ids(dirs) == want, timeout=30), sorted(want ^ delivered_ids(dirs))
+    assert wait_for(lambda: list(spill.parent.iterdir()) == [], timeout=10), list(spill.parent.iterdir())
+    assert "ends in half a record" in s.log() and "damaged" not in s.log(), s.log()[-2000:]
+    assert "the spill file cannot be written (No space left on device)" in s.log()      # why it was dropped

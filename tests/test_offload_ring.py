@@ -5,6 +5,7 @@ OOM killer of a cgroup, systemd's final SIGKILL); and one directory holds
 one server."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import threading
 import time
 
 from httpraw import request, wait_for
-from test_offload import dirs, lines, start  # noqa: F401 - dirs is a fixture
+from test_offload import dirs, get, lines, start  # noqa: F401 - dirs is a fixture
 
 APP_MODES = ("inline",)        # every server here sets its own --threads
 
@@ -71,9 +72,14 @@ def load_then_kill_group(s, tag, seconds, acked, topic=None):
     for c in clients:
         c.join(30)
     assert not errors, errors
+    wait_group_killed(s)
+    return len(acked) - before
+
+
+def wait_group_killed(s):
+    """After SIGKILL to the server's process group: every process is gone."""
     assert s.proc.wait(10) == -signal.SIGKILL
     assert group_gone(s.pid), "processes of the killed server still run"
-    return len(acked) - before
 
 
 def group_gone(pgid, timeout=10):
@@ -124,6 +130,38 @@ def test_sigkill_of_every_process_under_load_loses_no_acknowledged_record(make_s
     assert wait_for(lambda: acked <= delivered(), timeout=60), (len(acked - delivered()), s.log()[-3000:])
     s.signal(signal.SIGTERM)
     assert s.proc.wait(30) == 0
+
+
+def test_records_journaled_after_a_journal_write_cut_off_by_a_kill_are_delivered(make_server, dirs):
+    """A sibling SIGKILLed inside its write to the journal can leave the
+    first part of a record at the end of the segment (the kernel checks for
+    a fatal signal between the pages it copies; the record itself is still
+    in the ring, freed only after the write). Here that half record is put
+    there by hand after a group SIGKILL; then the next server journals more
+    records and is SIGKILLed too, the sink down all along. The third start
+    delivers every acknowledged record and nothing else. Before, the second
+    sibling appended behind the half record, and the third read the next
+    record's first bytes as that record's rest, then found the journal
+    damaged and skipped every record after it."""
+    from forkwsgi.offload.records import HDR, Record, frame
+    (dirs["ctl"] / "fail").write_text("")
+    for tag in ("a", "b"):
+        s = start(make_server, dirs, workers="1", threads="1", new_session=True)
+        assert json.loads(get(s, f"/emit?n=10&id={tag}").body)["results"] == [True] * 10
+        assert wait_for(lambda: json.loads(get(s, "/stats").body)["sibling"]["journaled"] == 10), s.log()
+        os.killpg(s.pid, signal.SIGKILL)
+        wait_group_killed(s)
+        if tag == "a":
+            cut = frame(Record("events", None, b"never acknowledged " * 4, time.time(), 1, 1))[:HDR.size + 20]
+            with open(max(dirs["journal"].glob("journal-*.fwo")), "ab") as f:
+                f.write(cut)
+    (dirs["ctl"] / "fail").unlink()
+    s = start(make_server, dirs, workers="1", threads="1")
+    delivered = lambda: {bytes.fromhex(x["value"]) for x in lines(dirs["out"])}      # "<pid>-a0-"
+    want = {f"{tag}{i}" for tag in "ab" for i in range(10)}
+    assert wait_for(lambda: {v.split(b"-")[1].decode() for v in delivered()} >= want, timeout=20), s.log()[-3000:]
+    assert all(re.fullmatch(rb"\d+-[ab]\d-", v) for v in delivered()), delivered()
+    assert "damaged" not in s.log(), s.log()[-3000:]
 
 
 def test_one_offload_dir_holds_one_server(make_server, dirs, tmp_path):

@@ -51,6 +51,14 @@ class Journal:
         self.seg = max(segs) if segs else self.state["segment"]
         self.fd = self._open_segment(self.seg)
         self.size = os.fstat(self.fd).st_size
+        # A predecessor killed inside a write to this segment may have left
+        # the first part of a record at its end (the whole record is still
+        # in the ring: freed only after the write). Nothing is appended
+        # behind it, or a reader would take the next record's first bytes
+        # for its rest and find the journal damaged after it: the first
+        # write goes to a new segment (a reader stops at a torn tail and
+        # goes on with the next segment).
+        self.inherited_tail = self.size > 0
         self.dirty = False
         self.can_forget = True                # False once the file system refused to punch holes
 
@@ -71,14 +79,15 @@ class Journal:
         return sorted(out)
 
     def roll(self):
-        """Start the next segment if this one is full."""
-        if self.size >= SEGMENT_BYTES:
+        """Start the next segment if this one is full, or a predecessor's."""
+        if self.size >= SEGMENT_BYTES or self.inherited_tail:
             self._next_segment()
 
     def _next_segment(self):
         fd = self._open_segment(self.seg + 1)       # may fail (ENOSPC): the old one stays in use
         os.close(self.fd)
         self.fd, self.seg, self.size, self.dirty = fd, self.seg + 1, 0, False
+        self.inherited_tail = False
 
     def append(self, data):
         """Append one framed record; returns its (segment, end offset). On a

@@ -18,17 +18,26 @@ class BadRecord(ValueError):
     pass
 
 
-def parse(buf, off=0):
-    """(Record, length) for the record at buf[off:], (None, 0) if it is not
-    all there yet. Raises BadRecord for bytes that are not a record."""
+def length(buf, off=0):
+    """The length of the record at buf[off:], from its header: what a reader
+    needs to hold to parse it; None if not even the header is there. Raises
+    BadRecord for bytes that are not a record's header."""
     if len(buf) - off < HDR.size:
-        return None, 0
-    magic, total, flags, tlen, klen, vlen, pid, seq, ts = HDR.unpack_from(buf, off)
+        return None
+    magic, total, flags, tlen, klen, vlen, _, _, _ = HDR.unpack_from(buf, off)
     if (magic != MAGIC or total != HDR.size + tlen + klen + vlen or flags & ~FLAG_KEY
             or (not flags & FLAG_KEY and klen) or not 0 < tlen <= TOPIC_MAX):
         raise BadRecord("not an offload record")
-    if len(buf) - off < total:
+    return total
+
+
+def parse(buf, off=0):
+    """(Record, length) for the record at buf[off:], (None, 0) if it is not
+    all there yet. Raises BadRecord for bytes that are not a record."""
+    total = length(buf, off)
+    if total is None or len(buf) - off < total:
         return None, 0
+    _, _, flags, tlen, klen, vlen, pid, seq, ts = HDR.unpack_from(buf, off)
     p = off + HDR.size
     topic = bytes(buf[p:p + tlen]).decode("ascii", "replace")
     p += tlen

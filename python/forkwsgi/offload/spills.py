@@ -3,17 +3,18 @@
 A worker appends a record to its spill file when the queue is full (or the
 record is too large for it); the sibling copies whole records from there
 into the journal, remembers in the journal's state how far it read each
-file, and deletes a file it has read to the end.
+file, and deletes a file it has read to the end (or to half a record that
+no one will finish).
 """
 import fcntl
 import logging
 import os
 
-from .records import BadRecord, parse
+from .records import HDR, BadRecord, length, parse
 
 log = logging.getLogger("forkwsgi")
 
-SPILL_CHUNK = 8 << 20                    # bytes read from one spill file per scan
+SPILL_CHUNK = 8 << 20                    # bytes read from one spill file per scan (or its next record)
 
 
 class SpillCollector:
@@ -36,7 +37,10 @@ class SpillCollector:
         it only to read a chunk and, once that chunk is journaled, to check
         that nothing came since and unlink. A producer that finds its file
         unlinked starts a new one under a new name, so the offsets kept here
-        by name never meet another file."""
+        by name never meet another file. A producer never writes to a file
+        it did not make (cserver/fw_offload.c: spill_create), so one that a
+        previous process with the same pid left is read and deleted here
+        like any other."""
         try:
             names = [n for n in os.listdir(self.spill_dir) if n.startswith("spill-") and n.endswith(".fwo")]
         except FileNotFoundError:
@@ -64,8 +68,10 @@ class SpillCollector:
             return False
         try:
             with _Locked(fd, wait=False):             # not locked (being appended): read what is whole
-                data = os.pread(fd, SPILL_CHUNK, done)
+                data = os.pread(fd, _read_size(fd, done), done)
+            view = memoryview(data)                     # the journal gets slices of it, not copies
             off = 0
+            incomplete = False                          # stopped at a record not all there
             while off < len(data) and self.room > 0:
                 try:
                     rec, size = parse(data, off)
@@ -75,9 +81,10 @@ class SpillCollector:
                     off = len(data)
                     break
                 if rec is None:
+                    incomplete = True
                     break
                 try:
-                    seg, end = self.journal.append(data[off:off + size])
+                    seg, end = self.journal.append(view[off:off + size])
                 except OSError as e:
                     self.disk.failed("the journal", e)   # the rest waits in the spill file
                     break
@@ -99,12 +106,25 @@ class SpillCollector:
                     return True
             # Read to the end: delete it if nothing came meanwhile (checked
             # under the lock, which a live producer holds while appending).
+            # Without an append under way, half a record at the end is one
+            # whose producer was killed while appending it (offload() had
+            # not returned), or could not take back after a failed write
+            # (offload() returned False; the producer moved on to a new
+            # file): no one will finish it or write behind it.
+            collected = done + off
             with _Locked(fd, wait=False) as locked:
-                if (locked or not alive) and os.fstat(fd).st_size == done + off:
+                quiet = locked or not alive               # no append under way
+                size = os.fstat(fd).st_size
+                # (size == what was read: the read reached the end, so the
+                # rest is all there is of that record.)
+                cut_off = quiet and incomplete and size == done + len(data) and _cut_off(fd, collected, size)
+                deleted = quiet and (size == collected or cut_off)
+                if deleted:
                     os.unlink(path)
-                    deleted = True
-                else:
-                    deleted = False
+            if cut_off:
+                log.warning("offload: spill file %s ends in half a record (an append cut off: its worker "
+                            "was killed, or the disk failed; that record was never acknowledged): deleted "
+                            "after journaling the whole records before it", path)
             if deleted:
                 self.journal.state["spill"].pop(name, None)
                 try:
@@ -115,6 +135,27 @@ class SpillCollector:
             return os.fstat(fd).st_size > done + off
         finally:
             os.close(fd)
+
+
+def _read_size(fd, start):
+    """How much to read from start on: a chunk, or all of the record there
+    if it is larger (parse needs a record whole), never more than the file
+    holds (a damaged header may claim up to 4 GiB)."""
+    try:
+        need = length(os.pread(fd, HDR.size, start)) or 0
+    except BadRecord:
+        need = 0                         # parse finds the damage and says so
+    return max(0, min(max(SPILL_CHUNK, need), os.fstat(fd).st_size - start))
+
+
+def _cut_off(fd, start, size):
+    """Whether the bytes from start to size are less than one record. Read
+    again here, under the lock: what was read before may have been an
+    append under way."""
+    try:
+        return parse(os.pread(fd, size - start, start))[0] is None
+    except BadRecord:
+        return False                     # damage: the next read says so and skips it
 
 
 class _Locked:
