@@ -535,6 +535,11 @@ int fw_balance_tick(fw_balance *b, int64_t now)
     return left < 0 ? 0 : (int)left;
 }
 
+int fw_balance_held(const fw_balance *b)
+{
+    return (int)atomic_load_explicit(&b->sb[b->cfg.me].hold, memory_order_relaxed);
+}
+
 void fw_balance_beat(fw_balance *b, int64_t now)
 {
     atomic_store_explicit(&b->sb[b->cfg.me].beat, now, memory_order_relaxed);
@@ -574,6 +579,7 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
     atomic_store(&sb[i].handed_out, 0);
     atomic_store(&sb[i].kicks_sent, 0);
     atomic_store(&sb[i].beat, 0);
+    atomic_store(&sb[i].hold, 0);
     atomic_fetch_add(&sb[i].gen, 1);
     atomic_store(&sb[i].pid, 0);
     /* FREE until the worker's loop runs (fw_balance_start): a worker still
@@ -593,7 +599,7 @@ int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
         .incoming = atomic_load(&s->incoming), .pending = atomic_load(&s->pending),
         .armed = atomic_load(&s->armed), .open = atomic_load(&s->open), .retire = atomic_load(&s->retire),
         .threads = atomic_load(&s->threads), .gen = atomic_load(&s->gen), .pid = atomic_load(&s->pid),
-        .beat = atomic_load(&s->beat),
+        .beat = atomic_load(&s->beat), .hold = atomic_load(&s->hold),
         .accepted = atomic_load(&s->accepted), .handed_in = atomic_load(&s->handed_in),
         .handed_out = atomic_load(&s->handed_out), .kicks_sent = atomic_load(&s->kicks_sent),
     };
@@ -610,6 +616,13 @@ void fw_sb_retire(void *scoreboard, int nslots, int i)
     fw_sb_slot *sb = scoreboard;
     if (i >= 0 && i < nslots)
         atomic_store(&sb[i].retire, 1);
+}
+
+void fw_sb_hold(void *scoreboard, int nslots, int i, int on)
+{
+    fw_sb_slot *sb = scoreboard;
+    if (i >= 0 && i < nslots)
+        atomic_store(&sb[i].hold, (uint32_t)(on != 0));
 }
 
 void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds)

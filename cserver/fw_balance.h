@@ -68,6 +68,8 @@ typedef struct fw_sb_slot {
     _Atomic int32_t pid;            /* owner, when its loop starts; master zeroes it */
     _Atomic int64_t beat;           /* owner: its loop's last pass (CLOCK_MONOTONIC ms), 0 before
                                      * the first: the master's heartbeat check */
+    _Atomic uint32_t hold;          /* master: do not retire by yourself (--max-requests): the
+                                     * master cannot replace you now (no app loaded) */
     _Atomic uint64_t accepted __attribute__((aligned(64)));   /* statistics, owner */
     _Atomic uint64_t handed_in;
     _Atomic uint64_t handed_out;
@@ -225,6 +227,10 @@ enum {
  * Returns the ms until it is next due, or -1 when none is needed. */
 int fw_balance_tick(fw_balance *b, int64_t now);
 
+/* Question, any thread: has the master asked this worker not to retire by
+ * itself (fw_sb_hold)? */
+int fw_balance_held(const fw_balance *b);
+
 /* Loop thread, each pass: the loop turns (now: monotonic ms). */
 void fw_balance_beat(fw_balance *b, int64_t now);
 
@@ -239,7 +245,7 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds);
 /* A copy of slot i, each field loaded atomically (for stats and the master).
  * Returns 0, or -EINVAL if i is not a slot. */
 typedef struct fw_sb_view {
-    uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen;
+    uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold;
     int32_t pid;
     int64_t beat;
     uint64_t accepted, handed_in, handed_out, kicks_sent;
@@ -248,6 +254,9 @@ int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out);
 /* This worker's own slot. */
 void fw_balance_view(const fw_balance *b, fw_sb_view *out);
 void fw_sb_retire(void *scoreboard, int nslots, int i);
+/* Ask worker i not to retire by itself (--max-requests) while on: the
+ * master could not replace it. */
+void fw_sb_hold(void *scoreboard, int nslots, int i, int on);
 void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds);
 
 #endif

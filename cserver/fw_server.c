@@ -168,7 +168,10 @@ int fw_server_thread_free(const fw_server *srv)
 void fw_server_request_done(fw_server *srv)
 {
     srv->requests++;
-    if (srv->cfg.max_requests && srv->requests == srv->cfg.max_requests && !srv->stop_requested) {
+    /* Past the limit, not only at it: while the master holds us (it cannot
+     * replace us now), we serve on and retire once it lets go. */
+    if (srv->cfg.max_requests && srv->requests >= srv->cfg.max_requests && !srv->stop_requested &&
+        !srv->retiring && !fw_balance_held(&srv->bal)) {
         /* Retire: stop accepting, let in-flight requests finish, exit. */
         fw_server_log(srv, FW_LOG_INFO, "served %llu requests (max-requests): retiring",
                       (unsigned long long)srv->requests);

@@ -143,7 +143,7 @@ cdef extern from "glue.h":
         pass
 
     ctypedef struct fw_sb_view:
-        uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen
+        uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold
         int32_t pid
         int64_t beat
         uint64_t accepted, handed_in, handed_out, kicks_sent
@@ -190,6 +190,7 @@ cdef extern from "glue.h":
     int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
     void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
     void fw_sb_retire(void *scoreboard, int nslots, int i)
+    void fw_sb_hold(void *scoreboard, int nslots, int i, int on)
     void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds)
     ctypedef struct fw_offload_counters:
         pass
@@ -658,6 +659,13 @@ def sb_retire(scoreboard, int slot, kick_fds=None):
     fw_sb_retire(s.buf.buf, s.nslots, slot)
 
 
+def sb_hold(scoreboard, int slot, bint on):
+    """sb_hold(scoreboard, slot, on): ask a worker not to retire by itself
+    (--max-requests) while on: the master could not replace it."""
+    cdef _Scoreboard s = _Scoreboard(scoreboard)
+    fw_sb_hold(s.buf.buf, s.nslots, slot, on)
+
+
 _STATES = ("free", "alive", "draining")
 
 
@@ -671,7 +679,8 @@ def sb_read(scoreboard):
         out.append({"state": _STATES[v.state] if v.state < 3 else "?", "pid": v.pid, "gen": v.gen,
                     "inflight": v.inflight, "armed": v.armed, "threads": v.threads, "open": v.open,
                     "retire": v.retire, "accepted": v.accepted, "handed_in": v.handed_in,
-                    "handed_out": v.handed_out, "kicks_sent": v.kicks_sent, "beat": v.beat})
+                    "handed_out": v.handed_out, "kicks_sent": v.kicks_sent, "beat": v.beat,
+                    "hold": v.hold})
     return out
 
 

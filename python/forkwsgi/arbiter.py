@@ -24,14 +24,13 @@ import gc
 import logging
 import os
 import random
-import select
 import signal
 import socket
 import sys
 import time
 from collections import Counter
 
-from . import appload, appmetrics, binding, config, hooks, logs, metrics, process, reexec, stats, systemd, worker
+from . import appload, appmetrics, binding, config, hooks, logs, metrics, observer, process, reexec, stats, systemd, worker
 from .offload.queue import OffloadQueue
 from .offload.supervisor import ForkStarter, Supervisor
 from .slots import WorkerSlots
@@ -60,6 +59,8 @@ class WorkerInfo:
         self.retiring = False        # sent SIGTERM by us
         self.retire_reason = None    # why (Arbiter.retire), for the restart counts
         self.hook_worker = None      # what hooks got for it (hooks.Worker)
+        self.kept = False            # taken over from the image before a reload whose app did not import
+        self.rss_held = False        # over --max-rss, kept because no replacement can start
 
 
 class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
@@ -110,6 +111,10 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                                  logger, inherited=self.inherited and self.inherited["slots"])
         self.offload = None          # the sibling's Supervisor (offload/), with its queue
         self.no_app = None           # why a reloaded master has no app to fork (workers serve on)
+        self.import_check = None     # while no_app: the child trying the import again (reexec.Preflight)
+        self.import_retry_at = 0.0
+        self.import_delay = 1.0      # doubles up to IMPORT_RETRY_MAX between tries
+        self.import_attempts = 0
         # For the stats server (stats.py): workers started per index (its
         # respawns are one less), --timeout kills per index, reloads.
         self.spawns, self.timeouts = Counter(), Counter()
@@ -180,11 +185,15 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 # The check before the exec passed, the import now fails (the
                 # code changed again meanwhile): the workers serve on.
                 self.no_app = appload.describe_error(e)
-                self.log.error("reload: the app does not import: %s; the %d running worker(s) serve on "
-                               "with the code they have; fix it and send SIGHUP again", self.no_app,
-                               len(self.workers))
+                self.log.error("reload: the app does not import: %s; the %d running worker(s) serve on with "
+                               "the code they have and do not retire by themselves (--max-requests, --max-rss) "
+                               "meanwhile; the import is tried again in %.0f s (or fix it and send SIGHUP)",
+                               self.no_app, len(self.workers), self.import_delay)
                 for w in self.workers.values():
                     w.old = False
+                    w.kept = True
+                self.hold_workers(True)
+                self.import_retry_at = time.monotonic() + self.import_delay
             # Objects made so far (the app, its imports) stay out of the
             # collector's reach, so the workers share their pages instead of
             # copying them when a collection touches them.
@@ -240,6 +249,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 self.handle_signals()
                 self.reap()
                 self.check_preflight()
+                self.retry_import()
                 self.check_memory()
                 self.check_timeouts()
                 self.check_heartbeats()
@@ -280,17 +290,15 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         return self.stopping or any(sig in self.STOP_SIGNALS for sig in self.sig_queue)
 
     def sleep(self):
-        """Wait for a signal, a worker's readiness, or a second."""
+        """Wait for a signal, a worker's readiness, or a second; serve the
+        --stats and --metrics clients meanwhile (observer.py: never waiting
+        for one)."""
         fds = [self.wake_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
-        fds += [obs.fileno() for obs in self.observers]
         timeout = 0.02 if self.slots.stranded else 0.1 if self.preflight else 1.0
         watchdog = self.notifier.tick()
         if watchdog is not None:
             timeout = min(timeout, max(watchdog, 0.0))
-        try:
-            readable, _, _ = select.select(fds, [], [], timeout)
-        except InterruptedError:
-            return
+        readable, _ = observer.serve_for(self.observers, timeout, self, read_fds=fds)
         for fd in readable:
             if fd == self.wake_r:
                 try:
@@ -298,8 +306,6 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                         pass
                 except BlockingIOError:
                     pass
-            elif any(fd == obs.fileno() for obs in self.observers):
-                next(obs for obs in self.observers if obs.fileno() == fd).answer(self)
             else:
                 self._worker_ready(fd)
 
@@ -454,6 +460,9 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             if self.preflight and pid == self.preflight.pid:
                 self.preflight.reaped(status)
                 continue
+            if self.import_check and pid == self.import_check.pid:
+                self.import_check.reaped(status)
+                continue
             if self.offload and pid == self.offload.pid:
                 self.offload.exited(status)
                 continue
@@ -480,6 +489,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             if self.stopping:
                 self.log.info("Worker %d (pid %d) exited (%s)", w.index, pid, how)
                 continue
+            self.say_unreplaceable(w)
             if w.retiring:
                 self.log.info("Worker %d (pid %d) exited (%s)", w.index, pid, how)
                 if w.retire_reason != "scale_down":
@@ -496,6 +506,65 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                              f" while serving {serving}" if serving else "")
             if self.backoff.died(w.started):
                 self.log.warning("workers die at start-up: next start in %.1f s", self.backoff.delay)
+
+    def say_unreplaceable(self, w):
+        """A worker ended while the master has no app to fork a new one:
+        the log says so, and how many serve."""
+        if not self.no_app or w.old or w.retire_reason == "scale_down":
+            return
+        serving = sum(1 for x in self.workers.values() if x.ready and not x.retiring)
+        self.log.error("Worker %d (pid %d) ended and cannot be replaced while the app does not import (%s): "
+                       "%d of %d worker(s) serve; the import is tried again in %.0f s", w.index, w.pid,
+                       self.no_app, serving, self.num_workers, max(0.0, self.import_retry_at - time.monotonic()))
+
+    def hold_workers(self, on):
+        """Ask every worker not to retire by itself while on (the master
+        could not replace it), or let them again."""
+        for w in self.workers.values():
+            if w.slot is not None:
+                self.slots.hold(w.slot, on)
+
+    IMPORT_RETRY_MAX = 30.0
+
+    def retry_import(self):
+        """A reloaded master whose app did not import tries again, with a
+        growing pause: in a child first (an import that hangs must not hang
+        the master), then here. Once it imports, new workers start and the
+        kept ones retire one by one, as in a reload."""
+        if not self.no_app or self.stop_pending():
+            return
+        if self.import_check is None:
+            if time.monotonic() >= self.import_retry_at:
+                self.import_check = reexec.Preflight(self.argv, self.cwd)
+            return
+        result = self.import_check.result()
+        if result is None:
+            return
+        self.import_check = None
+        self.import_attempts += 1
+        ok, output = result
+        if ok:
+            try:
+                self.app = appload.load(self.app_spec)
+            except Exception as e:  # noqa: BLE001 - the app's own error, reported
+                ok, output = False, appload.describe_error(e)
+        if not ok:
+            self.no_app = output.splitlines()[-1] if output else "(no output)"
+            self.import_delay = min(self.import_delay * 2, self.IMPORT_RETRY_MAX)
+            self.import_retry_at = time.monotonic() + self.import_delay
+            self.log.error("the app still does not import (try %d): %s; the workers of the code before serve "
+                           "on; next try in %.0f s", self.import_attempts, self.no_app, self.import_delay)
+            return
+        gc.collect()
+        gc.freeze()
+        self.no_app = None
+        self.import_delay = 1.0
+        self.log.info("the app imports now (try %d): new workers start, and each worker of the code before "
+                      "retires once a new one is ready", self.import_attempts)
+        self.hold_workers(False)
+        for w in self.workers.values():
+            if getattr(w, "kept", False) and not w.retiring:
+                w.old = True
 
     def requests_in_app(self, w):
         """What w's app threads were serving, from its status slots (until
@@ -568,7 +637,13 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                     rss_mib = int(f.read().split()[1]) * page / (1 << 20)
             except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
                 continue
-            if rss_mib > limit:
+            if rss_mib > limit and self.no_app:
+                if not w.rss_held:
+                    w.rss_held = True
+                    self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d, but the app does not "
+                                     "import: it serves on until a new worker can replace it", w.index, w.pid,
+                                     rss_mib, limit)
+            elif rss_mib > limit:
                 self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d: recycling it",
                                  w.index, w.pid, rss_mib, limit)
                 self.retire(w, "max_rss")
@@ -578,9 +653,10 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         SIGQUIT; then SIGKILL whatever is left."""
         self.stopping = True
         self.notifier.stopping()
-        if self.preflight:
-            self.preflight.cancel()
-            self.preflight = None
+        for check in (self.preflight, self.import_check):
+            if check:
+                check.cancel()
+        self.preflight = self.import_check = None
         sig = signal.SIGTERM if graceful else signal.SIGQUIT
         for w in list(self.workers.values()):
             self.kill(w.pid, sig)
@@ -606,16 +682,11 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             self.offload.queue.close_out(self.log)
 
     def answer_observers(self, timeout):
-        """Wait up to timeout for a --stats or --metrics client, and answer it."""
+        """Serve --stats and --metrics clients for up to timeout seconds."""
         if not self.observers:
             time.sleep(timeout)
             return
-        try:
-            readable, _, _ = select.select(self.observers, [], [], timeout)
-        except InterruptedError:
-            return
-        for obs in readable:
-            obs.answer(self)
+        observer.serve_for(self.observers, timeout, self)
 
     def _reap_quietly(self):
         try:

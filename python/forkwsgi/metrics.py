@@ -11,7 +11,7 @@ so they never go back over restarts and in-place reloads.
 """
 import time
 
-from . import _forkwsgi, binding, stats
+from . import _forkwsgi, binding, observer, stats
 from ._version import __version__
 from .offload.counters import read_counters
 from .slots import add_counters
@@ -183,13 +183,22 @@ def exposition(master):
     return text
 
 
-def healthy(master):
-    """A question for /healthz: does a worker accept, and is the server not
-    stopping?"""
-    return not master.stopping and any(w.ready and not w.retiring for w in master.workers.values())
+def health(master):
+    """/healthz: (ok, what to say). Not ok while the server stops or no
+    worker accepts; ok but "degraded" while fewer workers serve than
+    --workers (one died and cannot be replaced yet, say)."""
+    if master.stopping:
+        return False, "draining"
+    serving = sum(1 for w in master.workers.values() if w.ready and not w.retiring)
+    if serving == 0:
+        return False, "no worker serving"
+    if serving < master.num_workers:
+        why = f"; the app does not import: {master.no_app}" if master.no_app else ""
+        return True, f"degraded: {serving} of {master.num_workers} worker(s) serving{why}"
+    return True, "ok"
 
 
-class MetricsServer(stats.Observer):
+class MetricsServer(observer.Observer):
     """The --metrics socket: one HTTP answer per connection (then close)."""
 
     name = "metrics"
@@ -197,26 +206,23 @@ class MetricsServer(stats.Observer):
     def announcement(self):
         return f"Metrics at {binding.describe(self.sock)[2]}"            # HTTP: /metrics, /healthz
 
-    def respond(self, conn, master):
-        head = b""
-        while b"\r\n\r\n" not in head and b"\n\n" not in head and len(head) < 8192:
-            chunk = conn.recv(4096)
-            if not chunk:
-                break
-            head += chunk
-        parts = head.split(b"\r\n", 1)[0].split()
+    def request_complete(self, request):
+        return b"\r\n\r\n" in request or b"\n\n" in request
+
+    def answer_for(self, request, master):
+        parts = request.split(b"\r\n", 1)[0].split()
         method, path = (parts[0], parts[1].split(b"?")[0]) if len(parts) >= 2 else (b"", b"")
         if method not in (b"GET", b"HEAD"):
             status, body, ctype = "405 Method Not Allowed", "GET or HEAD\n", "text/plain"
         elif path == b"/metrics":
             status, body, ctype = "200 OK", exposition(master), CONTENT_TYPE
         elif path == b"/healthz":
-            ok = healthy(master)
+            ok, said = health(master)
             status = "200 OK" if ok else "503 Service Unavailable"
-            body, ctype = ("ok\n" if ok else "draining\n"), "text/plain"
+            body, ctype = said + "\n", "text/plain"
         else:
             status, body, ctype = "404 Not Found", "/metrics or /healthz\n", "text/plain"
         data = body.encode()
-        conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(data)}\r\n"
-                     f"Connection: close\r\n\r\n".encode() + (b"" if method == b"HEAD" else data))
+        return (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(data)}\r\n"
+                f"Connection: close\r\n\r\n".encode() + (b"" if method == b"HEAD" else data))
 

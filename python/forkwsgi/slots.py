@@ -162,6 +162,11 @@ class WorkerSlots:
         hands its idle connections to them instead of closing them."""
         _forkwsgi.sb_retire(self.scoreboard, slot, None)
 
+    def hold(self, slot, on):
+        """Ask the worker in `slot` not to retire by itself (--max-requests)
+        while on: the master cannot replace it now."""
+        _forkwsgi.sb_hold(self.scoreboard, slot, on)
+
     def beats(self):
         """Each slot's last loop pass (CLOCK_MONOTONIC ms), 0 before the
         first; None for a worker whose loop has ended (stopping, retiring:

@@ -15,7 +15,7 @@ import socket
 import struct
 import time
 
-from . import _forkwsgi, binding
+from . import _forkwsgi, binding, observer
 from .slots import add_counters
 from ._version import __version__
 
@@ -165,51 +165,7 @@ def status_classes(counts):
     return out
 
 
-class Observer:
-    """A socket of the master's for those who watch the server (--stats,
-    --metrics): the master's loop calls answer() when it is readable, and
-    each client waiting gets one reply (respond), with a short timeout so
-    that no client holds the master."""
-
-    name = ""
-
-    def __init__(self, addr, sock=None):
-        self.addr = addr
-        self.sock = sock if sock is not None else binding.create(addr, 64)
-        self.sock.setblocking(False)
-
-    def fileno(self):
-        return self.sock.fileno()
-
-    def answer(self, master):
-        for _ in range(16):
-            try:
-                conn, _ = self.sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                log.warning("%s server: %s", self.name, e)
-                return
-            try:
-                conn.settimeout(1.0)
-                self.respond(conn, master)
-            except OSError:
-                pass
-            finally:
-                conn.close()
-
-    def respond(self, conn, master):
-        raise NotImplementedError
-
-    def announcement(self):
-        """The start-up log line: what is served, and where."""
-        raise NotImplementedError
-
-    def close(self):
-        self.sock.close()
-
-
-class StatsServer(Observer):
+class StatsServer(observer.Observer):
     """The --stats socket: each client gets one JSON document."""
 
     name = "stats"
@@ -218,8 +174,10 @@ class StatsServer(Observer):
         super().__init__(addr, sock)
         self.previous = {}
 
-    def respond(self, conn, master):
-        conn.sendall(json.dumps(uwsgi_document(master, self.previous)).encode())
+    wants_request = False      # uWSGI's: the document is written as soon as a client connects
+
+    def answer_for(self, request, master):
+        return json.dumps(uwsgi_document(master, self.previous)).encode()
 
     def announcement(self):
         # No http://: it is no HTTP server (a browser or curl would not
