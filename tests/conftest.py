@@ -160,3 +160,13 @@ def make_server(app_mode):
     yield make
     for s in started:
         s.stop()
+
+
+@pytest.fixture
+def servers():
+    """A list to put ServerProcs a test starts itself in; all are stopped
+    at teardown."""
+    started = []
+    yield started
+    for s in started:
+        s.stop()

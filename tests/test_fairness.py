@@ -90,14 +90,6 @@ def mixed_load(port, seconds, kept_alive=8, new_conn=4, think=0.02):
     return lat, errors
 
 
-@pytest.fixture
-def servers():
-    made = []
-    yield made
-    for s in made:
-        s.stop()
-
-
 @pytest.mark.parametrize("balance,threads", [("least-busy", 2), ("least-busy", 1), ("shared", 2),
                                              ("shared", 1), ("reuseport", 2)])
 def test_new_connections_get_their_turn_while_kept_alive_clients_saturate(servers, balance, threads):

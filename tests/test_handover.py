@@ -57,14 +57,6 @@ def server(*args, env=None):
     return ServerProc("apps:hello", *args, env=env)
 
 
-@pytest.fixture
-def servers():
-    started = []
-    yield started
-    for s in started:
-        s.stop()
-
-
 # ---- item 1: keep-alive load with more clients than threads ----------------
 
 @needs_wrk

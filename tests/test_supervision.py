@@ -11,7 +11,6 @@ import socket
 import threading
 import time
 
-import pytest
 
 from conftest import ServerProc
 from httpraw import wait_for
@@ -83,14 +82,6 @@ def healthz(port, timeout=2.0):
             data += d
     assert data.startswith(b"HTTP/1.1 200"), data
     return time.monotonic() - t
-
-
-@pytest.fixture
-def servers():
-    made = []
-    yield made
-    for s in made:
-        s.stop()
 
 
 def test_slow_and_silent_observer_clients_never_hold_the_master(servers):
