@@ -11,7 +11,6 @@ import socket
 import threading
 import time
 
-
 from conftest import ServerProc
 from httpraw import wait_for
 
