@@ -19,7 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LINE_MAX_BYTES (16 * 1024)   /* a longer line is cut (its values end in "...") */
+#define LINE_MAX_BYTES (16 * 1024)   /* a line's room: long values are shortened to fit */
+#define VALUE_MAX 4096               /* bytes one value shows at most, then "..." */
 #define CAPTURE_MAX 1024             /* bytes kept of one response header value */
 #define REPORT_EVERY_MS 10000
 #define FREE_WAIT_S 2
@@ -27,6 +28,8 @@
 struct fw_alog {
     fw_alog_item *items;      /* owned, with texts (owned, one block) */
     char *texts;
+    size_t *after;            /* owned, per item: the least room the items after it take, so
+                               * that a long value is shortened and the line stays whole */
     int nitems;
     int json;
     int nresp;                /* items that show a response header */
@@ -176,6 +179,8 @@ static void *writer_main(void *arg)
 
 /* ---- set-up ---------------------------------------------------------------- */
 
+static size_t least_room(const fw_alog_item *it);
+
 static void release(fw_alog *a)
 {
     if (a->fd >= 0)
@@ -183,6 +188,7 @@ static void release(fw_alog *a)
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);
     free(a->items);
+    free(a->after);
     free(a->texts);
     free(a->path);
     free(a->line);
@@ -240,12 +246,13 @@ fw_alog *fw_alog_new(const fw_alog_cfg *cfg)
     a->json = cfg->json;
     a->nitems = cfg->nitems;
     a->items = calloc((size_t)(cfg->nitems ? cfg->nitems : 1), sizeof(fw_alog_item));
+    a->after = calloc((size_t)(cfg->nitems ? cfg->nitems : 1), sizeof(size_t));
     a->texts = malloc(text_bytes);
     a->line = malloc(LINE_MAX_BYTES);
     a->front = malloc(a->cap);
     a->back = malloc(a->cap);
     a->path = cfg->path ? strdup(cfg->path) : NULL;
-    if (!a->items || !a->texts || !a->line || !a->front || !a->back || (cfg->path && !a->path)) {
+    if (!a->items || !a->after || !a->texts || !a->line || !a->front || !a->back || (cfg->path && !a->path)) {
         release(a);
         errno = ENOMEM;
         return NULL;
@@ -258,6 +265,8 @@ fw_alog *fw_alog_new(const fw_alog_cfg *cfg)
         a->items[i].arg = t;
         t += cfg->items[i].arg_len;
     }
+    for (int i = cfg->nitems - 1; i > 0; i--)
+        a->after[i - 1] = a->after[i] + least_room(&a->items[i]);
     snprintf(a->pid, sizeof(a->pid), "<%ld>", (long)getpid());
     a->t_sec = -1;
     a->fd = fcntl(cfg->fd, F_DUPFD_CLOEXEC, 3);
@@ -344,8 +353,36 @@ int fw_alog_report(fw_alog *a, int64_t now_ms, char *msg, size_t cap)
 typedef struct out {
     char *p;
     size_t n, cap;            /* cap leaves room for the final newline */
+    size_t limit;             /* where the value being written must end: the room of the
+                               * items after it is kept (fw_alog.after) */
     int cut;
 } out;
+
+/* The least room an item takes: its text, a number's digits, or for a
+ * value, room for "-" or the "..." of a value shortened to nothing. */
+static size_t least_room(const fw_alog_item *it)
+{
+    switch (it->atom) {
+    case FW_AL_TEXT:
+        return it->arg_len;
+    case FW_AL_REQUEST:
+        return 3 + 1 + 3 + 9;       /* method, ' ', target, " HTTP/1.1" */
+    case FW_AL_TIME:
+        return 48;
+    case FW_AL_STATUS:
+    case FW_AL_BYTES:
+    case FW_AL_SECONDS:
+    case FW_AL_MILLIS:
+    case FW_AL_MICROS:
+    case FW_AL_DECIMAL:
+    case FW_AL_PID:
+        return 24;
+    case FW_AL_PROTOCOL:
+        return 8;
+    default:
+        return 3;
+    }
+}
 
 static void put_raw(out *o, const char *s, size_t n)
 {
@@ -369,6 +406,17 @@ static void put_str(out *o, const char *s)
 static void put_val(out *o, int json, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
+    /* Its room: up to VALUE_MAX, and what the items after it leave; less 3
+     * for the "..." of a value that does not fit, so that every field and
+     * the line's end are always there (valid JSON, every field in place). */
+    size_t end = o->limit < o->cap ? o->limit : o->cap;
+    if (end > o->n + VALUE_MAX)
+        end = o->n + VALUE_MAX;
+    if (end < o->n + 3) {
+        put_raw(o, "...", 3);
+        return;
+    }
+    end -= 3;
     size_t i = 0;
     while (i < n) {
         /* The common case: a run of bytes that need no escape, copied at once. */
@@ -377,9 +425,15 @@ static void put_val(out *o, int json, const char *s, size_t n)
                s[run] != '"' && s[run] != '\\')
             run++;
         if (run > i) {
-            put_raw(o, s + i, run - i);
-            if (o->cut)
+            size_t k = run - i;
+            if (k > end - o->n) {
+                memcpy(o->p + o->n, s + i, end - o->n);
+                o->n = end;
+                put_raw(o, "...", 3);
                 return;
+            }
+            memcpy(o->p + o->n, s + i, k);
+            o->n += k;
             i = run;
             continue;
         }
@@ -400,8 +454,8 @@ static void put_val(out *o, int json, const char *s, size_t n)
             e[k++] = hex[ch >> 4];
             e[k++] = hex[ch & 15];
         }
-        if (k > o->cap - o->n) {
-            o->cut = 1;
+        if (k > end - o->n) {
+            put_raw(o, "...", 3);
             return;
         }
         memcpy(o->p + o->n, e, k);
@@ -574,6 +628,7 @@ static void put_item(fw_alog *a, out *o, const fw_alog_item *it, int slot, const
         }
         put_val(o, json, q->method, q->method_len);
         put_raw(o, " ", 1);
+        o->limit -= 9 < o->limit ? 9 : o->limit;      /* " HTTP/1.1" follows */
         put_val(o, json, q->target, q->target_len);
         put_str(o, q->minor ? " HTTP/1.1" : " HTTP/1.0");
         break;
@@ -632,10 +687,11 @@ static void put_item(fw_alog *a, out *o, const fw_alog_item *it, int slot, const
 
 int fw_alog_line(fw_alog *a, const fw_alog_rec *r)
 {
-    out o = { a->line, 0, LINE_MAX_BYTES - 4, 0 };
+    out o = { a->line, 0, LINE_MAX_BYTES - 4, 0, 0 };
     int slot = 0;
     for (int i = 0; i < a->nitems; i++) {
         const fw_alog_item *it = &a->items[i];
+        o.limit = a->after[i] < o.cap ? o.cap - a->after[i] : 0;
         put_item(a, &o, it, slot, r);
         slot += it->atom == FW_AL_RESP_HEADER;
     }

@@ -30,7 +30,7 @@ from httpraw import Conn, request  # noqa: E402
 class ServerProc:
     def __init__(self, app="apps:echo", *args, env=None, bind=None, wait=True, nofile=None, new_session=False):
         self.logfile = tempfile.NamedTemporaryFile(prefix="forkwsgi-test-", suffix=".log", delete=False)
-        binds = bind or ["127.0.0.1:0"]
+        binds = ["127.0.0.1:0"] if bind is None else bind
         cmd = [sys.executable, "-m", "forkwsgi", app]
         for b in binds:
             cmd += ["--bind", b]

@@ -108,6 +108,27 @@ def test_json_lines_parse_and_escape(make_server, tmp_path):
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", rec["time"])
 
 
+@pytest.mark.parametrize("json_form", [True, False], ids=["json", "text"])
+def test_a_60_kb_header_value_is_shortened_and_the_line_stays_whole(make_server, tmp_path, json_form):
+    """Issue 24, item 8: a 60 KB User-Agent cut the line at 16,383 bytes:
+    invalid JSON, later fields lost. Now a long value is shortened with
+    "..." and every field follows it."""
+    s, path = start(make_server, tmp_path, *(["--access-log-json"] if json_form else []))
+    with Conn(s.port) as c:
+        c.send(b"GET /long?status=202 HTTP/1.1\r\nHost: t\r\nUser-Agent: " + b"u" * 60000 +
+               b"\r\nReferer: http://ref.test/\r\n\r\n")
+        assert c.read_response().status == 202
+    (line,) = lines_of(path, 1)
+    assert len(line) < 16 * 1024
+    if json_form:
+        rec = json.loads(line)
+        assert rec["user_agent"] == "u" * 4093 + "..."
+        assert rec["status"] == 202 and rec["referer"] == "http://ref.test/"
+    else:
+        assert line.endswith('"http://ref.test/" "' + "u" * 4093 + '..."')
+        assert " 202 " in line
+
+
 def test_text_lines_cannot_be_forged(make_server, tmp_path):
     """A header value with bytes a log reader would take for a new line or
     a field end is escaped; the line stays one line."""

@@ -441,3 +441,19 @@ def test_root_path_mounts_the_app_under_a_prefix(tmp_path, make_server, how):
     assert s.get("/shop").body == b"/shop|"
     assert s.get("/shopping").body == b"/shop|/shopping"
     assert s.get("/other").body == b"/shop|/other"
+
+
+def test_bind_on_every_ipv6_address_serves_ipv4_clients_too():
+    """Issue 24, item 6: --bind [::]:PORT set IPV6_V6ONLY, so a service
+    moved from gunicorn (whose [::] takes IPv4 too, as the system has it)
+    stopped answering 127.0.0.1. Both families are served now."""
+    s = ServerProc("apps:hello", bind=["[::]:0"])
+    try:
+        with Conn(s.port, host="127.0.0.1") as c:
+            c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert c.read_response().status == 200
+        with Conn(s.port, host="::1") as c:
+            c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert c.read_response().status == 200
+    finally:
+        s.stop()

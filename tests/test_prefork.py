@@ -262,6 +262,19 @@ def test_timeout_does_not_touch_slow_clients_or_quick_requests(make_server):
     assert "timed out" not in s.log()
 
 
+def test_a_worker_that_dies_after_it_was_ready_did_not_die_at_start_up(make_server):
+    """Issue 24, item 8: a crash about 1 s after a worker booted was logged
+    "workers die at start-up: next start in 0.1 s"."""
+    s = make_server("apps:pid", "--workers", "1")
+    assert wait_for(lambda: len(s.worker_pids()) == 1 and "Booted worker" in s.log())
+    pid = s.worker_pids()[0]
+    assert request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").status == 200    # it serves: ready
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: s.worker_pids() and pid not in s.worker_pids(), timeout=10)
+    assert "died (signal SIGKILL)" in s.log()
+    assert "die at start-up" not in s.log()
+
+
 def test_a_frozen_worker_is_replaced(make_server):
     """Issue 23, item 10: a worker stopped (SIGSTOP) with no request in its
     app was never detected, and its kept-alive clients hung. Its loop stops

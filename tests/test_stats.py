@@ -121,7 +121,7 @@ def test_busy_workers_and_the_listen_queue():
         assert doc["listen_queue"] == 3 and doc["sockets"][0]["queue"] == 3
         for w in busy(doc):
             core = w["cores"][0]
-            assert core["in_request"] == 1 and core["req_info"]["request"] == "GET /?t=1.5"
+            assert core["in_request"] == 1 and core["req_info"]["request"] == "GET /?..."
             assert abs(core["req_info"]["request_start"] - time.time()) < 5
         for c in conns:
             assert c.read_response().status == 200
@@ -237,7 +237,7 @@ def test_forkwsgi_top_once_json():
         assert sorted(w["pid"] for w in out["workers"]) == sorted(s.worker_pids())
         assert sum(w["requests"] for w in out["workers"]) == 30
         busy = [w for w in out["workers"] if w["oldest_request"]]
-        assert len(busy) == 1 and busy[0]["oldest_request"] == "GET /?t=3" and busy[0]["state"] == "busy"
+        assert len(busy) == 1 and busy[0]["oldest_request"] == "GET /?..." and busy[0]["state"] == "busy"
         assert 0 <= busy[0]["oldest_age_s"] < 5
         assert slow.read_response().status == 200
         slow.close()
@@ -281,7 +281,7 @@ def test_forkwsgi_top_age_of_the_oldest_request_is_exact():
         at_most = time.monotonic() - sent
         assert p.returncode == 0, p.stderr
         (row,) = json.loads(p.stdout)["workers"]
-        assert row["oldest_request"] == "GET /?t=4" and row["state"] == "busy" and row["in_flight"] == 1
+        assert row["oldest_request"] == "GET /?..." and row["state"] == "busy" and row["in_flight"] == 1
         assert at_most - 0.3 <= row["oldest_age_s"] <= at_most + 0.1, (row, at_most)
         assert slow.read_response().status == 200
         slow.close()
@@ -369,5 +369,53 @@ def test_listen_queue_of_a_unix_socket(tmp_path):
         busy.close()
         for w in waiting:
             w.close()
+    finally:
+        s.stop()
+
+
+def non_loopback_ipv4():
+    """An address of this machine other than 127.0.0.1, or None."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.connect(("192.0.2.1", 9))         # no packet is sent: this picks the outgoing address
+            addr = u.getsockname()[0]
+        return None if addr.startswith("127.") else addr
+    except OSError:
+        return None
+
+
+def test_a_bare_port_listens_on_loopback_and_hides_query_strings():
+    """Issue 24, item 5: --stats 18331 and --metrics :18332 listened on
+    0.0.0.0, and the stats (no authentication) showed in-flight request
+    lines with their query strings (api_key=SECRET). A bare port now listens
+    on 127.0.0.1 only (said at start), and a query string shows as "?..."
+    unless --stats-query-strings."""
+    sport, mport = free_port(), free_port()
+    s = ServerProc("apps:sleep", "--stats", str(sport), "--metrics", f":{mport}")
+    other = non_loopback_ipv4()
+    try:
+        assert f"at 127.0.0.1:{sport}" in s.log() and f"127.0.0.1:{mport}" in s.log(), s.log()
+        for port in (sport, mport):
+            if other:
+                with pytest.raises(OSError):
+                    socket.create_connection((other, port), timeout=2).close()
+        c = Conn(s.port, timeout=20)
+        c.send(b"GET /?t=1&api_key=SECRET123 HTTP/1.1\r\nHost: t\r\n\r\n")
+
+        def lines():
+            doc = fetch(("127.0.0.1", sport))
+            return [k["req_info"]["request"] for w in doc["workers"] for k in w["cores"] if k["req_info"]]
+        assert wait_for(lambda: lines() == ["GET /?..."], 5), lines()
+        assert "SECRET123" not in json.dumps(fetch(("127.0.0.1", sport)))
+        assert c.read_response().status == 200
+        c.close()
+    finally:
+        s.stop()
+    s = start("--stats-query-strings", app="apps:sleep")
+    try:
+        with Conn(s.port, timeout=20) as c:
+            c.send(b"GET /?t=1&api_key=SECRET123 HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert wait_for(lambda: "GET /?t=1&api_key=SECRET123" in json.dumps(fetch(s.stats_addr)), 5)
+            assert c.read_response().status == 200
     finally:
         s.stop()

@@ -140,6 +140,14 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         st = self.inherited
         if st:
             self.sockets = [socket.socket(fileno=fd) for fd in st["sockets"]]
+            was = st.get("bind") or []
+            if self.cfg["bind"] != was and not all(b.startswith("fd://") for b in was):
+                # The workers that serve on, and the hand-offs between them,
+                # number the listening sockets: they stay as they are.
+                self.log.warning("reload: --bind changed to %s; a reload keeps the listening sockets (%s): "
+                                 "a restart applies it", ", ".join(self.cfg["bind"]),
+                                 ", ".join(binding.describe(s)[2] for s in self.sockets))
+                self.cfg["bind"] = was
         for addr in ([] if st else self.cfg["bind"]):
             # reuseport: the master only holds the port (bound, not
             # listening, so no connection queues on it); each worker gets a
@@ -504,7 +512,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             serving = self.requests_in_app(w)
             self.log.warning("Worker %d (pid %d) died (%s)%s; replacing it", w.index, pid, how,
                              f" while serving {serving}" if serving else "")
-            if self.backoff.died(w.started):
+            if self.backoff.died(w.started, w.ready):
                 self.log.warning("workers die at start-up: next start in %.1f s", self.backoff.delay)
 
     def say_unreplaceable(self, w):

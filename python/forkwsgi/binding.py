@@ -12,8 +12,9 @@ class BindError(Exception):
     pass
 
 
-def parse(addr):
-    """'HOST:PORT', '[::1]:PORT', ':PORT', 'PORT', 'unix:/path' or 'fd://N' -> (kind, value)."""
+def parse(addr, any_host="0.0.0.0"):
+    """'HOST:PORT', '[::1]:PORT', ':PORT', 'PORT', 'unix:/path' or 'fd://N' -> (kind, value).
+    A port without a host listens on any_host (every address, for --bind)."""
     a = addr.strip()
     if a.startswith("unix:"):
         path = a[5:]
@@ -38,7 +39,7 @@ def parse(addr):
         host, _, port = a.partition(":")
         family = socket.AF_INET
     elif a.isdigit():
-        host, port, family = "0.0.0.0", a, socket.AF_INET
+        host, port, family = any_host, a, socket.AF_INET
     else:
         raise BindError(f"invalid bind address {addr!r}: use HOST:PORT, [ADDR]:PORT, unix:/path or fd://N")
     try:
@@ -47,7 +48,7 @@ def parse(addr):
             raise ValueError
     except ValueError:
         raise BindError(f"invalid port in bind address {addr!r}") from None
-    host = host or ("0.0.0.0" if family == socket.AF_INET else "::")
+    host = host or (any_host if family == socket.AF_INET else "::")
     if family == socket.AF_INET:
         try:
             infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
@@ -58,12 +59,13 @@ def parse(addr):
     return "tcp", (family, host, port)
 
 
-def create(addr, backlog, reuseport=False):
+def create(addr, backlog, reuseport=False, any_host="0.0.0.0"):
     """Bind and listen; returns a non-blocking socket.socket.
 
     reuseport: TCP only; the socket does not listen: it holds the port, and
-    reuseport_peer() makes the listening sockets of the group."""
-    kind, value = parse(addr)
+    reuseport_peer() makes the listening sockets of the group. any_host:
+    where a port given alone listens (see parse)."""
+    kind, value = parse(addr, any_host)
     if reuseport and kind != "tcp":
         raise BindError(f"--balance reuseport needs HOST:PORT addresses, not {addr!r}")
     try:
@@ -88,8 +90,8 @@ def create(addr, backlog, reuseport=False):
             family, host, port = value
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            # IPV6_V6ONLY is left as the system has it, as gunicorn does:
+            # on Linux (net.ipv6.bindv6only=0) [::] takes IPv4 clients too.
             sock.bind((host, port))
             if reuseport:
                 # Only after bind(): bound with SO_REUSEPORT, the socket would
@@ -116,8 +118,9 @@ def reuseport_peer(sock, backlog):
     try:
         peer.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         peer.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        if sock.family == socket.AF_INET6:
-            peer.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        if sock.family == socket.AF_INET6:        # as the group's first socket has it
+            peer.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY,
+                            sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY))
         peer.bind(sock.getsockname()[:2])
         peer.listen(backlog)
     except OSError:

@@ -371,12 +371,18 @@ SETTINGS = [
     Setting("access_log_json", ["--access-log-json"], False, _bool, section="Logging",
             help="access log lines as JSON objects: values are JSON-escaped and numbers stay numbers"),
     Setting("stats", ["--stats"], None, metavar="ADDR", section="Observability",
-            help="serve the server's statistics at ADDR (HOST:PORT or unix:/path) as uWSGI's stats server "
-                 "does: one JSON document per connection (uwsgitop ADDR shows it live); answered by the "
-                 "master from memory it shares with the workers, so it answers when every worker is busy"),
+            help="serve the server's statistics at ADDR (HOST:PORT, PORT or unix:/path; a bare port listens "
+                 "on 127.0.0.1 only) as uWSGI's stats server does: one JSON document per connection "
+                 "(uwsgitop ADDR shows it live); answered by the master from memory it shares with the "
+                 "workers, so it answers when every worker is busy. Unauthenticated: in-flight requests "
+                 "are shown without their query strings (see --stats-query-strings)"),
+    Setting("stats_query_strings", ["--stats-query-strings"], False, _bool, section="Observability",
+            help="show in-flight requests' query strings in --stats and forkwsgi top (they may carry "
+                 "tokens: only where every reader of the stats socket may see them)"),
     Setting("metrics", ["--metrics"], None, metavar="ADDR", section="Observability",
-            help="serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or unix:/path) and a health check "
-                 "at /healthz (200 while a worker accepts, 503 while draining), from the master"),
+            help="serve Prometheus metrics at http://ADDR/metrics (HOST:PORT, PORT or unix:/path; a bare "
+                 "port listens on 127.0.0.1 only) and a health check at /healthz (200 while a worker "
+                 "accepts, 'degraded' below --workers, 503 while draining or with none), from the master"),
     Setting("limit_request_line", ["--limit-request-line"], 8190, _positive_int,
             "longest request line in bytes (414 past it)", section="Limits"),
     Setting("limit_request_fields", ["--limit-request-fields"], 100, _positive_int,
@@ -484,7 +490,7 @@ BY_NAME = {s.name: s for s in SETTINGS}
 
 # Settings of the process model (master, CLI), not of one server loop.
 PROCESS_ONLY = ("config", "check_config", "print_config", "chdir", "pythonpath", "raw_env", "pidfile", "umask",
-                "stats", "metrics", "error_logfile", "log_json", "log_config", "log_config_dict",
+                "stats", "stats_query_strings", "metrics", "error_logfile", "log_json", "log_config", "log_config_dict",
                 "user", "group", "initgroups",
                 "proc_name", "preload_app", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
                 "max_requests_jitter", "max_rss", "timeout", "heartbeat_timeout") + tuple(s.name for s in SETTINGS

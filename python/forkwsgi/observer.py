@@ -49,7 +49,8 @@ class Observer:
 
     def __init__(self, addr, sock=None):
         self.addr = addr
-        self.sock = sock if sock is not None else binding.create(addr, 64)
+        # Unauthenticated: a port given alone listens on loopback only.
+        self.sock = sock if sock is not None else binding.create(addr, 64, any_host="127.0.0.1")
         self.sock.setblocking(False)
         self.clients = {}          # fd -> Client
         self.refused = 0

@@ -129,8 +129,9 @@ def release_stop_signals():
 
 class Backoff:
     """When to start a child again after it died: at once, unless it keeps
-    dying right after its start (within `boot_seconds`); then 0.1 s,
-    doubling up to `limit`."""
+    dying at start-up (before it was ready, within `boot_seconds`); then
+    0.1 s, doubling up to `limit`. One that died after it was ready did not
+    die at start-up."""
 
     def __init__(self, boot_seconds=2.0, limit=10.0):
         self.boot_seconds = boot_seconds
@@ -138,11 +139,12 @@ class Backoff:
         self.delay = 0.0
         self.next_start = 0.0
 
-    def died(self, started):
-        """A child started at `started` (monotonic) died now. Returns the
-        pause before the next start (0: at once)."""
+    def died(self, started, ready=False):
+        """A child started at `started` (monotonic) died now; ready: it had
+        said it was ready. Returns the pause before the next start (0: at
+        once)."""
         now = time.monotonic()
-        if now - started < self.boot_seconds:
+        if now - started < self.boot_seconds and not ready:
             self.delay = min(max(0.1, self.delay * 2), self.limit)
         else:
             self.delay = 0.0

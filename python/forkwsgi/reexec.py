@@ -125,6 +125,7 @@ class InPlaceReload:
         """What a re-executed master takes over (JSON), and its descriptors."""
         slots, fds = self.slots.state()
         state = {"pid": self.pid, "balance": self.balance, "sockets": [s.fileno() for s in self.sockets],
+                 "bind": self.cfg["bind"],
                  "slots": slots, "offload": None, "reloads": self.reloads + 1,
                  "spawns": dict(self.spawns), "timeouts": dict(self.timeouts), "restarts": dict(self.restarts),
                  "observers": {obs.name: obs.fileno() for obs in self.observers},

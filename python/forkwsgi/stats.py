@@ -82,6 +82,16 @@ def process_memory(pid):
     return rss_pages * page, vsz_pages * page
 
 
+def shown(line, cfg):
+    """A request line as the stats show it: without its query string,
+    unless --stats-query-strings (it may carry a token)."""
+    if cfg.get("stats_query_strings"):
+        return line
+    method, _, target = line.partition(" ")
+    path, q, _ = target.partition("?")
+    return f"{method} {path}?..." if q else line
+
+
 def uwsgi_document(master, previous):
     """The stats document for the arbiter `master`. previous: {pid:
     requests} at the last document, updated here (delta_requests)."""
@@ -120,7 +130,7 @@ def uwsgi_document(master, previous):
                        # to the microsecond (what forkwsgi top shows).
                        "req_info": {"request_start": int(now - (now_ns - began) / 1e9),
                                     "request_age": round((now_ns - began) / 1e9, 6),
-                                    "request": line} if began else {}}
+                                    "request": shown(line, master.cfg)} if began else {}}
                       for t, began, line, calls in threads],
             "forkwsgi": {"slot": w.slot, "retiring": w.retiring or w.old, "in_flight": worker_in_flight,
                          "connections": c["conns_open"], "idle_connections": c["conns_idle"],
