@@ -115,6 +115,7 @@ typedef struct fw_resp {
                               * body broke its framing (past or short of Content-Length) */
     int app_close;           /* app sent Connection: close */
     int app_date;            /* app sent Date: it goes out instead of ours */
+    int app_server;          /* app sent Server: it goes out instead of ours */
     size_t head_start;       /* out length before the head, to roll back a bad head */
     int head_open;           /* a head is being queued (fw_resp_begin until end_head or
                               * abort_head): only then is there a head to roll back; what

@@ -10,6 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
+/* What a response says it came from, unless the app says otherwise
+ * (gunicorn sends its name too; no version: nothing for a scanner). */
+static const char SERVER[] = "Server: forkwsgi\r\n";
+
 static const char *reason(int status)
 {
     switch (status) {
@@ -54,6 +58,7 @@ void fw_resp_error_head(fw_conn *c, int status)
     /* What is queued before it (responses of pipelined requests) stays. */
     size_t mark = fw_buf_used(&c->out);
     if (fw_buf_append(&c->out, head, (size_t)n) != 0 ||
+        fw_buf_append(&c->out, SERVER, sizeof(SERVER) - 1) != 0 ||
         append_date(c) != 0 ||
         append_str(&c->out, "\r\n") != 0 || append_str(&c->out, r) != 0 ||
         append_str(&c->out, "\n") != 0)
@@ -77,7 +82,7 @@ int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
     r->head_open = 1;
     r->status = code;
     r->no_body = c->req.is_head || code < 200 || code == 204 || code == 304;
-    r->fixed = r->chunked = r->app_close = r->app_date = r->close = 0;
+    r->fixed = r->chunked = r->app_close = r->app_date = r->app_server = r->close = 0;
     r->left = 0;
     if (fw_buf_append(&c->out, "HTTP/1.1 ", 9) != 0 ||
         fw_buf_append(&c->out, status_line, status_len) != 0 ||
@@ -96,13 +101,15 @@ void fw_resp_abort_head(fw_conn *c)
 
 /* What a response header name is to the server. By length first: this runs
  * for every header of every response, and most names match none. */
-enum { H_PLAIN, H_CONTENT_LENGTH, H_CONNECTION, H_HOP, H_DATE };
+enum { H_PLAIN, H_CONTENT_LENGTH, H_CONNECTION, H_HOP, H_DATE, H_SERVER };
+
 
 static int header_kind(const char *n, size_t len)
 {
     switch (len) {
     case 2:  return fw_http_token_eq(n, len, "te") ? H_HOP : H_PLAIN;
     case 4:  return fw_http_token_eq(n, len, "date") ? H_DATE : H_PLAIN;
+    case 6:  return fw_http_token_eq(n, len, "server") ? H_SERVER : H_PLAIN;
     case 7:  return fw_http_token_eq(n, len, "trailer") || fw_http_token_eq(n, len, "upgrade")
                  ? H_HOP : H_PLAIN;
     case 10: return fw_http_token_eq(n, len, "connection") ? H_CONNECTION
@@ -164,6 +171,11 @@ int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char
             return 0;
         r->app_date = 1;
         break;
+    case H_SERVER:
+        if (r->app_server)
+            return 0;
+        r->app_server = 1;
+        break;
     default:
         break;
     }
@@ -213,6 +225,7 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     const char *conn = keep ? (c->req.minor == 0 ? "Connection: keep-alive\r\n" : "")
                             : "Connection: close\r\n";
     if (append_str(&c->out, conn) != 0 ||
+        (!r->app_server && fw_buf_append(&c->out, SERVER, sizeof(SERVER) - 1) != 0) ||
         (!r->app_date && append_date(c) != 0) ||
         fw_buf_append(&c->out, "\r\n", 2) != 0)
         return -1;

@@ -150,6 +150,7 @@ cdef extern from "glue.h":
 
     ctypedef struct fw_glue:
         fw_server *srv
+        PyObject *thread_name
         PyObject *app
         PyObject *logger
         PyObject *templates
@@ -381,7 +382,7 @@ cdef class Server:
     cdef fw_alog *access_log       # owned, NULL if none; freed after the server
     cdef Py_buffer stats_buf       # the master's shared counters of this worker, buf NULL if none
     cdef fw_scheme_header *scheme_headers   # PyMem, pointing into scheme_bytes
-    cdef object app, logger, templates, scheme_bytes
+    cdef object app, logger, templates, scheme_bytes, thread_name
 
     def __cinit__(self):
         memset(&self.g, 0, sizeof(self.g))
@@ -395,7 +396,7 @@ cdef class Server:
     def __init__(self, app, fds, dict base_environ, list listener_info, logger, *, status=None,
                  int balance=FW_BAL_LEAST_BUSY, scoreboard=None, int slot=0, kick_fds=None, pass_fds=None,
                  int pass_recv_fd=-1, bint release_listeners=False, int accept_batch=-1, access_log=None,
-                 stats=None, **settings):
+                 stats=None, str thread_name=None, **settings):
         if self.g.srv != NULL:
             raise RuntimeError("Server already initialised")
         fw_config_defaults(&self.cfg)
@@ -453,6 +454,10 @@ cdef class Server:
         self.g.app = <PyObject *>app
         self.g.logger = <PyObject *>logger
         self.g.templates = <PyObject *>self.templates
+        # App threads are named after it ("forkwsgi worker 2 thread 1"), in
+        # log records and tracebacks, instead of Python's "Dummy-N".
+        self.thread_name = thread_name
+        self.g.thread_name = <PyObject *>thread_name if thread_name is not None else NULL
         if stats is not None:
             # A writable shared buffer of FW_STATS_SIZE bytes, 8-aligned.
             PyObject_GetBuffer(stats, &self.stats_buf, PyBUF_WRITABLE)

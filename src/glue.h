@@ -35,6 +35,7 @@ typedef struct fw_glue {
     fw_server *srv;             /* owned by the Server object */
     PyObject *app;              /* borrowed (the Server object's) */
     PyObject *logger;           /* borrowed */
+    PyObject *thread_name;      /* borrowed str or NULL: app threads are named "<it> thread N" */
     PyObject *templates;        /* borrowed: list of dicts, one per listening fd: the constant
                                  * environ entries and the fd's SERVER_NAME and SERVER_PORT,
                                  * copied per request (fw_environ_template) */

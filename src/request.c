@@ -536,8 +536,20 @@ static void on_log(void *app, int level, const char *msg)
  * PyGILState_UNLOCKED, so that is what thread_stop releases. */
 static void thread_start(void *app, fw_thread *t)
 {
-    (void)app;
+    fw_glue *s = app;
     PyGILState_Ensure();
+    if (s->thread_name) {
+        /* threading sees a C thread as "Dummy-N": give it a name that says
+         * whose it is, for log records and stack dumps. */
+        PyObject *threading = PyImport_ImportModule("threading");
+        PyObject *me = threading ? PyObject_CallMethod(threading, "current_thread", NULL) : NULL;
+        PyObject *name = PyUnicode_FromFormat("%U thread %d", s->thread_name, t->index + 1);
+        if (!me || !name || PyObject_SetAttrString(me, "name", name) < 0)
+            PyErr_Clear();
+        Py_XDECREF(name);
+        Py_XDECREF(me);
+        Py_XDECREF(threading);
+    }
     t->app_ctx = PyEval_SaveThread();
 }
 

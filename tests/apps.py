@@ -25,6 +25,7 @@ def echo(environ, start_response):
         "raw_uri": environ["RAW_URI"],
         "protocol": environ["SERVER_PROTOCOL"],
         "script_name": environ["SCRIPT_NAME"],
+        "server_software": environ.get("SERVER_SOFTWARE"),
         "server_name": environ["SERVER_NAME"],
         "server_port": environ["SERVER_PORT"],
         "remote_addr": environ.get("REMOTE_ADDR"),
@@ -544,3 +545,11 @@ def blob(environ, start_response):
     body = b"x" * (int(q.get("kb", "64")) << 10)
     start_response("200 OK", [("Content-Type", "application/octet-stream")])
     return [body]
+
+
+def thread_name(environ, start_response):
+    """The name of the thread the app runs on; ?server=X sends its own Server header."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    headers = [("Content-Type", "text/plain")] + ([("Server", q["server"])] if "server" in q else [])
+    start_response("200 OK", headers)
+    return [threading.current_thread().name.encode()]

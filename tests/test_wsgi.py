@@ -128,7 +128,8 @@ def test_validator_pipelined(make_server, app):
 # ---- (b) the environ ----------------------------------------------------------
 
 CGI_KEYS = {"REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING", "RAW_URI", "SERVER_PROTOCOL",
-            "SERVER_NAME", "SERVER_PORT", "REMOTE_ADDR", "REMOTE_PORT", "CONTENT_TYPE", "CONTENT_LENGTH"}
+            "SERVER_NAME", "SERVER_PORT", "REMOTE_ADDR", "REMOTE_PORT", "CONTENT_TYPE", "CONTENT_LENGTH",
+            "SERVER_SOFTWARE"}
 CANARY = "FORKWSGI_TEST_CANARY"
 
 
@@ -147,6 +148,7 @@ def check_common_environ(d, app_mode):
     assert d["input_terminated"] is True
     assert d["script_name"] == ""
     assert d["has_os_environ_keys"] is False
+    assert d["server_software"].startswith("forkwsgi/")     # as gunicorn's "gunicorn/VERSION"
     for k, t in d["types"].items():
         assert t == "str", (k, t)
     for k in d["types"]:
@@ -601,3 +603,24 @@ def test_input_ops_random(input_servers, body, ops, te, sizes):
 def test_input_servers_log_clean(input_servers):
     for s in input_servers.values():
         assert_clean_log(s)
+
+
+def test_server_header_software_and_thread_names(make_server, app_mode):
+    """Issue 25, item 12: no Server header, no SERVER_SOFTWARE, and app
+    threads named "Dummy-N" in log records. Now: "Server: forkwsgi" unless
+    the app sends its own, SERVER_SOFTWARE "forkwsgi/VERSION" (gunicorn's
+    "gunicorn/VERSION"), and app threads named after their worker."""
+    s = make_server("apps:thread_name", "--workers", "2")
+    with Conn(s.port) as c:
+        c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        r = c.read_response()
+        assert r.header("server") == "forkwsgi"
+        if app_mode == "threads":
+            assert re.fullmatch(r"forkwsgi worker [12] thread [123]", r.body.decode()), r.body
+        else:
+            assert r.body == b"MainThread"          # inline: the worker's own thread
+        c.send(b"GET /?server=mine HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert c.read_response().headers.count(("server", "mine")) == 1
+        c.send(b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: x\r\n\r\n")
+        bad = c.read_response()
+        assert bad.status == 400 and bad.header("server") == "forkwsgi"

@@ -12,6 +12,7 @@ import sys
 import threading
 
 from . import _forkwsgi, accesslog, binding, config
+from ._version import __version__
 from .offload.supervisor import Host
 
 log = logging.getLogger("forkwsgi")
@@ -32,7 +33,7 @@ class Server:
 
     def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None,
                  _multiprocess=False, _status=None, _stats=None, _balance=None, _offload=False, _offload_host=None,
-                 _release_listeners=False, _access_log_fd=None, **options):
+                 _release_listeners=False, _access_log_fd=None, _name="forkwsgi", **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
         if bind is not None and isinstance(bind, str):
@@ -78,6 +79,7 @@ class Server:
             "wsgi.input_terminated": True,
             "wsgi.file_wrapper": _forkwsgi.FileWrapper,
             "SCRIPT_NAME": "",
+            "SERVER_SOFTWARE": f"forkwsgi/{__version__}",
         }
         if _offload:
             base["forkwsgi.offload"] = _forkwsgi.offload
@@ -108,7 +110,7 @@ class Server:
                 core["access_log"] = accesslog.spec(self.settings, access_fd)
             self._core = _forkwsgi.Server(
                 app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],
-                self.log, status=_status, stats=_stats, **core)
+                self.log, status=_status, stats=_stats, thread_name=_name, **core)
         except BaseException:
             self.close()
             raise

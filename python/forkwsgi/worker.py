@@ -94,7 +94,7 @@ def run(setup, log):
         server = Server(app, sockets=setup.sockets, logger=log, _multiprocess=setup.multiprocess,
                         _status=setup.status, _stats=setup.stats, _balance=setup.balance,
                         _offload=bool(setup.offload), _access_log_fd=access_fd,
-                        _release_listeners=True, **setup.options)
+                        _release_listeners=True, _name=f"forkwsgi worker {setup.index}", **setup.options)
         # --timeout: the master asks for every thread's Python stack with
         # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode);
         # gunicorn's worker_abort hook is called then too, as soon as
