@@ -399,10 +399,12 @@ static void put_str(out *o, const char *s)
     put_raw(o, s, strlen(s));
 }
 
-/* A value from the request or the app: escaped so that no client can forge
- * a line or break a field. Text: bytes outside printable ASCII, '"' and '\'
- * as \xHH (as nginx). JSON: a string body, bytes >= 0x80 as the Latin-1
- * characters WSGI makes of them. */
+/* A value from the request or the app, written so that no client can forge
+ * a line or end a field early. Text: the same bytes gunicorn writes: '"'
+ * as \", a byte >= 0x80 as the UTF-8 of the Latin-1 character WSGI makes
+ * of it, a tab as it is; a control character (none can come in a header;
+ * a Basic user name can hold one) as \xHH. JSON: a string body, bytes >=
+ * 0x80 as those Latin-1 characters. */
 static void put_val(out *o, int json, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
@@ -448,6 +450,14 @@ static void put_val(out *o, int json, const char *s, size_t n)
             k = 4;
             e[k++] = hex[ch >> 4];
             e[k++] = hex[ch & 15];
+        } else if (ch == '"') {
+            e[k++] = '\\';
+            e[k++] = '"';
+        } else if (ch == '\\' || ch == '\t') {
+            e[k++] = (char)ch;
+        } else if (ch >= 0x80) {
+            e[k++] = (char)(0xc0 | (ch >> 6));
+            e[k++] = (char)(0x80 | (ch & 0x3f));
         } else {
             e[k++] = '\\';
             e[k++] = 'x';

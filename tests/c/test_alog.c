@@ -126,7 +126,7 @@ static void test_atoms(void)
     if (second) {
         *second++ = 0;
         CHECK_LINE(out, "10.0.0.1:4242 alice \"GET /a/b?x=1 HTTP/1.1\" GET /a/b x=1 HTTP/1.1 200 1234 "
-                        "2 2500 2500001 2.500001 r ua \\x22quoted\\x22\\x5c - first - /a/b?x=1");
+                        "2 2500 2500001 2.500001 r ua \\\"quoted\\\"\\ - first - /a/b?x=1");
         CHECK_LINE(second, "-:- - \"-\" - -  - 400 0 0 0 0 0.000000 - - - - - - -\n");
     }
     free(out);
@@ -157,7 +157,7 @@ static void test_basic_auth_users(void)
         { "Basic !!!!", "-\n" },
         { "Bearer abc", "-\n" },
         { "Basic OnB3", "-\n" },                  /* ":pw": empty user */
-        { "Basic IgA6", "\\x22\\x00\n" },         /* "\"\0:": escaped */
+        { "Basic IgA6", "\\\"\\x00\n" },         /* "\"\0:": escaped */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char raw[256];
