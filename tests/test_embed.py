@@ -109,3 +109,56 @@ def test_failed_construction_releases_the_port():
     with forkwsgi.Server(apps.echo, bind=f"127.0.0.1:{port}"):   # the port is free all the same
         pass
     assert "invalid limits" in str(held)
+
+
+@pytest.mark.parametrize("call", ['forkwsgi.run(apps.echo, "unix:" + sys.argv[1])',
+                                  'forkwsgi.run(apps.echo, bind="unix:" + sys.argv[1])'],
+                         ids=["bjoern-form", "bind-keyword"])
+def test_run_on_a_unix_socket_opens_nothing_else(tmp_path, call):
+    """Issue 25, item 17: bjoern's forkwsgi.run(app, "unix:/path") raised
+    "cannot listen on [unix:/path]:8000", and run(app, bind="unix:/path")
+    served the socket and also 127.0.0.1:8000, which nobody asked for."""
+    import socket
+    path = str(tmp_path / "app.sock")
+    script = tmp_path / "bjoern_style.py"
+    script.write_text("import sys\n"
+                      f"sys.path.insert(0, {HERE!r})\n"
+                      "import forkwsgi, apps\n"
+                      f"{call}\n")
+    p = subprocess.Popen([sys.executable, str(script), path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        def served():
+            try:
+                with socket.socket(socket.AF_UNIX) as c:
+                    c.settimeout(2)
+                    c.connect(path)
+                    c.sendall(b"GET /u HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                    return c.recv(100).startswith(b"HTTP/1.1 200")
+            except OSError:
+                return False
+        assert wait_for(served, timeout=15), p.stderr.read() if p.poll() is not None else "not serving"
+        listening = open(f"/proc/{p.pid}/net/tcp").read().splitlines()[1:]
+        mine = {line.split()[9] for line in listening if line.split()[3] == "0A"}    # LISTEN, by inode
+        fds = {os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{p.pid}/fd")}
+        assert not any(f"socket:[{inode}]" in fds for inode in mine), "a TCP port nobody asked for"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+
+def test_run_with_bjoerns_host_and_port():
+    """bjoern.run(app, host, port) by position works as it is."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with forkwsgi.Server(apps.echo, host="127.0.0.1", port=port) as srv:
+        assert srv.addresses == [("127.0.0.1", port)]
+    assert forkwsgi.server.address("::1", 9000) == "[::1]:9000"
+    assert forkwsgi.server.address("unix:/run/a.sock", 9000) == "unix:/run/a.sock"

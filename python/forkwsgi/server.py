@@ -39,9 +39,7 @@ class Server:
         if bind is not None and isinstance(bind, str):
             bind = [bind]
         if host is not None or port is not None:
-            h = host or "127.0.0.1"
-            p = 8000 if port is None else port
-            bind = list(bind or []) + [f"[{h}]:{p}" if ":" in h else f"{h}:{p}"]
+            bind = list(bind or []) + [address(host, port)]
         self.settings = config.resolve(options)
         if bind:
             self.settings["bind"] = list(bind)
@@ -207,9 +205,27 @@ def mounted(app, prefix):
     return app_under_prefix
 
 
-def run(app, host="127.0.0.1", port=8000, **options):
-    """Serve `app` until SIGTERM (graceful) or SIGINT (immediate)."""
-    server = Server(app, host=host, port=port, **options)
+def address(host, port):
+    """A --bind address from bjoern's (host, port): "unix:/path" (port
+    unused) or a TCP host (an IPv6 one in brackets), 127.0.0.1 and 8000 by
+    default."""
+    h = host or "127.0.0.1"
+    if h.startswith("unix:"):
+        return h
+    p = 8000 if port is None else port
+    return f"[{h}]:{p}" if ":" in h and not h.startswith("[") else f"{h}:{p}"
+
+
+def run(app, host=None, port=None, *, bind=None, reuse_port=False, **options):
+    """Serve `app` until SIGTERM (graceful) or SIGINT (immediate).
+
+    bjoern's forms work as they are: run(app, host, port) and
+    run(app, "unix:/path"). bind= (one address or a list) serves those and
+    nothing else; with neither, 127.0.0.1:8000. reuse_port is bjoern's
+    flag: one process has no peers to share a port with, so it changes
+    nothing here (forkwsgi --balance reuseport is the pre-forked form)."""
+    server = Server(app, bind, host=host, port=port, **options) if bind is not None or host is not None or \
+        port is not None else Server(app, host="127.0.0.1", port=8000, **options)
     with server:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: server.stop(graceful=True))
