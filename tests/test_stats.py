@@ -218,6 +218,36 @@ def test_uwsgitop_shows_every_worker():
         s.stop()
 
 
+@pytest.mark.skipif(not shutil.which("tmux") or not shutil.which("uwsgitop"), reason="needs tmux and uwsgitop")
+def test_uwsgitop_total_survives_worker_recycles():
+    """Issue 25, item 16: uwsgitop's total (req:) went down at each
+    --max-requests recycle (981 shown for 4,020 served): it sums the
+    workers' "requests", and a new worker started from 0. The requests of
+    ended workers are now reported by the worker that serves their index."""
+    s = start("--workers", "2", "--max-requests", "20", app="apps:hello")
+    session = f"fwrec{os.getpid()}"
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 2)
+        served = 0
+        for _ in range(3):
+            get_each_on_a_new_connection(s.port, 35)
+            served += 35
+        assert wait_for(lambda: s.log().count("max-requests") >= 4, 10), s.log()
+        assert wait_for(lambda: sum(w["requests"] for w in fetch(s.stats_addr)["workers"]) == served, 10), \
+            fetch(s.stats_addr)["workers"]
+        host, port = s.stats_addr
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "40",
+                        f"uwsgitop --frequency 1 {host}:{port}"], check=True, timeout=10)
+
+        def screen():
+            return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                  text=True, timeout=10).stdout
+        assert wait_for(lambda: f"req: {served}" in screen(), 15), screen()
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, timeout=10)
+        s.stop()
+
+
 def test_forkwsgi_top_once_json():
     s = start("--workers", "2", "--threads", "2", app="apps:sleep")
     try:

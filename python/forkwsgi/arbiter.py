@@ -118,6 +118,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         # For the stats server (stats.py): workers started per index (its
         # respawns are one less), --timeout kills per index, reloads.
         self.spawns, self.timeouts = Counter(), Counter()
+        self.retired_requests = Counter()    # requests served by workers that ended, per index (stats.py)
         self.restarts = Counter()    # workers replaced, by reason (metrics.py)
         self.reloads = 0
         # --stats and --metrics: sockets the master answers in its loop.
@@ -485,6 +486,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             if w.ready_fd is not None:
                 os.close(w.ready_fd)
             if w.slot is not None:
+                self.retired_requests[w.index] += self.slots.counters(w.slot)["requests"]
                 self.slots.fold(w.slot)
                 self.slots.release(w.slot)
                 self.slots.pass_on_stranded(self.stopping)

@@ -111,6 +111,7 @@ class InPlaceReload:
     def _adopt_workers(self, st):
         self.reloads = st["reloads"]
         self.spawns.update({int(k): v for k, v in st["spawns"].items()})
+        self.retired_requests.update({int(k): v for k, v in st.get("retired_requests", {}).items()})
         self.timeouts.update({int(k): v for k, v in st["timeouts"].items()})
         self.restarts.update(st["restarts"])
         for d in st["workers"]:
@@ -128,6 +129,7 @@ class InPlaceReload:
                  "bind": self.cfg["bind"],
                  "slots": slots, "offload": None, "reloads": self.reloads + 1,
                  "spawns": dict(self.spawns), "timeouts": dict(self.timeouts), "restarts": dict(self.restarts),
+                 "retired_requests": dict(self.retired_requests),
                  "observers": {obs.name: obs.fileno() for obs in self.observers},
                  "workers": [{"pid": w.pid, "index": w.index, "slot": w.slot, "ready": w.ready,
                               "ready_fd": w.ready_fd, "retiring": w.retiring} for w in self.workers.values()]}

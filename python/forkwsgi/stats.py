@@ -92,10 +92,30 @@ def shown(line, cfg):
     return f"{method} {path}?..." if q else line
 
 
+def heirs(master):
+    """{worker pid: requests of ended workers it reports besides its own}.
+    uwsgitop's total is the sum of the workers' "requests": so that it never
+    goes back when workers are replaced, the requests of the ended workers
+    of an index are reported by the worker serving that index now (not an
+    old one still finishing), or, with none (scaled down), by the current
+    worker of the lowest index."""
+    current = {}
+    for w in sorted(master.workers.values(), key=lambda w: (w.index, w.pid)):
+        if w.slot is not None and not (w.old or w.retiring):
+            current.setdefault(w.index, w.pid)
+    out = {}
+    for index, n in master.retired_requests.items():
+        pid = current.get(index) or (current[min(current)] if current else None)
+        if pid is not None and n:
+            out[pid] = out.get(pid, 0) + n
+    return out
+
+
 def uwsgi_document(master, previous):
     """The stats document for the arbiter `master`. previous: {pid:
     requests} at the last document, updated here (delta_requests)."""
     workers, in_flight = [], 0
+    inherited = heirs(master)
     board = _forkwsgi.sb_read(master.slots.scoreboard)
     now, now_ns = time.time(), time.monotonic_ns()
     totals = dict_copy(master.slots.retired)
@@ -114,7 +134,7 @@ def uwsgi_document(master, previous):
         add_counters(totals, c)
         workers.append({
             "id": w.index, "pid": w.pid, "accepting": int(w.ready and not w.retiring),
-            "requests": requests, "delta_requests": requests - previous.get(w.pid, 0),
+            "requests": requests + inherited.get(w.pid, 0), "delta_requests": requests - previous.get(w.pid, 0),
             "exceptions": c["exceptions"], "harakiri_count": master.timeouts[w.index], "signals": 0,
             # From the same reading as in_flight below, so the two never
             # disagree: a request taken but not yet on an app thread counts.
@@ -141,7 +161,7 @@ def uwsgi_document(master, previous):
                          "durations": c["total_hist"]},
         })
     previous.clear()
-    previous.update({w["pid"]: w["requests"] for w in workers})
+    previous.update({w["pid"]: w["requests"] - inherited.get(w["pid"], 0) for w in workers})
     sockets, queued_total = [], 0
     for s in master.sockets:
         queued, size = listen_queue(s)
