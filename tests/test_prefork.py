@@ -234,7 +234,7 @@ def test_timeout_does_not_count_a_slow_upload(make_server):
 
 
 def test_timeout_replaces_a_stuck_worker_and_logs_its_stack(make_server):
-    s = make_server("apps:sleep", "--workers", "1", "--timeout", "1")
+    s = make_server("apps:sleep", "--workers", "1", "--timeout", "1", "--graceful-timeout", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     stuck = s.worker_pids()[0]
     with Conn(s.port, timeout=15) as c:
@@ -246,6 +246,54 @@ def test_timeout_replaces_a_stuck_worker_and_logs_its_stack(make_server):
     assert 'apps.py", line' in log and "in sleep" in log     # the Python stack of the stuck thread
     r = request(s.port, b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
     assert r.status == 200 and r.body == b"slept"
+
+
+def test_timeout_lets_the_workers_other_requests_finish(make_server, app_mode):
+    """Issue 25, item 5: with timeout 5, a 9 s and a 6 s request on two
+    threads of one worker: gunicorn gthread finished both; forkwsgi killed
+    the worker at 5.7 s and lost both. Now the timed-out worker takes no
+    more work (a new one serves the next clients at once), its other
+    requests finish within --graceful-timeout (the timed-out one too, when
+    it ends in that time), and then it is replaced."""
+    if app_mode == "threads":
+        pytest.skip("sets its own --threads")
+    s = make_server("apps:sleep", "--workers", "1", "--threads", "2", "--timeout", "2",
+                    "--graceful-timeout", "10")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    first = s.worker_pids()[0]
+    results = {}
+
+    def ask(name, t):
+        with Conn(s.port, timeout=30) as c:
+            c.send(f"GET /?t={t} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+            results[name] = c.read_response().status
+    threads = [threading.Thread(target=ask, args=("long", 4.5)), threading.Thread(target=ask, args=("other", 3))]
+    for t in threads:
+        t.start()
+        time.sleep(0.2)
+    assert wait_for(lambda: "timed out" in s.log(), timeout=10), s.log()
+    # a new worker takes the next clients meanwhile
+    assert wait_for(lambda: len(set(s.worker_pids()) - {first}) == 1, timeout=10)
+    r = request(s.port, b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert r.status == 200
+    for t in threads:
+        t.join(30)
+    assert results == {"long": 200, "other": 200}, (results, s.log()[-2000:])
+    assert wait_for(lambda: first not in s.worker_pids(), timeout=15)
+    assert "did not stop within" not in s.log()
+
+
+def test_a_stuck_request_ends_with_its_worker_after_the_graceful_timeout(make_server):
+    """...and one that never ends goes with its worker after the graceful
+    timeout: a retiring worker never lingers for ever."""
+    s = make_server("apps:sleep", "--workers", "1", "--timeout", "1", "--graceful-timeout", "2")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    stuck = s.worker_pids()[0]
+    with Conn(s.port, timeout=20) as c:
+        c.send(b"GET /?t=60 HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert c.is_closed(15)
+    assert "did not stop within --graceful-timeout 2 s (still in 'GET /?t=60'" in s.log(), s.log()[-2000:]
+    assert wait_for(lambda: stuck not in s.worker_pids())
 
 
 def test_timeout_does_not_touch_slow_clients_or_quick_requests(make_server):

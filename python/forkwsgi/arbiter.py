@@ -60,6 +60,8 @@ class WorkerInfo:
         self.retire_reason = None    # why (Arbiter.retire), for the restart counts
         self.hook_worker = None      # what hooks got for it (hooks.Worker)
         self.kept = False            # taken over from the image before a reload whose app did not import
+        self.stopping_since = None   # time.monotonic() when it began to stop (retired, or by itself)
+        self.killed = False          # SIGKILLed for not stopping in time
         self.rss_held = False        # over --max-rss, kept because no replacement can start
 
 
@@ -261,6 +263,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 self.retry_import()
                 self.check_memory()
                 self.check_timeouts()
+                self.check_stopping()
                 self.check_heartbeats()
                 self.manage_workers()
                 if self.slots.stranded:
@@ -448,6 +451,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         reason: reload, max_rss, or scale_down (SIGTTOU: not replaced)."""
         w.retiring = True
         w.retire_reason = reason
+        w.stopping_since = time.monotonic()
         if w.slot is not None:
             self.slots.retire(w.slot)
         self.kill(w.pid, signal.SIGTERM)
@@ -599,15 +603,38 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 continue
             began, t, line = min(stuck)
             self.log.error("Worker %d (pid %d) timed out: %.1f s in %r on app thread %d (--timeout %g); "
-                           "its Python stacks:", w.index, w.pid, (now - began) / 1e9, line, t, limit)
+                           "its Python stacks follow; it takes no more requests, its other requests get "
+                           "--graceful-timeout %g s to finish, and a new worker replaces it", w.index, w.pid,
+                           (now - began) / 1e9, line, t, limit, self.cfg["graceful_timeout"])
             for h in self.log.handlers:
                 h.flush()
             self.kill(w.pid, signal.SIGUSR2)       # faulthandler writes the stack to stderr
-            time.sleep(0.3)
-            w.retiring = True
-            w.retire_reason = "timeout"
             self.timeouts[w.index] += 1
-            self.kill(w.pid, signal.SIGKILL)
+            # As any retirement: no new work, idle connections handed on, the
+            # requests in flight on its other threads finish; the stuck one
+            # ends with the worker (check_stopping).
+            self.retire(w, "timeout")
+
+    def check_stopping(self):
+        """A worker that stops (retiring, or retiring by itself at
+        --max-requests) while a call into the app never returns would never
+        exit: past --graceful-timeout it is killed, and replaced."""
+        now = time.monotonic()
+        board = None
+        for w in list(self.workers.values()):
+            if w.stopping_since is None and w.slot is not None and not w.retiring:
+                board = board or self.slots.states()
+                if board[w.slot] == "draining":
+                    w.stopping_since = now         # it stops by itself: from now
+            if w.stopping_since is None or w.killed:
+                continue
+            if now - w.stopping_since > self.cfg["graceful_timeout"] + 1.0:
+                serving = self.requests_in_app(w)
+                self.log.warning("Worker %d (pid %d) did not stop within --graceful-timeout %g s%s: killing it",
+                                 w.index, w.pid, self.cfg["graceful_timeout"],
+                                 f" (still in {serving})" if serving else "")
+                w.killed = True
+                self.kill(w.pid, signal.SIGKILL)
 
     def check_heartbeats(self):
         """--heartbeat-timeout: a worker whose loop has stopped turning with

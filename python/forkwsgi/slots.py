@@ -167,6 +167,10 @@ class WorkerSlots:
         while on: the master cannot replace it now."""
         _forkwsgi.sb_hold(self.scoreboard, slot, on)
 
+    def states(self):
+        """Each slot's state: "free", "alive" or "draining" (stopping)."""
+        return [s["state"] for s in _forkwsgi.sb_read(self.scoreboard)]
+
     def beats(self):
         """Each slot's last loop pass (CLOCK_MONOTONIC ms), 0 before the
         first; None for a worker whose loop has ended (stopping, retiring:
