@@ -618,7 +618,9 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
     def check_stopping(self):
         """A worker that stops (retiring, or retiring by itself at
         --max-requests) while a call into the app never returns would never
-        exit: past --graceful-timeout it is killed, and replaced."""
+        exit. It has --graceful-timeout for its requests, then as long again
+        for the app's atexit handlers (worker.run_atexit); past both it is
+        killed, and replaced."""
         now = time.monotonic()
         board = None
         for w in list(self.workers.values()):
@@ -628,11 +630,11 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                     w.stopping_since = now         # it stops by itself: from now
             if w.stopping_since is None or w.killed:
                 continue
-            if now - w.stopping_since > self.cfg["graceful_timeout"] + 1.0:
+            if now - w.stopping_since > 2 * self.cfg["graceful_timeout"] + 1.0:
                 serving = self.requests_in_app(w)
                 self.log.warning("Worker %d (pid %d) did not stop within --graceful-timeout %g s%s: killing it",
                                  w.index, w.pid, self.cfg["graceful_timeout"],
-                                 f" (still in {serving})" if serving else "")
+                                 f" (still in {serving})" if serving else " (nor its atexit handlers)")
                 w.killed = True
                 self.kill(w.pid, signal.SIGKILL)
 
