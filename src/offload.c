@@ -399,8 +399,9 @@ static PyObject *new_record(PyTypeObject *type, const fw_offload_rec *r, PyObjec
  * but not appended again (no entry). taken: how many records were taken.
  * state: "empty" (nothing more now) or "more". end: the ring position
  * after the last record.
- * journal_fd -1: read without journaling and without freeing (a stop on a
- * full disk sends them from memory): entries (record, None, end), and
+ * journal_fd -1: read without journaling and without freeing (the
+ * journal's disk is full: they go to the sink from memory): entries
+ * (record, None, end), end the ring position after that record, and
  * ring_release(end) frees them once delivered. A journal write that fails
  * raises OSError: nothing is freed, the records stay in the ring. */
 static PyObject *ring_take(PyObject *mod, PyObject *args)
@@ -455,8 +456,12 @@ static PyObject *ring_take(PyObject *mod, PyObject *args)
         }
         offset += rec.h.total;
         PyObject *r = new_record(type, &rec, &topic);
-        /* The end of a record read straight from the ring: set below. */
-        PyObject *e = r ? Py_BuildValue("(NOK)", r, jfd >= 0 ? seg : Py_None, offset) : NULL;
+        /* Read straight from the ring, a record's end is its own ring
+         * position: releasing it after its batch is delivered must never
+         * free the records of the batches after it. */
+        PyObject *e = r ? Py_BuildValue("(NOK)", r, jfd >= 0 ? seg : Py_None,
+                                        jfd >= 0 ? offset : (unsigned long long)at)
+                        : NULL;
         if (!e || PyList_Append(list, e) < 0) {
             Py_XDECREF(e);
             goto fail;
@@ -474,15 +479,6 @@ static PyObject *ring_take(PyObject *mod, PyObject *args)
             goto fail;
         }
         fw_ring_release(&g_reader.ring, at);   /* journaled: the room goes back */
-    } else {
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
-            PyObject *end = PyLong_FromUnsignedLongLong(at);
-            if (!end)
-                goto fail;
-            /* The entry is ours alone until it is returned: filled in place. */
-            PyObject *e = PyList_GET_ITEM(list, i);
-            Py_SETREF(((PyTupleObject *)e)->ob_item[2], end);
-        }
     }
     g_reader.pos = at;
     PyMem_Free(fresh);

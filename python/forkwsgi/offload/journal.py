@@ -47,8 +47,18 @@ class Journal:
         self.state_fd = None
         self.state_dirty = False
         self._load_state()
+        try:
+            # Now, while there is room (the first start): from then on the
+            # state is written in place, a full disk or not.
+            self.state_fd = self._make_state_file()
+        except OSError as e:
+            log.error("offload: cannot allocate the journal state in %s (%s): acknowledgements are saved "
+                      "once there is room", directory, e.strerror or e)
         segs = self.segments()
-        self.seg = max(segs) if segs else self.state["segment"]
+        # No segment left (every one delivered and deleted): the next one
+        # after the acknowledged one, or its first records would sit before
+        # the acknowledged offset.
+        self.seg = max(segs) if segs else self.state["segment"] + (1 if self.state["offset"] else 0)
         self.fd = self._open_segment(self.seg)
         self.size = os.fstat(self.fd).st_size
         # A predecessor killed inside a write to this segment may have left
@@ -177,13 +187,30 @@ class Journal:
             if n < seg:
                 os.unlink(self.seg_path(n))
         if seg != self.seg:
+            # An older segment (a predecessor's, delivered after a restart):
+            # nothing is appended to it any more. Its room goes back too, or
+            # a full disk would stay full until the current one is acknowledged.
+            path = self.seg_path(seg)
+            with contextlib.suppress(FileNotFoundError):
+                if off >= os.path.getsize(path):
+                    os.unlink(path)           # the current segment, after it, stays: never an empty journal
+                else:
+                    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                    try:
+                        self._forget(fd, off)
+                    finally:
+                        os.close(fd)
             return
-        if self.can_forget and not _forkwsgi.offload_forget(self.fd, off):
-            self.can_forget = False           # no holes here: delivered segments go whole
+        self._forget(self.fd, off)
         if not self.can_forget and off == self.size and self.size >= ROLL_DELIVERED:
             # All of it delivered: a successor starts after it, from the new one.
             self._next_segment()
             os.unlink(self.seg_path(seg))
+
+    def _forget(self, fd, off):
+        """Punch out a segment's bytes before off (delivered)."""
+        if self.can_forget and not _forkwsgi.offload_forget(fd, off):
+            self.can_forget = False           # no holes here: delivered segments go whole
 
     def save_state(self):
         """Write the state into the older of the two slots (in place: no new
@@ -223,10 +250,11 @@ class Journal:
         earlier versions; else the start."""
         path = os.path.join(self.dir, STATE)
         best = None
-        if os.path.exists(path):
-            self.state_fd = self._make_state_file()
+        # Read as it is: it may be shorter than its two slots (allocating
+        # them failed on a full disk; they are allocated after reading).
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
             for slot in (0, 1):
-                raw = os.pread(self.state_fd, STATE_SLOT, slot * STATE_SLOT)
+                raw = os.pread(f.fileno(), STATE_SLOT, slot * STATE_SLOT)
                 if len(raw) < STATE_HDR.size:
                     continue
                 magic, n, gen, crc = STATE_HDR.unpack_from(raw)

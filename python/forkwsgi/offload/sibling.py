@@ -142,9 +142,10 @@ class Priority:
 
 class DiskTrouble:
     """Writes to --offload-dir that fail (a full disk, EIO). The sibling
-    goes on: records stay where they wait (the queue, spill files), each
-    failure is counted, logged at most once a second, and the write is tried
-    again after a pause (0.1 s, doubling up to 1 s) until it works."""
+    goes on: records stay where they wait (the queue, spill files) until
+    the sink has them (Sibling.read_mode), each failure is counted, logged
+    at most once a second, and the write is tried again after a pause (0.1
+    s, doubling up to 1 s) until it works."""
 
     def __init__(self, stats, directory):
         self.stats = stats
@@ -153,6 +154,7 @@ class DiskTrouble:
         self.failures = 0              # in this run
         self.unlogged = 0
         self.logged_at = 0.0
+        self.told = False              # this run was logged: its end will be
         self.retry_at = 0.0
 
     @property
@@ -172,17 +174,20 @@ class DiskTrouble:
         self.unlogged += 1
         self.retry_at = now + min(0.1 * 2 ** min(self.failures - 1, 4), 1.0)
         if now - self.logged_at >= 1.0:
-            log.error("offload: cannot write %s in %s (%s): %d failed write(s); records wait in the queue "
-                      "and spill files and are journaled once there is room",
+            log.error("offload: cannot write %s in %s (%s): %d failed write(s); records go to the sink "
+                      "straight from the queue and spill files until there is room",
                       what, self.dir, err.strerror or err, self.unlogged)
-            self.logged_at, self.unlogged = now, 0
+            self.logged_at, self.unlogged, self.told = now, 0, True
 
     def ok(self):
         """A journal write worked."""
         if self.since is not None:
-            log.warning("offload: %s is writable again (%d failed write(s) in %.1f s)",
-                        self.dir, self.failures, time.monotonic() - self.since)
-            self.since, self.failures, self.unlogged, self.retry_at = None, 0, 0, 0.0
+            # (Only after a logged run: a disk that fills and empties all
+            # the time gives one pair of lines a second, not one per run.)
+            if self.told:
+                log.warning("offload: %s is writable again (%d failed write(s) in %.1f s)",
+                            self.dir, self.failures, time.monotonic() - self.since)
+            self.since, self.failures, self.retry_at, self.told = None, 0, 0.0, False
 
 
 def open_reader(cfg):
@@ -230,6 +235,7 @@ class Sibling:
         self.in_flight = collections.deque()    # Batch, in order
         self.stop_at = None
         self.stop_reading = False
+        self.stop_asked = None                   # monotonic time of request_stop
         self.stats = dict.fromkeys(SIB_NAMES, 0)
         if counters is not None:      # a replacement sibling: the totals go on
             prev = dict(zip(SIB_NAMES, SIB.unpack_from(counters, 0)))
@@ -238,12 +244,14 @@ class Sibling:
         self.dups = None                         # keys of unacked journal records (resume): a predecessor's
         self.last_taken = 0.0                    # monotonic time the last records were taken from the ring
         self.next_spill_scan = 0.0
+        self.spill_looked = 0.0                  # monotonic time the last look at the spill files began
         self.priority = priority
         self.spill_backlog = False               # records wait in spill files
         self.queue_backlog = False               # the last read stopped before the queue was empty
         self.disk = DiskTrouble(self.stats, cfg["offload_dir"])
         self.spills = SpillCollector(cfg["offload_spill_dir"], self.journal, self.disk, producers_alive)
-        self.sent_direct = 0                     # delivered straight from the queue (a stop on a full disk)
+        self.sent_direct = 0                     # delivered straight from the queue or a spill file
+        self.direct_held = 0                     # records held that were read straight (not journaled)
 
     # -- reading ------------------------------------------------------------
 
@@ -262,20 +270,35 @@ class Sibling:
         if used:
             log.info("offload: the ring holds %d bytes of records from before this sibling: delivering them", used)
 
-    def read_queue(self, limit=4096):
+    def read_mode(self):
+        """How records are read now, from the ring and the spill files:
+        "journal"; "direct" while the journal cannot be written (a full
+        disk): straight to the sink, their room given back only once they
+        are delivered, so that a full disk never stops offload while the
+        sink takes records; None: the journal is due to be tried again,
+        after the records read straight are delivered (reading into the
+        journal frees the ring up to where it read, and moves a spill
+        file's offset past what it read: theirs too)."""
+        if not self.disk.failing:
+            return "journal"
+        if self.disk.wait():
+            return "direct"
+        return None if self.direct_held else "journal"
+
+    def read_queue(self, limit=4096, direct=False):
         """Move up to `limit` records from the ring into the journal: read in
         place, appended in one write, and only then freed (in C:
         _forkwsgi.ring_take). Returns how many were taken.
 
-        A stop on a full disk reads them without journaling (pending with
-        the ring position after them, freed once delivered): the sink
-        straight from memory is their way out of a pod that is going away."""
+        direct (the journal's disk is full): read without journaling, pending
+        with the ring position after each, freed once delivered."""
         n = 0
-        direct = self.disk.failing and self.stop_at is not None
         while n < limit:
             try:
                 if direct:
-                    entries, taken, state, _ = _forkwsgi.ring_take(-1, limit - n, 1 << 62, None, Record, None, 0)
+                    entries, taken, state, _ = _forkwsgi.ring_take(-1, limit - n, 1 << 62, self.dups, Record,
+                                                                   None, 0)
+                    self.direct_held += len(entries)
                 else:
                     taken, state, entries = self.journal.take(limit - n, self.dups)
                     self.stats["journaled"] += len(entries)
@@ -296,11 +319,16 @@ class Sibling:
                 break
         return n
 
-    def collect_spills(self):
+    def collect_spills(self, direct=False):
         """Journal what waits in the workers' spill files (spills.py), as far
-        as --offload-max-pending allows. True if records were left there."""
+        as --offload-max-pending allows; direct: take it without journaling
+        (delivered from there, spills.delivered). True if records were left
+        there."""
         room = self.cfg["offload_max_pending"] - len(self.pending) - self.in_flight_records()
-        left = self.spills.collect(room, self.pending.append)
+        n = len(self.pending)
+        left = self.spills.collect(room, self.pending.append, direct)
+        if direct:
+            self.direct_held += len(self.pending) - n
         self.stats["journaled"] += self.spills.journaled
         self.spills.journaled = 0
         return left
@@ -354,7 +382,7 @@ class Sibling:
         is handed over again (the sink may hold some of its records twice:
         at least once); from the first, in order, the delivered ones are
         acknowledged in the journal (one state write for all of them) or,
-        read straight from the ring, freed there."""
+        read straight from the ring or a spill file, freed there."""
         now = time.monotonic()
         for b in self.in_flight:
             if b.ticket is None or not b.ticket.done or b.settled:
@@ -365,6 +393,9 @@ class Sibling:
                     self.set_aside([(b.entries[i][0], reason) for i, reason in rejected])
                 b.settled = True
                 self.backoff = 0.1
+                for w in self.in_flight:          # the sink is back: what waits after a failure goes now
+                    if w.ticket is None:
+                        w.resend_at = min(w.resend_at, now)
             except SinkDiskError as e:
                 # Refused records that cannot be set aside are not lost: the
                 # batch is sent again (its accepted records twice).
@@ -377,16 +408,21 @@ class Sibling:
                 self._resend(b, now + self.backoff)
                 self.backoff = min(self.backoff * 2, 5.0)
         acked = released = None
+        spilled = {}                              # spill file name -> offset after its last delivered record
         n = 0
         while self.in_flight and self.in_flight[0].settled:
             b = self.in_flight.popleft()
             n += 1
             for _, seg, end in b.entries:
+                if isinstance(seg, int):          # journal segment
+                    acked = (seg, end)
+                    continue
                 if seg is None:                   # read straight from the ring
                     released = end if released is None else max(released, end)
-                    self.sent_direct += 1
-                else:
-                    acked = (seg, end)
+                else:                             # straight from the spill file named seg
+                    spilled[seg] = end
+                self.sent_direct += 1
+                self.direct_held -= 1
             self.stats["delivered"] += len(b.entries)
             self.stats["batches"] += 1
         if acked is not None:
@@ -396,6 +432,11 @@ class Sibling:
                 self.disk.failed("the journal state", e)
         if released is not None:
             _forkwsgi.ring_release(released)
+        if spilled:
+            try:
+                self.spills.delivered(spilled)
+            except OSError as e:                  # kept in memory; saved with the next state write
+                self.disk.failed("the journal state", e)
         return n > 0
 
     def _resend(self, b, when):
@@ -472,6 +513,8 @@ class Sibling:
         stops); else only deliver what was taken (a successor takes over)."""
         self.stop_at = deadline
         self.stop_reading = not read
+        self.stop_asked = time.monotonic()
+        self.next_spill_scan = 0.0
 
     def run(self):
         prepare = getattr(self.sink, "prepare", None)
@@ -482,17 +525,18 @@ class Sibling:
             now = time.monotonic()
             if self.journal.state_dirty and not self.disk.wait():
                 self._save_state()
-            if now >= self.next_spill_scan and not self.disk.wait():
-                self.spill_backlog = self.collect_spills()
+            if now >= self.next_spill_scan and self.read_mode():
+                self.spill_backlog = self.collect_spills(self.read_mode() == "direct")
                 self.next_spill_scan = now + (0.05 if self.spill_backlog else 0.5)
+                self.spill_looked = now
             room = self.cfg["offload_max_pending"] - len(self.pending) - self.in_flight_records()
             self.queue_backlog = room <= 0
-            # A full disk: the journal is tried again after a pause, except
-            # in a stop (then records go to the sink straight from the queue).
-            disk_ok = not self.disk.wait() or (self.stop_at is not None and self.disk.failing)
-            if room > 0 and not self.stop_reading and disk_ok:
+            # A full disk: records go to the sink straight from the queue,
+            # and the journal is tried again after a pause.
+            mode = self.read_mode()
+            if room > 0 and not self.stop_reading and mode:
                 limit = min(room, 4096)
-                self.queue_backlog = self.read_queue(limit) >= limit
+                self.queue_backlog = self.read_queue(limit, mode == "direct") >= limit
                 self.publish()
             if self.priority is not None:
                 oldest = self.oldest_ts()
@@ -502,16 +546,23 @@ class Sibling:
             delivered = self.deliver(force=self.stop_at is not None)
             self.publish()
             if self.stop_at is not None:
-                # Draining: read what is queued, deliver it, stop when both
-                # are empty or the graceful timeout is up (what is left stays
-                # journaled for the next start).
-                queued = not self.stop_reading and _forkwsgi.ring_has_data()
+                # Draining: read what is queued (the ring, the spill files:
+                # a pod that goes away has no next start), deliver it, stop
+                # when both are empty or the graceful timeout is up (what is
+                # left stays where it is for the next start).
+                # (The producers have stopped: what they spilled last is
+                # known only to a look at the spill files begun since.)
+                spilled = self.spill_backlog or self.spill_looked < self.stop_asked
+                queued = not self.stop_reading and (_forkwsgi.ring_has_data() or spilled)
                 held = self.pending or self.in_flight
                 if not held and not queued or time.monotonic() >= self.stop_at:
                     break
                 if not delivered and held:
                     resend = self.next_resend()
                     self.wait(min(0.05, resend if resend is not None else 0.05))
+                elif not held:
+                    self.next_spill_scan = 0.0    # only spill files wait: read them now
+                    time.sleep(0.01)              # (not in a tight loop if one cannot be read yet)
                 continue
             if self.pending or self.in_flight:
                 # A batch is forming, or the sink has batches: sleep until
@@ -528,9 +579,6 @@ class Sibling:
                 timeout = min(due) if due else self.linger
                 self.wait(min(max(timeout, 0.001), 0.05 if room <= 0 else self.linger))
                 continue
-            if self.disk.failing:
-                time.sleep(max(self.disk.wait(), 0.01))   # records wait in the queue for room
-                continue
             if time.monotonic() - self.last_taken < self.FLOWING:
                 # Records came a moment ago, more are likely: look again on a
                 # timer, so that no producer has to wake us (a futex wake is a
@@ -539,23 +587,21 @@ class Sibling:
                 time.sleep(min(max(self.linger, 0.001), 0.05))
                 continue
             _forkwsgi.ring_wait(500)             # idle: the first record wakes us (futex, no GIL)
-        if not self.disk.failing:
+        if self.read_mode() == "journal":        # never behind records read straight and not delivered
             self.collect_spills()
         try:
             self.journal.sync()
         except OSError as e:
             self.disk.failed("the journal", e)
         if self.sent_direct:
-            log.warning("offload: %d record(s) sent straight from the queue: the journal's disk was full",
-                        self.sent_direct)
+            log.warning("offload: %d record(s) sent straight from the queue and the spill files: the journal's "
+                        "disk was full", self.sent_direct)
         held = list(self.pending) + [e for b in self.in_flight for e in b.entries]
-        left = sum(1 for _, seg, _ in held if seg is not None)
-        if left:
+        if held:
+            # Where they were read from: the journal, or (read straight) the
+            # ring and the spill files, which free them only once delivered.
             log.warning("offload: %d record(s) not delivered before the stop: kept in %s for the next start",
-                        left, self.journal.dir)
-        if len(held) > left:
-            log.error("offload: %d record(s) taken from the queue on a full disk could not be delivered "
-                      "before the stop: lost", len(held) - left)
+                        len(held), self.journal.dir)
         log.info("offload: %s", ", ".join(f"{n} {self.stats[n]}" for n in SIB_NAMES if n != "oldest_ts"))
         close = getattr(self.sink, "close", None)
         if close:

@@ -4,12 +4,16 @@ A worker appends a record to its spill file when the queue is full (or the
 record is too large for it); the sibling copies whole records from there
 into the journal, remembers in the journal's state how far it read each
 file, and deletes a file it has read to the end (or to half a record that
-no one will finish).
+no one will finish). While the journal cannot be written (a full disk), the
+records go to the sink straight from the file instead: once delivered, the
+state remembers how far, and their room in the file is given back.
 """
+import contextlib
 import fcntl
 import logging
 import os
 
+from .. import _forkwsgi
 from .records import HDR, BadRecord, length, parse
 
 log = logging.getLogger("forkwsgi")
@@ -25,12 +29,19 @@ class SpillCollector:
         self.producers_alive = producers_alive or _pid_alive
         self.room = 0
         self.journaled = 0               # records journaled, for the sibling's counter
+        self.unsettled = {}              # name -> offset read up to, straight, not all delivered yet
 
-    def collect(self, room, take):
+    def collect(self, room, take, direct=False):
         """Copy whole records from the workers' spill files into the journal,
         at most `room` records (the rest waits in the file); take(entry) gets
         each journaled record as (Record, segment, end offset). Returns True
         if records were left waiting in a file.
+
+        direct: the journal cannot be written; take(entry) gets each record
+        as (Record, file name, end offset in the file), to be delivered
+        straight from there (delivered() then says so). Only the sibling's
+        read_mode() mixes the two: never a journaled read of a file while
+        records read straight from it are not delivered.
 
         A file read to the end is deleted, also while its worker lives. The
         producer takes the file's lock for every append; the sibling takes
@@ -51,51 +62,90 @@ class SpillCollector:
         left = False
         self.room = room
         for name in names:
-            if self.room <= 0 or self.disk.wait():
+            if self.room <= 0 or (not direct and self.disk.wait()):
                 return True
             try:
                 pid = int(name[6:-4].split("-")[0])
             except ValueError:
                 continue
-            left |= self._collect_one(os.path.join(self.spill_dir, name), name, self.producers_alive(pid), take)
+            left |= self._collect_one(os.path.join(self.spill_dir, name), name, self.producers_alive(pid), take,
+                                      direct)
         return left
 
-    def _collect_one(self, path, name, alive, take):
-        done = self.journal.state["spill"].get(name, 0)
+    def delivered(self, ends):
+        """Records read straight from spill files were delivered: `ends`
+        maps a file's name to the offset after the last of them. Saved in
+        the state (in place: no new block needed), then their room in the
+        file is given back (a hole punched at its head: only once the state
+        says so, a successor never reads in a hole); a file delivered to its
+        end is deleted by the next scan. OSError: the state could not be
+        saved (it is, with the next state write)."""
+        for name, end in ends.items():
+            self.journal.state["spill"][name] = end
+            if self.unsettled.get(name) == end:
+                del self.unsettled[name]
+        self.journal.save_state()
+        for name, end in ends.items():
+            with contextlib.suppress(FileNotFoundError):
+                fd = os.open(os.path.join(self.spill_dir, name), os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    _forkwsgi.offload_forget(fd, end)
+                finally:
+                    os.close(fd)
+
+    def _collect_one(self, path, name, alive, take, direct):
+        done = self.journal.state["spill"].get(name, 0)      # journaled, or delivered
+        # Read on from here; past done only in direct mode (read_mode()
+        # reads into the journal only once everything read straight is
+        # delivered).
+        start = self.unsettled.get(name, done)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)       # (written only to give its blocks back)
         except FileNotFoundError:
+            self.unsettled.pop(name, None)
             return False
         try:
             with _Locked(fd, wait=False):             # not locked (being appended): read what is whole
-                data = os.pread(fd, _read_size(fd, done), done)
+                data = os.pread(fd, _read_size(fd, start), start)
             view = memoryview(data)                     # the journal gets slices of it, not copies
             off = 0
+            taken = 0                                   # read straight, to be delivered
             incomplete = False                          # stopped at a record not all there
             while off < len(data) and self.room > 0:
                 try:
                     rec, size = parse(data, off)
                 except BadRecord:
+                    if direct and (taken or start != done):
+                        break       # skipped once what was read before it is delivered (the state is there then)
                     log.error("offload: spill file %s is damaged at offset %d: skipping the rest of it",
-                              path, done + off)
+                              path, start + off)
                     off = len(data)
                     break
                 if rec is None:
                     incomplete = True
                     break
-                try:
-                    seg, end = self.journal.append(view[off:off + size])
-                except OSError as e:
-                    self.disk.failed("the journal", e)   # the rest waits in the spill file
-                    break
-                self.disk.ok()
-                take((rec, seg, end))
+                if direct:
+                    take((rec, name, start + off + size))
+                    taken += 1
+                else:
+                    try:
+                        seg, end = self.journal.append(view[off:off + size])
+                    except OSError as e:
+                        self.disk.failed("the journal", e)   # the rest waits in the spill file
+                        break
+                    self.disk.ok()
+                    take((rec, seg, end))
+                    self.journaled += 1
                 self.room -= 1
-                self.journaled += 1
                 off += size
+            if direct and (taken or start != done):
+                # Read, not delivered yet: the file stays as it is until they are.
+                self.unsettled[name] = start + off
+                return os.fstat(fd).st_size > start + off
             if off:
-                # Journaled before the file forgets them; if that cannot be
-                # made sure, they are collected again (twice, never lost).
+                # Journaled (or skipped as damaged) before the file forgets
+                # them; if that cannot be made sure, they are collected again
+                # (twice, never lost).
                 try:
                     self.journal.sync()
                     self.journal.state["spill"][name] = done + off
@@ -121,6 +171,13 @@ class SpillCollector:
                 deleted = quiet and (size == collected or cut_off)
                 if deleted:
                     os.unlink(path)
+                    # Its blocks go back now, not when its worker, which
+                    # still has it open, next spills and finds it gone (a
+                    # full disk would stay full meanwhile). After the
+                    # unlink: a file cut short under its name would be
+                    # appended to below the offset the state keeps.
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, 0)
             if cut_off:
                 log.warning("offload: spill file %s ends in half a record (an append cut off: its worker "
                             "was killed, or the disk failed; that record was never acknowledged): deleted "
