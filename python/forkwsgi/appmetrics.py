@@ -35,8 +35,10 @@ class AppMetrics:
         self.own = own
 
     @classmethod
-    def setup(cls):
-        """For the master, before the app is imported. None without prometheus_client."""
+    def setup(cls, owner=None):
+        """For the master, before the app is imported. None without
+        prometheus_client. owner: --user/--group (process.Owner), whose
+        workers write their files into our directory too."""
         # Not imported here: prometheus_client picks its value class (in
         # files or in memory) when first imported, from the variable below.
         if importlib.util.find_spec("prometheus_client") is None:
@@ -47,6 +49,8 @@ class AppMetrics:
         if os.environ.get(ENV):
             return cls(os.environ[ENV], False)          # the operator's
         d = tempfile.mkdtemp(prefix="forkwsgi-prometheus-")
+        if owner:
+            owner.share_dir(d)
         os.environ[ENV] = os.environ[OURS] = d
         return cls(d, True)
 
@@ -82,14 +86,22 @@ class AppMetrics:
                 for key, value, timestamp, _ in MmapedDict.read_all_values_from_file(path):
                     sums[key] = (sums.get(key, (0.0, 0.0))[0] + value, timestamp)
         tmp = archive + ".new"
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
-        out = MmapedDict(tmp)
+        # Under --user the workers may add files here: the master writes
+        # only into a file it made (O_EXCL: a link left under that name is
+        # not followed), opened again through its descriptor, whatever a
+        # worker puts under the name meanwhile.
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
-            for key, (value, timestamp) in sums.items():
-                out.write_value(key, value, timestamp)
+            out = MmapedDict(f"/proc/self/fd/{fd}")
+            try:
+                for key, (value, timestamp) in sums.items():
+                    out.write_value(key, value, timestamp)
+            finally:
+                out.close()
         finally:
-            out.close()
+            os.close(fd)
         os.replace(tmp, archive)          # a scrape (this same thread) never sees half of it
 
     def close(self):

@@ -32,6 +32,7 @@ from collections import Counter
 
 from . import appload, appmetrics, binding, config, hooks, logs, metrics, observer, process, reexec, stats, systemd, worker
 from .offload.queue import OffloadQueue
+from .offload.sinks import sink_file
 from .offload.supervisor import ForkStarter, Supervisor
 from .slots import WorkerSlots
 
@@ -157,6 +158,11 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             # listening socket of its own in the group.
             self.sockets.append(binding.create(addr, self.cfg["backlog"],
                                                reuseport=self.balance == "reuseport"))
+            if self.owner and binding.parse(addr)[0] == "unix":
+                # gunicorn's: a socket it made is the user's, whose clients
+                # may be the user's too (the mode is the umask's); one
+                # systemd passed (fd://) is left as it is.
+                self.owner.give(binding.describe(self.sockets[-1])[0])
         kept = dict(st["observers"]) if st else {}
         for name, kind in (("stats", stats.StatsServer), ("metrics", metrics.MetricsServer)):
             fd = kept.pop(name, None)
@@ -173,17 +179,19 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             # outlives any worker or sibling (and an in-place reload: its
             # counters are in a memfd).
             ocfg = self.cfg if self.cfg["offload_sink"] else dict(self.cfg, **inherited_queue["cfg"])
-            queue = OffloadQueue(ocfg, self.slots.nslots, shared_fd=True, inherited=inherited_queue)
-            self.offload = Supervisor(queue, ForkStarter(queue, self._close_in_sibling), self.log)
+            queue = OffloadQueue(ocfg, self.slots.nslots, shared_fd=True, inherited=inherited_queue,
+                                 owner=self.owner)
+            self.offload = Supervisor(queue, ForkStarter(queue, self._close_in_sibling, self.owner), self.log)
             self.log.info("%s", queue.describe())
             if inherited_queue and inherited_queue["sibling"]:
                 self.offload.adopt(inherited_queue["sibling"])      # it hands over to a new one
-            if self.owner:
-                self.owner.give(queue.cfg["offload_spill_dir"])     # workers spill there
         if self.cfg["metrics"]:
-            self.app_metrics = appmetrics.AppMetrics.setup()     # before the app imports prometheus_client
+            # Before the app imports prometheus_client.
+            self.app_metrics = appmetrics.AppMetrics.setup(self.owner)
             if self.app_metrics and not st:
                 self.log.info("App metrics: prometheus_client's multiprocess files in %s", self.app_metrics.dir)
+        if self.owner and not st:
+            self._check_owner_can_write()
         if st:
             self._adopt_workers(st)
             self.notifier.tick()      # a watchdog keep-alive before the import, which may take a while
@@ -228,6 +236,32 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             self.log.info("Reloaded in place (same PID %d): %d running worker(s) taken over; %s", self.pid,
                           len(self.workers), "they serve on (no new code)" if self.no_app else
                           "each retires once a new one is ready")
+
+    def discard(self):
+        """start() failed: remove what it made that would outlive us (the
+        app metrics' directory)."""
+        if self.app_metrics:
+            self.app_metrics.close()
+
+    def _check_owner_can_write(self):
+        """--user: what its processes write in is usable by it (a parent
+        directory closed to it, a --spool-dir of root's): one line now, not
+        a 500 for every request that spools a body or counts a metric, or a
+        sibling that dies at every start."""
+        dirs = os.W_OK | os.X_OK
+        wanted = [(self.cfg["spool_dir"], dirs, "--spool-dir")] if self.cfg["spool_dir"] else []
+        if self.app_metrics:
+            wanted.append((self.app_metrics.dir, dirs, "the app metrics' directory (PROMETHEUS_MULTIPROC_DIR)"))
+        if self.offload:
+            ocfg = self.offload.queue.cfg
+            wanted.append((ocfg["offload_dir"], dirs, "--offload-dir"))
+            if sink_file(ocfg["offload_sink"]):
+                wanted.append((sink_file(ocfg["offload_sink"]), os.W_OK, "the --offload-sink file"))
+        bad = self.owner.unusable([(path, mode) for path, mode, _ in wanted])
+        if bad:
+            raise config.ConfigError("; ".join(f"{what} {path}: uid {self.owner.uid} gid {self.owner.gid} "
+                                               "(--user/--group) cannot write there"
+                                               for path, _, what in wanted if path in bad))
 
     def _close_in_sibling(self):
         """In the forked sibling: close what belongs to the master."""

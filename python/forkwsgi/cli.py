@@ -196,13 +196,16 @@ def run_master(app_spec, cfg, notifier, argv=None, cwd=None, hook_fns=None, owne
     try:
         master.start()
     except (binding.BindError, appload.AppImportError, config.ConfigError) as e:
+        master.discard()
         return fail(e)
     except Exception:
+        master.discard()
         log.exception("error while importing the app %r", app_spec)
         return 1
     try:
         pidfile = process.PidFile(cfg["pidfile"]) if cfg["pidfile"] else None
     except OSError as e:
+        master.discard()
         return fail(f"--pid {cfg['pidfile']}: {e.strerror}")
     try:
         return master.run()

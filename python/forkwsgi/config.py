@@ -333,9 +333,10 @@ SETTINGS = [
     Setting("umask", ["--umask"], None, _umask, metavar="MASK", section="General",
             help="the file mode mask of the server's processes (octal, e.g. 027)"),
     Setting("user", ["-u", "--user"], None, _user, metavar="USER", section="Processes",
-            help="workers run as this user (name or uid), the master keeps its own: it drops privileges in "
-                 "each worker after the sockets are bound (needs root); the files workers write (access "
-                 "log, error log, offload spill directory) are given to it"),
+            help="workers and the offload sibling run as this user (name or uid), the master keeps its own "
+                 "(needs root; with the default preload it imports the app as root: --lazy-apps does not); "
+                 "the files they write (the logs, a unix socket, --offload-dir, the metrics directory) are "
+                 "given to it"),
     Setting("group", ["-g", "--group"], None, _group, metavar="GROUP", section="Processes",
             help="workers run as this group (name or gid; default: the user's primary group)"),
     Setting("initgroups", ["--initgroups"], False, _bool, section="Processes",

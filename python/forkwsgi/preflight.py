@@ -27,6 +27,19 @@ def main(argv):
         return 1
     try:
         process.prepare_import(cfg)
+    except OSError as e:
+        print(f"cannot change to {cfg['chdir']}: {e.strerror}", file=sys.stderr)
+        return 1
+    if cfg["lazy_apps"] and (cfg["user"] or cfg["group"]):
+        # Only the workers import the app then, as --user: so does the
+        # check (root never runs the app's code; a file only root may read
+        # fails here as it would in them).
+        try:
+            process.Owner(cfg["user"], cfg["group"], cfg["initgroups"]).become()
+        except OSError as e:
+            print(f"--user/--group: cannot switch: {e.strerror}", file=sys.stderr)
+            return 1
+    try:
         appload.load(app_spec)
     except appload.AppImportError as e:
         print(e, file=sys.stderr)

@@ -8,6 +8,7 @@ import ctypes
 import logging
 import os
 import signal
+import stat
 import sys
 import time
 
@@ -192,13 +193,83 @@ class Owner:
 
     def give(self, path):
         """Make a file or directory the workers write theirs (as gunicorn does
-        for its log files); only a root master can, and only needs to."""
-        if path and os.geteuid() == 0 and self.needed() and os.path.exists(path):
+        for its log files and unix sockets); only a root master can, and only
+        needs to."""
+        if path and self._root_over_another() and os.path.exists(path):
             os.chown(path, self.uid, self.gid)
 
+    def _root_over_another(self):
+        return os.geteuid() == 0 and self.needed()
+
+    def give_tree(self, top, keep=()):
+        """A directory forkwsgi made for its processes (--offload-dir) and
+        what is in it, theirs (also files a run as root left there); the
+        names in `keep` (at the top) stay the master's. The user may write
+        there, so nothing it put there may turn this into a chown of a file
+        of root's: each name is pinned first (O_PATH, links not followed),
+        and only directories and regular files with one name are given (a
+        file forkwsgi made has one; a second is a hard link someone made)."""
+        if not self._root_over_another():
+            return
+        top = os.path.realpath(top)           # the operator's path: a link there is theirs
+        for where, dirs, files, dfd in os.fwalk(top):     # never enters a linked directory
+            for name in dirs + files:
+                if where != top or name not in keep:
+                    self._give_pinned(os.path.join(where, name), name, dfd)
+        self._give_pinned(top, top, None)
+
+    def _give_pinned(self, path, name, dfd):
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
+                os.chown(f"/proc/self/fd/{fd}", self.uid, self.gid)      # that very file
+            elif stat.S_ISREG(st.st_mode):
+                log.warning("%s has %d names (hard links): not given to uid %d", path, st.st_nlink, self.uid)
+        finally:
+            os.close(fd)
+
+    def share_dir(self, path):
+        """A directory the master and the workers both make files in (the
+        app's metrics): the workers' group may add files, and the sticky bit
+        keeps each file its maker's: a worker can neither remove nor replace
+        a file of the master's (with a link the master would then follow)."""
+        if self._root_over_another():
+            os.chown(path, 0, self.gid)
+            os.chmod(path, 0o1770)
+
+    def unusable(self, wanted):
+        """Which of `wanted`, (path, os.access mode) pairs, this identity
+        could not use: asked in a child that becomes it, so its groups,
+        every directory on the way and ACLs count exactly as in a worker.
+        At start-up, before the master has threads."""
+        if not self._root_over_another():
+            return []
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(r)
+                self.become()
+                bad = [path for path, mode in wanted if not os.access(path, mode)]
+                os.write(w, "\0".join(bad).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        with open(r, "rb") as f:
+            out = f.read().decode()
+        _, status = os.waitpid(pid, 0)
+        if status:
+            return [path for path, _ in wanted]
+        return [p for p in out.split("\0") if p]
+
     def become(self):
-        """In a worker: drop to this identity (groups, then gid, then uid).
-        Raises OSError (EPERM) when the master may not."""
+        """In a worker or the offload sibling: drop to this identity
+        (groups, then gid, then uid). Raises OSError (EPERM) when the master
+        may not. The kernel forgets die_with_parent() on a change of
+        identity: call that after this."""
         if not self.needed():
             return
         if self.initgroups and self.name:

@@ -56,7 +56,6 @@ def run(setup, log):
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         # SIGUSR1 is ours too (reopen the log files), set below.
         process.leave_to_the_master((signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1))
-        process.die_with_parent(setup.master_pid)
         process.set_title(f"forkwsgi: worker {setup.index}")
         # Absolute, not relative to the master's (inherited) level.
         os.setpriority(os.PRIO_PROCESS, 0, setup.nice)
@@ -72,6 +71,8 @@ def run(setup, log):
                 log.error("worker %d: cannot become uid %d gid %d: %s", setup.index, setup.owner.uid,
                           setup.owner.gid, e.strerror)
                 os._exit(WORKER_BOOT_ERROR)
+        # After become(): the kernel forgets it when the identity changes.
+        process.die_with_parent(setup.master_pid)
         if setup.offload:
             # This process's producer: forkwsgi.offload() from any thread
             # (and from the app's own import, with --lazy-apps).

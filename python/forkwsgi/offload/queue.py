@@ -3,6 +3,7 @@ settings the sibling and producers share, the hold on --offload-dir, and
 the ring file (cserver/fw_ring.h) every worker writes and the sibling
 reads."""
 import contextlib
+import errno
 import fcntl
 import logging
 import mmap
@@ -13,7 +14,7 @@ from .. import _forkwsgi
 from ..config import ConfigError
 from .counters import counters_size, read_counters, sibling_counters
 from .producer import producer_options
-from .sinks import check_sink
+from .sinks import check_sink, sink_file
 
 log = logging.getLogger("forkwsgi")
 
@@ -74,13 +75,29 @@ def flock_within(fd, seconds, waiting):
             time.sleep(0.05)
 
 
+def _open_own(path):
+    """Open or make one of the master's files in --offload-dir. Under
+    --user the directory is the user's, who could have left a link (or a
+    second name of some file of root's) there: neither is opened."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ConfigError(f"{path} is a symbolic link: not forkwsgi's; remove it") from None
+        raise
+    if os.fstat(fd).st_nlink != 1:
+        os.close(fd)
+        raise ConfigError(f"{path} has more than one name (a hard link): not forkwsgi's; remove it")
+    return fd
+
+
 def lock_dir(directory, wait=LOCK_WAIT):
     """Hold --offload-dir for this server (flock on server.lock, which
     names the holder's pid): two servers on one directory would deliver
     each other's records twice. A server that just died may still be going
     away: wait up to `wait` seconds. Returns the lock's fd; ConfigError if
     another server holds it."""
-    fd = os.open(os.path.join(directory, LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = _open_own(os.path.join(directory, LOCK))
 
     def holder():
         return os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
@@ -104,7 +121,7 @@ def open_ring(cfg):
     path = ring_path(cfg)
     want = cfg["offload_queue_bytes"]
     for _ in range(3):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = _open_own(path)
         try:
             cap = _forkwsgi.ring_prepare(fd, want)
         except ValueError:
@@ -152,9 +169,12 @@ class OffloadQueue:
     Raises config.ConfigError for settings the sibling could not work with,
     a directory another server holds, or a ring that cannot be made."""
 
-    def __init__(self, cfg, nslots, shared_fd=False, inherited=None):
+    def __init__(self, cfg, nslots, shared_fd=False, inherited=None, owner=None):
         """inherited: what state() gave a master before it re-executed
-        itself (reexec.py): the same lock, ring and counters, taken over."""
+        itself (reexec.py): the same lock, ring and counters, taken over.
+        owner: --user/--group (process.Owner), whose workers spill and
+        whose sibling journals here: --offload-dir and the jsonl sink's
+        file are given to it; the lock stays the master's."""
         self.cfg = sibling_config(cfg)
         check_config(self.cfg)
         self.nslots = nslots
@@ -169,6 +189,9 @@ class OffloadQueue:
                 os.makedirs(self.cfg["offload_spill_dir"], exist_ok=True)
                 self.lock_fd = lock_dir(self.cfg["offload_dir"])
                 self.ring_fd = open_ring(self.cfg)
+                if owner:
+                    owner.give_tree(self.cfg["offload_dir"], keep={LOCK})
+                    owner.give(sink_file(self.cfg["offload_sink"]))      # check_config made it
                 if shared_fd:
                     self.counters_fd = os.memfd_create("forkwsgi-offload-counters", os.MFD_CLOEXEC)
                     os.ftruncate(self.counters_fd, size)

@@ -608,6 +608,23 @@ class Sibling:
             close()
 
 
+def keep_leaving_idle(nice):
+    """As root, before the sibling becomes --user: Linux lets a process
+    that is not root leave SCHED_IDLE (Priority) for a nice level within
+    its RLIMIT_NICE (20 - nice or more): raised that far, if root may
+    (CAP_SYS_RESOURCE, which containers often lack). If not, Priority
+    sees it and never idles: it runs SCHED_BATCH."""
+    need = 20 - nice
+    soft, hard = resource.getrlimit(resource.RLIMIT_NICE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NICE, (need, hard if hard == resource.RLIM_INFINITY else max(hard, need)))
+    except (ValueError, OSError):
+        log.info("offload: the sibling runs SCHED_BATCH, not idle: as a user other than root, leaving SCHED_IDLE "
+                 "needs RLIMIT_NICE %d or more (it is %d, and may not be raised here)", need, hard)
+
+
 def main():
     """Entry point of a sibling started as a program by a server without a
     master (supervisor.SpawnStarter); its settings and descriptors are in
@@ -619,14 +636,19 @@ def main():
     run_sibling(cfg, spec["parent"], counters=sibling_counters(counters, 1))
 
 
-def run_sibling(cfg, parent_pid, counters=None):
-    """Entry point in the sibling process; never returns."""
+def run_sibling(cfg, parent_pid, counters=None, owner=None):
+    """Entry point in the sibling process; never returns. owner: --user
+    (process.Owner), which it becomes before it reads anything the workers
+    wrote or imports a python: sink."""
     code = 0
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         process.leave_to_the_master((signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1))
-        process.die_with_parent(parent_pid)
+        if owner and owner.needed():
+            keep_leaving_idle(cfg["offload_nice"])
+            owner.become()
+        process.die_with_parent(parent_pid)         # after become(): a new identity clears it
         process.set_title("forkwsgi: offload")
         # Thousands of records a second are made and dropped: collect
         # cycles rarely, and never look at what the server made before.

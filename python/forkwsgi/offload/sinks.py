@@ -467,6 +467,12 @@ def kafka_config(brokers, cfg):
     return conf
 
 
+def sink_file(spec):
+    """The file a jsonl:PATH sink appends to (absolute), else None."""
+    kind, _, rest = spec.partition(":")
+    return os.path.abspath(rest) if kind == "jsonl" and rest else None
+
+
 def check_sink(cfg):
     """Fail at start, with one line, for a sink the sibling could never
     make (it would only die and be restarted forever): confluent-kafka

@@ -34,11 +34,13 @@ log = logging.getLogger("forkwsgi")
 
 class ForkStarter:
     """Fork the sibling from the master. in_child: closes, in the child,
-    what belongs to the master (its pipes, the listening sockets)."""
+    what belongs to the master (its pipes, the listening sockets). owner:
+    --user/--group (process.Owner), which the sibling becomes, or None."""
 
-    def __init__(self, queue, in_child):
+    def __init__(self, queue, in_child, owner=None):
         self.queue = queue
         self.in_child = in_child
+        self.owner = owner
 
     def start(self):
         with process.stop_signals_held():
@@ -46,7 +48,8 @@ class ForkStarter:
             if pid == 0:
                 self.in_child()
                 self.queue.close_in_child()
-                run_sibling(self.queue.cfg, os.getppid(), counters=self.queue.sibling_counters())
+                run_sibling(self.queue.cfg, os.getppid(), counters=self.queue.sibling_counters(),
+                            owner=self.owner)
         return pid
 
     def wait(self, pid, timeout):
