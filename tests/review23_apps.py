@@ -85,3 +85,41 @@ def mix(environ, start_response):
     if kind == "tuple":
         return tuple(chunks)
     return chunks
+
+
+def mutated_list(environ, start_response):
+    """A list body of 8 chunks of 256 KiB that a thread of the app keeps
+    changing while the server sends it (items replaced, the list emptied
+    and refilled)."""
+    body = [bytes([65 + i]) * (256 << 10) for i in range(8)]
+    stop = time.monotonic() + 3
+
+    def meddle():
+        i = 0
+        while time.monotonic() < stop:
+            i += 1
+            if i % 3 == 0:
+                body.clear()
+            elif i % 3 == 1:
+                body.extend(b"z" * (70 << 10) for _ in range(8))
+            else:
+                for k in range(len(body)):
+                    body[k] = b"y" * (100 << 10)
+            time.sleep(0.001)
+    threading.Thread(target=meddle, daemon=True).start()
+    start_response("200 OK", [("Content-Type", "application/octet-stream")])
+    return body
+
+
+def pinned_sleep(environ, start_response):
+    """?long=PID&t=S&short=S2: sleeps S seconds in worker PID, S2 in any
+    other; answers who ran it and when it started (CLOCK_MONOTONIC)."""
+    import json
+    import os
+    q = _q(environ)
+    start = time.monotonic()
+    mine = q.get("long") == str(os.getpid())
+    time.sleep(float(q.get("t", "0")) if mine else float(q.get("short", "0")))
+    body = json.dumps({"pid": os.getpid(), "start": start}).encode()
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [body]

@@ -22,7 +22,7 @@ from httpraw import Conn, wait_for
 from test_fairness import WRK, mixed_load, servers  # noqa: F401 (a fixture)
 from test_handover import error_lines, wrk
 from test_proxy_pools import NGINX, POST_LUA, Proxy
-from test_slow_clients import probe, probes_during
+from test_slow_clients import probe, probes_during, rss_mib
 
 APP_MODES = ("inline",)      # each server here chooses its own --threads
 
@@ -229,6 +229,36 @@ def test_slow_readers_of_write_responses_do_not_pin_every_app_thread(servers):
     assert not bad, f"{len(bad)} of {len(got)} probes failed: {bad[:3]}"
 
 
+def test_inline_write_to_clients_that_do_not_read_has_a_memory_bound(servers):
+    """--threads 1 (the default), an app that sends 60 MiB with write();
+    ten clients ask for it and do not read (a few hundred bytes each).
+
+    What happens (c81f68d): inline, write() never waits: what the socket
+    does not take is copied into the connection's queue, up to 64 MiB per
+    connection, and stays there until --write-timeout (30 s) resets the
+    client. Ten connections grow the worker by about 570 MiB within 4 s; a
+    hundred would take 6 GiB, and an attacker can renew them every 30 s. The
+    cap is per connection; nothing bounds the worker.
+
+    What should happen: what write() may queue is bounded for the worker
+    as a whole (past it, write() raises, as it does past 64 MiB today, or
+    the response is cut), so ten idle readers cannot cost the worker more
+    than a few hundred MiB; here, less than 256 MiB."""
+    s = start(servers, "apps:writes", "--workers", "1")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    pid = s.worker_pids()[0]
+    base = rss_mib(pid)
+    stuck = [stalled_get(s.port, "/?mb=60") for _ in range(10)]
+    try:
+        time.sleep(4.0)
+        grown = rss_mib(pid) - base
+    finally:
+        for sock in stuck:
+            sock.close()
+    print(f"10 clients that do not read a write() response: worker RSS +{grown:.0f} MiB")
+    assert grown < 256, grown
+
+
 # ---- the ready queue's order -------------------------------------------------
 
 def test_a_queued_kept_alive_request_keeps_its_place(servers):
@@ -276,6 +306,49 @@ def test_a_queued_kept_alive_request_keeps_its_place(servers):
     print({k: round(v, 2) for k, v in started.items()})
     assert started["K"] < started["N1"], started
     assert started["K"] < 0.9, started
+
+
+def test_a_finished_pipelined_response_is_not_held_while_the_next_request_queues(servers):
+    """One worker, --threads 2. Connection C pipelines two requests, P1
+    (1 s) and P2 (instant); L (3 s) holds the other thread; at 0.2 s a new
+    connection X asks for 3 s of work and waits in the accept queue.
+
+    What happens (c81f68d): P1 ends at 1.0 s; P2's bytes are already read,
+    so P1's response is not written (fw_conn_may_batch: it is to leave with
+    P2's). P2 then finds no free thread (X, taken from the accept queue and
+    older, goes first) and C waits in the ready queue with P1's complete
+    response still in its `out`: the client gets it at 3.0 s, when L's
+    thread frees, 2 s after it was ready.
+
+    What should happen: a connection that goes to wait in the ready queue
+    writes the responses it owes first, as it does before waiting for input
+    (FLUSH): P1's response arrives at about 1.0 s."""
+    s = start(servers, "apps:where", "--workers", "1", "--threads", "2")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    time.sleep(0.5)
+    got = {}
+    t0 = time.monotonic()
+
+    def pipelined():
+        with Conn(s.port) as c:
+            c.send(b"GET /?t=1 HTTP/1.1\r\nHost: t\r\n\r\nGET /?t=0 HTTP/1.1\r\nHost: t\r\n\r\n")
+            c.read_response()
+            got["P1"] = time.monotonic() - t0
+            c.read_response()
+
+    def other(delay, path):
+        time.sleep(delay)
+        with Conn(s.port) as c:
+            c.send(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+            c.read_response()
+
+    runs = [threading.Thread(target=pipelined), threading.Thread(target=other, args=(0.0, "/?t=3")),
+            threading.Thread(target=other, args=(0.2, "/?t=3"))]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join(20)
+    assert got["P1"] < 1.5, f"P1's response (ready at 1.0 s) arrived at {got['P1']:.1f} s"
 
 
 # ---- inline fairness over a unix socket ---------------------------------------
@@ -379,3 +452,52 @@ def test_max_requests_without_jitter_is_invisible_to_kept_alive_clients(servers)
     assert done > 1000
     assert failures == [], failures[:5]
     assert error_lines(s) == []
+
+
+def test_a_queued_unread_request_moves_to_a_worker_that_frees_first(servers):
+    """Two workers x 2 threads (least-busy). K is a kept-alive connection
+    of worker A. Four requests keep every thread busy: A's two for 3 s, B's
+    two for 0.5 s. At 0.15 s K sends a request: both workers are saturated,
+    so it waits in A's ready queue, unread.
+
+    What happens (c81f68d): nothing ever looks at A's ready queue again
+    until one of A's threads frees: B is idle from 0.5 s on, and K's
+    request starts at 3.0 s, on A. Only a stop passes queued unread
+    connections on (pass_on_idle); fw_balance_handoff runs once, when the
+    request arrives.
+
+    What should happen (README, balancing: requests on kept-alive
+    connections "wait in the worker's ready queue (unread, so they can
+    still move to a worker that frees a thread first)"): K's request moves
+    to B when B frees its threads, and starts at about 0.5 s."""
+    s = start(servers, "review23_apps:pinned_sleep", "--workers", "2", "--threads", "2")
+    assert wait_for(lambda: len(s.worker_pids()) == 2)
+    time.sleep(0.5)
+    for _ in range(3):
+        keep = Conn(s.port)
+        keep.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        a = json.loads(keep.read_response().body)["pid"]
+        got = {}
+        t0 = time.monotonic()
+
+        def run(name, conn, path, delay=0.0):
+            time.sleep(delay)
+            conn.send(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+            d = json.loads(conn.read_response().body)
+            got[name] = (d["pid"], d["start"] - t0)
+
+        runs = [threading.Thread(target=run, args=(f"busy{i}", Conn(s.port), f"/?long={a}&t=3&short=0.5"))
+                for i in range(4)]
+        runs.append(threading.Thread(target=run, args=("K", keep, "/?t=0", 0.15)))
+        for t in runs:
+            t.start()
+        for t in runs:
+            t.join(20)
+        keep.sock.close()
+        if sum(1 for k, (pid, _) in got.items() if k != "K" and pid == a) == 2:
+            break           # the load was as meant: two long requests on A, two short ones on B
+        time.sleep(3.5)
+    else:
+        pytest.skip("least-busy did not spread the four requests two and two")
+    print({k: (pid == a, round(at, 2)) for k, (pid, at) in got.items()})
+    assert got["K"][1] < 1.5, got
