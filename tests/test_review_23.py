@@ -142,6 +142,32 @@ def test_a_dropped_responses_cleanup_is_not_a_frozen_worker(servers, threads):
     assert s.worker_pids() == pids
 
 
+# ---- --body-min-rate --------------------------------------------------------------
+
+def test_body_min_rate_keeps_its_grace_when_the_body_timeout_is_off(servers):
+    """--body-timeout 0 (the pause timeout off: 0 never expires, as for the
+    other timeouts), --body-min-rate at its default. A POST of 10 bytes
+    whose body comes 0.3 s after its head (a client that sends the head and
+    the body in two writes across a WAN, or waits for 100 Continue).
+
+    What happens (c81f68d): the minimum rate's grace is "one --body-timeout",
+    so with 0 there is none: the rate is required from the first
+    millisecond, 10 bytes in 300 ms is below 500 B/s, and the request gets
+    408 ("request body below --body-min-rate: 10 bytes in 301 ms"); 10 bytes
+    50 ms after the head get 408 too. Turning the body timeout off makes
+    the server refuse ordinary small uploads.
+
+    What should happen: with the body timeout off the minimum rate keeps a
+    grace (or is off too); a 10-byte body 0.3 s late is served."""
+    s = start(servers, "apps:expect", "--body-timeout", "0")
+    with Conn(s.port) as c:
+        c.send(b"POST /read HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n")
+        time.sleep(0.3)
+        c.send(b"0123456789")
+        r = c.read_response()
+    assert (r.status, r.body) == (200, b"got 10"), (r, s.log()[-400:])
+
+
 # ---- --heartbeat-timeout and the GIL ----------------------------------------
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -439,7 +465,7 @@ def test_max_requests_without_jitter_is_invisible_to_kept_alive_clients(servers)
     after a response that did not say `Connection: close`: the client's next
     request, already on its way, meets a closed socket (EOF or reset;
     typically 2-14 per run here; behind nginx, a 502 for each POST: 8 in
-    10 s with wrk -c64).
+    10 s with wrk -c64, and still 7 with --max-requests-jitter 25).
 
     What should happen: README "reloads and --max-requests invisible to
     kept-alive clients": when no worker can take the idle connections, the
