@@ -288,11 +288,14 @@ static int pass_to(fw_balance *b, int fd, int listener, int served, fw_pass_clie
     return 0;
 }
 
-/* May slot j take connections from us (alive, accepting, not retiring)? */
+/* May slot j take connections from us (alive, accepting, not retiring,
+ * running our code or newer: during a rolling reload a kept-alive client
+ * that met the new code never goes back to the old)? */
 static int can_take(const fw_balance *b, int j)
 {
     return j != b->cfg.me && b->cfg.pass_fds && b->cfg.pass_fds[j] >= 0 && is_open(&b->sb[j]) &&
-           !atomic_load(&b->sb[j].retire);
+           !atomic_load(&b->sb[j].retire) &&
+           atomic_load(&b->sb[j].image) >= atomic_load(&b->sb[b->cfg.me].image);
 }
 
 /* ---- the interface --------------------------------------------------------- */
@@ -558,7 +561,7 @@ void fw_balance_drain(fw_balance *b)
 
 /* ---- master side --------------------------------------------------------- */
 
-void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
+void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds, uint32_t image)
 {
     fw_sb_slot *sb = scoreboard;
     if (i < 0 || i >= nslots)
@@ -580,6 +583,7 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
     atomic_store(&sb[i].kicks_sent, 0);
     atomic_store(&sb[i].beat, 0);
     atomic_store(&sb[i].hold, 0);
+    atomic_store(&sb[i].image, image);
     atomic_fetch_add(&sb[i].gen, 1);
     atomic_store(&sb[i].pid, 0);
     /* FREE until the worker's loop runs (fw_balance_start): a worker still
@@ -599,7 +603,7 @@ int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
         .incoming = atomic_load(&s->incoming), .pending = atomic_load(&s->pending),
         .armed = atomic_load(&s->armed), .open = atomic_load(&s->open), .retire = atomic_load(&s->retire),
         .threads = atomic_load(&s->threads), .gen = atomic_load(&s->gen), .pid = atomic_load(&s->pid),
-        .beat = atomic_load(&s->beat), .hold = atomic_load(&s->hold),
+        .beat = atomic_load(&s->beat), .hold = atomic_load(&s->hold), .image = atomic_load(&s->image),
         .accepted = atomic_load(&s->accepted), .handed_in = atomic_load(&s->handed_in),
         .handed_out = atomic_load(&s->handed_out), .kicks_sent = atomic_load(&s->kicks_sent),
     };

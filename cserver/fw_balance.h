@@ -70,6 +70,8 @@ typedef struct fw_sb_slot {
                                      * the first: the master's heartbeat check */
     _Atomic uint32_t hold;          /* master: do not retire by yourself (--max-requests): the
                                      * master cannot replace you now (no app loaded) */
+    _Atomic uint32_t image;         /* master: which code the worker runs (each reload makes a
+                                     * newer one): a connection never moves to older code */
     _Atomic uint64_t accepted __attribute__((aligned(64)));   /* statistics, owner */
     _Atomic uint64_t handed_in;
     _Atomic uint64_t handed_out;
@@ -241,11 +243,11 @@ void fw_balance_drain(fw_balance *b);
  * (it turns ALIVE itself when its loop runs); mark it retiring (before the
  * SIGTERM that retires it); or mark it free after the worker ended, kicking
  * the live workers so none stays throttled by a stale count. */
-void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds);
+void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds, uint32_t image);
 /* A copy of slot i, each field loaded atomically (for stats and the master).
  * Returns 0, or -EINVAL if i is not a slot. */
 typedef struct fw_sb_view {
-    uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold;
+    uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image;
     int32_t pid;
     int64_t beat;
     uint64_t accepted, handed_in, handed_out, kicks_sent;

@@ -128,6 +128,22 @@ void fw_conn_close(fw_conn *c)
     }
     if (c->state == FW_C_QUEUED)
         fw_server_dequeue(srv, c);
+    if (c->app_state && srv->ops->on_drop && srv->pool && !srv->closing && c->state != FW_C_APP) {
+        /* The app still holds the request (a streamed response the client
+         * dropped): its cleanup, the iterable's close(), is the app's code
+         * and runs on an app thread, not here. The client is cut now; the
+         * connection closes when that thread is done. */
+        if (shutdown(c->w.fd, SHUT_RDWR) != 0 && errno != ENOTCONN)
+            fw_server_log(srv, FW_LOG_DEBUG, "shutdown(%d): %s", c->w.fd, strerror(errno));
+        if (c->w.mask && fw_loop_watch(&srv->loop, &c->w, 0) != 0)
+            fw_server_log(srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(errno));
+        fw_timer_stop(&c->timer);
+        fw_timer_stop(&c->grace);
+        c->dropping = 1;
+        c->state = FW_C_APP;
+        fw_pool_submit(srv->pool, &c->job);
+        return;
+    }
     if (c->app_state && srv->ops->on_drop)
         srv->ops->on_drop(srv->app, c);
     c->app_state = NULL;
@@ -450,14 +466,18 @@ static void body_failed(fw_conn *c, int status)
 }
 
 /* The minimum rate of a body (--body-min-rate, bytes a second): after a
- * grace of one --body-timeout from its start, what has arrived must keep
- * up with the rate over the time beyond it (mod_reqtimeout's MinRate). A
- * client that trickles a byte now and then is cut at its next byte. */
+ * grace of one --body-timeout from its start (30 s with the body timeout
+ * off), what has arrived must keep up with the rate over the time beyond
+ * it (mod_reqtimeout's MinRate). A client that trickles a byte now and
+ * then is cut at its next byte. */
+#define MIN_RATE_GRACE_MS 30000
+
 static int body_too_slow(const fw_conn *c)
 {
     const fw_server *srv = c->srv;
     uint64_t rate = srv->cfg.body_min_rate;
-    int64_t beyond = srv->now - c->body.started - srv->cfg.body_timeout_ms;
+    int grace = srv->cfg.body_timeout_ms > 0 ? srv->cfg.body_timeout_ms : MIN_RATE_GRACE_MS;
+    int64_t beyond = srv->now - c->body.started - grace;
     if (rate == 0 || beyond <= 0)
         return 0;
     return fw_body_received(c) * 1000 < (uint64_t)beyond * rate;
@@ -510,6 +530,7 @@ static void conn_between(fw_conn *c)
     fw_server *srv = c->srv;
     c->state = FW_C_READ_HEAD;
     c->head_started = 0;
+    c->ready_at = srv->now;             /* a pipelined next request is here by now */
     fw_timer_start(&srv->t_idle, &c->timer, srv->now);
     if (srv->cfg.stats)
         fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
@@ -622,7 +643,6 @@ static int step_head(fw_conn *c)
         /* First byte of a request on a kept-alive connection: the idle
          * timer gives way to the header timer. */
         c->head_started = srv->now;
-        c->ready_at = srv->now;
         fw_timer_start(&srv->t_head, &c->timer, srv->now);
         if (srv->cfg.stats)
             fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
@@ -854,10 +874,26 @@ static int step_app(fw_conn *c)
     fw_server *srv = c->srv;
     fw_timer_stop(&c->timer);
     if (srv->pool) {
-        if (fw_server_thread_free(srv))
+        if (fw_server_thread_free(srv)) {
             submit(c);
-        else
-            queue_ready(c, 0);
+            return 0;
+        }
+        /* It waits for a thread: the responses owed before it (a pipelined
+         * batch) must not wait with it. */
+        if (fw_buf_used(&c->out) > 0) {
+            app_unlock(srv);
+            int rc = fw_conn_flush(c);
+            if (rc == FW_IO_ERR) {
+                fw_conn_close(c);
+                return 0;
+            }
+            c->batched = 0;
+            if (rc == FW_IO_AGAIN)
+                conn_watch(c, EPOLLOUT);
+            if (c->state == FW_C_CLOSED)
+                return 0;
+        }
+        queue_ready(c, 0);
         return 0;
     }
     /* Inline: no event for this fd can be dispatched while the app runs,
@@ -947,6 +983,8 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
     fw_server *srv = c->srv;
     switch (c->state) {
     case FW_C_READ_HEAD:
+        if (!c->head_started)
+            c->ready_at = srv->now;     /* its next request arrives: its place in line */
         if (srv->pool && fw_buf_used(&c->in) == 0 && fw_buf_used(&c->out) == 0 && !srv->stopping) {
             /* A request arriving on an idle connection (kept alive, or new
              * and silent until now) may be better served by another worker:
@@ -958,7 +996,6 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
             }
             /* Every thread here is busy: it waits its turn, unread. */
             if (!fw_server_thread_free(srv)) {
-                c->ready_at = srv->now;
                 queue_ready(c, 1);
                 return;
             }
@@ -980,6 +1017,18 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
         linger_read(c);
         if (c->state == FW_C_LINGER)
             conn_watch(c, EPOLLIN | EPOLLRDHUP);
+        return;
+    case FW_C_QUEUED:
+        /* Responses owed before the queued request (step_app) leave while
+         * it waits for a thread. */
+        if (!(events & EPOLLERR)) {
+            int rc = fw_conn_flush(c);
+            if (rc == FW_IO_AGAIN)
+                conn_watch(c, EPOLLOUT);
+            if (rc != FW_IO_ERR)
+                return;
+        }
+        fw_conn_close(c);
         return;
     default:
         return;

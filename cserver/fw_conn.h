@@ -180,6 +180,8 @@ struct fw_conn {
     fw_pool_job job;                  /* srv->pool's lists while a pool thread owns it */
     int pool_rc;                      /* what the app call returned, for the loop */
     int parked;                       /* its app thread waits for the loop to drain `out` */
+    int dropping;                     /* closed while the app held its request: an app thread
+                                       * runs the app's cleanup (on_drop), then it closes */
     int outq_mark;                    /* bytes the kernel held to send when the loop last
                                        * waited for the socket to drain (SIOCOUTQ), -1: unknown */
     int park_rc;                      /* what the loop tells the parked thread (FW_IO_*) */

@@ -149,12 +149,11 @@ static int valid_authority(const char *p, size_t n, int need_port)
     if (n == 0)
         return 0;
     if (*h == '[') {
-        while (h < end && *h != ']') {
-            if (h > p && !(cls[(unsigned char)*h] & C_HEX) && *h != ':' && *h != '.' && *h != 'v' &&
-                *h != 'V')
+        /* IPv6 (RFC 3986), a zone as %25 (RFC 6874), or IPvFuture: host
+         * characters but brackets. */
+        for (h++; h < end && *h != ']'; h++)
+            if (!(cls[(unsigned char)*h] & C_HOST) || *h == '[')
                 return 0;
-            h++;
-        }
         if (h == end || h == p + 1)
             return 0;
         h++;                        /* past ']' */

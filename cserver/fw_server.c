@@ -20,7 +20,9 @@
 #include <unistd.h>
 
 #define PASS_RETRY_MS 10       /* while idle connections wait for a peer to take them */
-#define PASS_WAIT_MS 1000      /* how long a retiring worker waits for a first peer */
+#define PASS_WAIT_MS 3000      /* how long a retiring worker waits for a first peer: the
+                                * master starts a replacement when it sees it stop (well
+                                * under a second), which then boots */
 
 #define CONN_OF_GRACE(tp) ((fw_conn *)((char *)(tp) - offsetof(fw_conn, grace)))
 #define LISTENER_OF(wp) ((fw_listener *)((char *)(wp) - offsetof(fw_listener, w)))
@@ -90,11 +92,27 @@ static void set_accepting(fw_server *srv, int on)
     fw_balance_allow(&srv->bal, on);
 }
 
+/* At --max-connections a kept-alive connection idle this long may be
+ * closed for a new client (evict_idle). Not sooner: a proxy reuses its
+ * pooled upstream connections within milliseconds under load, and closing
+ * one as it sends its next request answers that request with a 502. */
+#define EVICT_MIN_IDLE_MS 2000
+
+/* When the longest idle kept-alive connection may be evicted (ms), or
+ * INT64_MAX with none. */
+static int64_t evictable_at(const fw_server *srv)
+{
+    const fw_tnode *n = srv->t_idle.head;
+    if (!n || srv->t_idle.timeout_ms <= 0)
+        return INT64_MAX;
+    return n->deadline - srv->t_idle.timeout_ms + EVICT_MIN_IDLE_MS;     /* idle since, plus the wait */
+}
+
 /* Is there room for one more connection? Below --max-connections, or at
- * it with an idle kept-alive connection to close for it (evict_idle). */
+ * it with a connection idle long enough to close for it (evict_idle). */
 static int room_for_one(const fw_server *srv)
 {
-    return srv->nconns < srv->cfg.max_connections || srv->t_idle.count > 0;
+    return srv->nconns < srv->cfg.max_connections || evictable_at(srv) <= srv->now;
 }
 
 /* Resume accepting when nothing holds it back. */
@@ -113,12 +131,12 @@ void fw_server_conn_closed(fw_server *srv)
 }
 
 /* At --max-connections: close the idle kept-alive connections that waited
- * longest (nginx does the same), so that a new client is served at once
- * instead of waiting for the keep-alive timeout. Returns 1 when one was
- * closed. */
+ * longest (nginx does the same), idle for EVICT_MIN_IDLE_MS at least, so
+ * that a new client waits for that at most, not for the keep-alive
+ * timeout. Returns 1 when one was closed. */
 static int evict_idle(fw_server *srv)
 {
-    for (int tries = 0; tries < 8 && srv->t_idle.head; tries++) {
+    for (int tries = 0; tries < 8 && evictable_at(srv) <= srv->now; tries++) {
         fw_conn *c = CONN_OF_TIMER(srv->t_idle.head);
         if (fw_conn_evict_idle(c)) {
             srv->evictions++;
@@ -262,16 +280,11 @@ static int accept_one(fw_server *srv, fw_listener *l, int with_age)
 static int inline_batch(fw_server *srv, const fw_listener *l)
 {
     int batch = fw_balance_accept_batch(&srv->bal, srv->cfg.accept_batch);
-    if (l->family != AF_INET && l->family != AF_INET6)
-        return batch;
-    struct tcp_info ti;
-    socklen_t len = sizeof(ti);
-    /* For a listening socket the kernel reports its accept queue's length
-     * as tcpi_unacked. */
-    if (getsockopt(l->w.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+    int queued = fw_backlog_len(&srv->backlog, l->w.fd, l->family);
+    if (queued < 0)
         return batch;
     int sharing = fw_balance_sharing(&srv->bal);
-    int share = ((int)ti.tcpi_unacked + sharing - 1) / sharing;
+    int share = (queued + sharing - 1) / sharing;
     if (share > srv->cfg.accept_batch)
         share = srv->cfg.accept_batch;
     return share > 1 ? share : 1;
@@ -412,6 +425,7 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->stop_w.fd = -1;
     srv->sig_w.fd = -1;
     srv->loop.epfd = -1;
+    fw_backlog_init(&srv->backlog);
     if (fw_loop_init(&srv->loop, 512) != 0)
         goto fail;
     srv->listeners = calloc((size_t)(nfds > 0 ? nfds : 1), sizeof(fw_listener));
@@ -484,6 +498,7 @@ void fw_server_free(fw_server *srv)
     if (srv->stop_w.fd >= 0)
         close(srv->stop_w.fd);
     fw_balance_destroy(&srv->bal);
+    fw_backlog_close(&srv->backlog);
     fw_loop_destroy(&srv->loop);
     free(srv->listeners);
     free(srv);
@@ -541,6 +556,8 @@ static int next_timeout(fw_server *srv)
         next = srv->stop_deadline;
     if (srv->pass_waiting && srv->now + PASS_RETRY_MS < next)
         next = srv->now + PASS_RETRY_MS;
+    if (!srv->accepting && !srv->stopping && evictable_at(srv) < next)
+        next = evictable_at(srv);       /* at --max-connections: room comes then */
     int bs = fw_balance_tick(&srv->bal, srv->now);
     if (bs >= 0 && srv->now + bs < next)
         next = srv->now + bs;
@@ -646,6 +663,11 @@ static void pool_run(void *ctx, int index, fw_pool_job *job)
     fw_server *srv = ctx;
     fw_conn *c = CONN_OF_JOB(job);
     c->thr = &srv->threads[index];
+    if (c->dropping) {
+        srv->ops->on_drop(srv->app, c);         /* then the loop closes it */
+        c->pool_rc = FW_APP_CLOSE;
+        return;
+    }
     int rc = c->app_active ? srv->ops->on_writable(srv->app, c)
                            : srv->ops->on_request(srv->app, c);
     /* The thread is free from here on: say so before the response is
@@ -763,9 +785,13 @@ int fw_server_run(fw_server *srv)
                 break;
             }
         }
-        int n = fw_loop_wait(&srv->loop, next_timeout(srv));
+        /* The heartbeat (--heartbeat-timeout): the loop turns, before it
+         * sleeps (at most a second: next_timeout) and when it wakes. */
+        int wait_ms = next_timeout(srv);
+        fw_balance_beat(&srv->bal, fw_now_ms());
+        int n = fw_loop_wait(&srv->loop, wait_ms);
         srv->now = fw_now_ms();
-        fw_balance_beat(&srv->bal, srv->now);     /* at least once a second (next_timeout) */
+        fw_balance_beat(&srv->bal, srv->now);
         if (n < 0) {
             if (errno == EINTR) {
                 if (srv->ops->on_signal && srv->ops->on_signal(srv->app)) {

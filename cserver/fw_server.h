@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "fw_alog.h"
+#include "fw_backlog.h"
 #include "fw_balance.h"
 #include "fw_http.h"
 #include "fw_loop.h"
@@ -156,6 +157,7 @@ struct fw_server {
     fw_conn *ready_head, *ready_tail;
     int nready;
     int take_next;             /* the listener take_waiting tries first */
+    fw_backlog backlog;        /* asks the kernel how many connections wait to be accepted */
     uint64_t evictions;        /* idle connections closed at --max-connections */
     int64_t eviction_logged_at;
     int closing;               /* the loop is over: what a thread hands back closes */

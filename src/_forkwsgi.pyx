@@ -143,7 +143,7 @@ cdef extern from "glue.h":
         pass
 
     ctypedef struct fw_sb_view:
-        uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold
+        uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image
         int32_t pid
         int64_t beat
         uint64_t accepted, handed_in, handed_out, kicks_sent
@@ -185,11 +185,13 @@ cdef extern from "glue.h":
     fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds, const fw_app_ops *ops, void *app)
     void fw_server_free(fw_server *srv)
     int fw_server_run(fw_server *srv)
+    int fw_logq_start(fw_glue *s)
+    void fw_logq_stop(fw_glue *s)
     void fw_server_stop(fw_server *srv, int graceful)
     int fw_server_watch_signals(fw_server *srv, int fd)
     void fw_balance_view(const fw_balance *b, fw_sb_view *out)
     int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
-    void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds)
+    void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds, uint32_t image)
     void fw_sb_retire(void *scoreboard, int nslots, int i)
     void fw_sb_hold(void *scoreboard, int nslots, int i, int on)
     void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds)
@@ -533,6 +535,7 @@ cdef class Server:
             raise OSError(errno, os.strerror(errno))
         self.g.serving = 1
         cdef int rc
+        fw_logq_start(&self.g)          # -1: the lines are logged at once instead
         try:
             self.g.tstate = PyEval_SaveThread()
             rc = fw_server_run(self.g.srv)
@@ -551,6 +554,7 @@ cdef class Server:
                 PyErr_Clear()
         finally:
             self.g.serving = 0
+            fw_logq_stop(&self.g)
             fw_server_watch_signals(self.g.srv, -1)
 
     def stop(self, bint graceful=True):
@@ -645,10 +649,11 @@ cdef class _Scoreboard:
         PyMem_Free(self.kicks)
 
 
-def sb_spawn(scoreboard, int slot, kick_fds):
-    """sb_spawn(scoreboard, slot, kick_fds): reset a slot for a new worker (before fork)."""
+def sb_spawn(scoreboard, int slot, kick_fds, uint32_t image=0):
+    """sb_spawn(scoreboard, slot, kick_fds, image=0): reset a slot for a new worker
+    (before fork) that runs code `image` (a newer reload, a larger number)."""
     cdef _Scoreboard s = _Scoreboard(scoreboard, kick_fds)
-    fw_sb_spawn(s.buf.buf, s.nslots, slot, s.kicks)
+    fw_sb_spawn(s.buf.buf, s.nslots, slot, s.kicks, image)
 
 
 def sb_release(scoreboard, int slot, kick_fds):
@@ -685,7 +690,7 @@ def sb_read(scoreboard):
                     "inflight": v.inflight, "armed": v.armed, "threads": v.threads, "open": v.open,
                     "retire": v.retire, "accepted": v.accepted, "handed_in": v.handed_in,
                     "handed_out": v.handed_out, "kicks_sent": v.kicks_sent, "beat": v.beat,
-                    "hold": v.hold})
+                    "hold": v.hold, "image": v.image})
     return out
 
 

@@ -17,6 +17,7 @@
 #include "fw_server.h"
 
 typedef struct fw_req fw_req;
+typedef struct fw_logq fw_logq;
 
 /* One entry of secure_scheme_headers (gunicorn's setting): from a peer in
  * --forwarded-allow-ips, a header of this name makes wsgi.url_scheme
@@ -47,6 +48,7 @@ typedef struct fw_glue {
     PyThreadState *tstate;      /* the serving thread's state while serve() runs */
     int gil_kept;               /* inline: the loop thread still holds the GIL after its
                                  * last call into the app (request.c gil_leave) */
+    fw_logq *logq;              /* owned while serve() runs: the core's log lines (logq.c) */
     int serving;
 } fw_glue;
 
@@ -216,6 +218,14 @@ void fw_status_resume(fw_glue *s, fw_conn *c, const fw_pause *p);
  * calls and, when in the app, its request line (into line, cap bytes,
  * NUL-terminated). A question: 1 if the thread is in the app. */
 int fw_status_read(const void *entry, uint64_t *began, uint64_t *calls, char *line, size_t cap);
+
+/* logq.c: while serve() runs, the core's log lines go through a thread of
+ * their own, so the loop never waits for the GIL to log. start and stop
+ * with the GIL held (0, or -1: lines are then logged at once); put from any
+ * thread, without the GIL. */
+int fw_logq_start(fw_glue *s);
+void fw_logq_stop(fw_glue *s);
+void fw_logq_put(fw_glue *s, int level, const char *msg);
 
 /* offload.c: forkwsgi.offload() and its set-up, added to the module. */
 extern PyMethodDef fw_offload_methods[];

@@ -500,12 +500,17 @@ static int on_writable(void *app, fw_conn *c)
     return rc;
 }
 
+/* The connection goes while the app holds its request: the iterable's
+ * close() (PEP 3333) is the app's code and its time, on the thread that
+ * runs the app (a pool thread, or inline the loop thread). */
 static void on_drop(void *app, fw_conn *c)
 {
-    (void)app;
-    PyGILState_STATE g = PyGILState_Ensure();
+    fw_glue *s = app;
+    uint64_t began = fw_status_enter(s, c, 0);
+    PyGILState_STATE g = PyGILState_Ensure();     /* (inline, it may be held already: a batch's) */
     req_release(c->app_state);
     PyGILState_Release(g);
+    fw_status_leave(s, c, began);
 }
 
 static int on_signal(void *app)
@@ -520,14 +525,7 @@ static int on_signal(void *app)
 
 static void on_log(void *app, int level, const char *msg)
 {
-    fw_glue *s = app;
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *x = PyObject_CallMethod(s->logger, "log", "is", level, msg);
-    if (x)
-        Py_DECREF(x);
-    else
-        PyErr_Clear();
-    PyGILState_Release(g);
+    fw_logq_put(app, level, msg);
 }
 
 /* A pool thread gets a Python thread state for its whole life (threading

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ServerProc
 from httpraw import Conn, wait_for
-from test_fairness import WRK, mixed_load, servers  # noqa: F401 (a fixture)
+from test_fairness import WRK, mixed_load
 from test_handover import error_lines, wrk
 from test_proxy_pools import NGINX, POST_LUA, Proxy
 from test_slow_clients import probe, probes_during, rss_mib

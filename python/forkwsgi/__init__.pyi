@@ -97,8 +97,11 @@ class Server:
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
 
-def run(app: WSGIApplication, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
-    """Serve `app` until SIGTERM (graceful) or SIGINT (immediate)."""
+def run(app: WSGIApplication, host: str | None = None, port: int | None = None, *,
+        bind: str | Sequence[str] | None = None, reuse_port: bool = False, **options: Any) -> None:
+    """Serve `app` until SIGTERM (graceful) or SIGINT (immediate): bjoern's
+    forms (host, port; "unix:/path"), or bind= alone; 127.0.0.1:8000 when
+    given nothing."""
 
 def offload(topic: str, value: _Payload, key: _Payload | None = None) -> bool:
     """Hand a record to the offload sibling: True if queued or spilled, False

@@ -62,6 +62,7 @@ class WorkerInfo:
         self.hook_worker = None      # what hooks got for it (hooks.Worker)
         self.kept = False            # taken over from the image before a reload whose app did not import
         self.stopping_since = None   # time.monotonic() when it began to stop (retired, or by itself)
+        self.frozen_seen = None      # its beat when the heartbeat check last found it frozen
         self.killed = False          # SIGKILLed for not stopping in time
         self.rss_held = False        # over --max-rss, kept because no replacement can start
 
@@ -124,6 +125,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         self.retired_requests = Counter()    # requests served by workers that ended, per index (stats.py)
         self.restarts = Counter()    # workers replaced, by reason (metrics.py)
         self.reloads = 0
+        self.code_image = 0          # the code new workers run: each reload's is newer (scoreboard image)
         # --stats and --metrics: sockets the master answers in its loop.
         self.observers = []
         self.app_metrics = None      # the app's prometheus_client files, with --metrics (appmetrics.py)
@@ -341,6 +343,8 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         for one)."""
         fds = [self.wake_r] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
         timeout = 0.02 if self.slots.stranded else 0.1 if self.preflight else 1.0
+        if self.cfg["max_requests"]:
+            timeout = min(timeout, 0.2)       # a worker retiring by itself is seen soon (check_stopping)
         watchdog = self.notifier.tick()
         if watchdog is not None:
             timeout = min(timeout, max(watchdog, 0.0))
@@ -413,7 +417,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         if slot is None:
             self.log.warning("all %d worker slots are in use: worker %d waits for one", self.slots.nslots, index)
             return False
-        status, counters, balance = self.slots.prepare(slot)
+        status, counters, balance = self.slots.prepare(slot, self.code_image)
         ofl = self.offload.queue.producer_options(slot) if self.offload else None
         sockets = self.sockets
         if self.balance == "reuseport":
@@ -660,8 +664,15 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         for w in list(self.workers.values()):
             if w.stopping_since is None and w.slot is not None and not w.retiring:
                 board = board or self.slots.states()
-                if board[w.slot] == "draining":
-                    w.stopping_since = now         # it stops by itself: from now
+                if board[w.slot] == "draining" and w.ready:
+                    # It retires by itself (--max-requests): its replacement
+                    # starts now, not once it has exited, so that it has a
+                    # worker to hand its kept-alive connections to.
+                    w.stopping_since = now
+                    w.retiring = True
+                    w.retire_reason = "max_requests"
+                    self.log.info("Worker %d (pid %d) retires (--max-requests); starting its replacement",
+                                  w.index, w.pid)
             if w.stopping_since is None or w.killed:
                 continue
             if now - w.stopping_since > 2 * self.cfg["graceful_timeout"] + 1.0:
@@ -688,6 +699,12 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             # Before its loop's first pass, the time since it said it was ready.
             since = beats[w.slot] / 1000 if beats[w.slot] else (w.ready_at or now)
             if now - since <= limit or self.slots.serving(w.slot):
+                w.frozen_seen = None
+                continue
+            # Seen so twice, its beat unchanged: a loop that has just left
+            # the app beats a moment after its status slot says so.
+            if w.frozen_seen != beats[w.slot]:
+                w.frozen_seen = beats[w.slot]
                 continue
             self.log.error("Worker %d (pid %d) is frozen: its event loop has not turned for %.1f s, with no "
                            "request in the app (--heartbeat-timeout %g); replacing it", w.index, w.pid,
@@ -799,6 +816,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         for w in self.workers.values():
             if not w.retiring:
                 w.old = True
+        self.code_image += 1
         if self.offload:
             self.offload.reload()
         self.manage_workers()

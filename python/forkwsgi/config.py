@@ -400,8 +400,8 @@ SETTINGS = [
             "longest pause in seconds while a request body arrives (408 past it)", section="Timeouts"),
     Setting("body_min_rate", ["--body-min-rate"], 500, _size,
             "bytes a second a request body must average once it has taken longer than --body-timeout "
-            "(408 past it, as Apache's mod_reqtimeout MinRate); 0: no minimum. A body that trickles a byte "
-            "now and then is cut at its next byte", section="Timeouts"),
+            "(30 s when that is 0) (408 past it, as Apache's mod_reqtimeout MinRate); 0: no minimum. A body "
+            "that trickles a byte now and then is cut at its next byte", section="Timeouts"),
     Setting("keepalive", ["--keep-alive"], 75.0, _seconds,
             "seconds an idle kept-alive connection stays open; 0 disables keep-alive. Behind a proxy, "
             "keep it above the proxy's upstream idle timeout (nginx, AWS ALB: 60 s): the proxy must be "

@@ -110,6 +110,7 @@ class InPlaceReload:
 
     def _adopt_workers(self, st):
         self.reloads = st["reloads"]
+        self.code_image = st.get("code_image", 0) + 1
         self.spawns.update({int(k): v for k, v in st["spawns"].items()})
         self.retired_requests.update({int(k): v for k, v in st.get("retired_requests", {}).items()})
         self.timeouts.update({int(k): v for k, v in st["timeouts"].items()})
@@ -127,7 +128,7 @@ class InPlaceReload:
         slots, fds = self.slots.state()
         state = {"pid": self.pid, "balance": self.balance, "sockets": [s.fileno() for s in self.sockets],
                  "bind": self.cfg["bind"],
-                 "slots": slots, "offload": None, "reloads": self.reloads + 1,
+                 "slots": slots, "offload": None, "reloads": self.reloads + 1, "code_image": self.code_image,
                  "spawns": dict(self.spawns), "timeouts": dict(self.timeouts), "restarts": dict(self.restarts),
                  "retired_requests": dict(self.retired_requests),
                  "observers": {obs.name: obs.fileno() for obs in self.observers},

@@ -119,15 +119,15 @@ class WorkerSlots:
     def free_slot(self, used):
         return next((i for i in range(self.nslots) if i not in used), None)
 
-    def prepare(self, slot):
-        """A new worker in `slot`: its status entries and its stats block
-        (memoryviews the caller releases), and the balance options of its
-        server."""
+    def prepare(self, slot, image=0):
+        """A new worker in `slot`, running code `image` (each reload's is
+        newer): its status entries and its stats block (memoryviews the
+        caller releases), and the balance options of its server."""
         lo, hi = slot * self.status_stride, (slot + 1) * self.status_stride
         self.status[lo:hi] = bytes(self.status_stride)
         s_lo = slot * STATS_SIZE
         self.stats[s_lo:s_lo + STATS_SIZE] = bytes(STATS_SIZE)
-        _forkwsgi.sb_spawn(self.scoreboard, slot, self.kick_fds or None)
+        _forkwsgi.sb_spawn(self.scoreboard, slot, self.kick_fds or None, image)
         balance = {"scoreboard": self.scoreboard, "slot": slot, "kick_fds": self.kick_fds or None,
                    "pass_fds": [s.fileno() for s in self.pass_send],
                    "pass_recv_fd": self.pass_recv[slot].fileno()}

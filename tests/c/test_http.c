@@ -313,6 +313,8 @@ static void test_headers(void)
     CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: h.test:\r\n\r\n"), 0);
     CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: 10.0.0.1:8080\r\n\r\n"), 0);
     CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: [2001:db8::1]\r\n\r\n"), 0);
+    CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: [fe80::1%25eth0]:8080\r\n\r\n"), 0);    /* RFC 6874 zone */
+    CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: [v1.fe80::a+en1]\r\n\r\n"), 0);         /* IPvFuture */
     CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: xn--bcher-kva.example\r\n\r\n"), 0);
     CHECK_INT(PARSE("GET / HTTP/1.1\r\nHost: a%20b.test\r\n\r\n"), 0);
 
