@@ -13,7 +13,7 @@ import threading
 import time
 
 from httpraw import request, wait_for
-from test_offload import dirs, get, lines, start  # noqa: F401 - dirs is a fixture
+from test_offload import dirs, get, lines, sibling_pid, start  # noqa: F401 - dirs is a fixture
 
 APP_MODES = ("inline",)        # every server here sets its own --threads
 
@@ -212,3 +212,50 @@ def test_producers_do_not_wake_the_sibling_while_records_flow(make_server, dirs)
     assert wait_for(lambda: len(lines(dirs["out"])) == n, timeout=10)
     wakes = ring_wakes(ring) - before
     assert n > 100 and 1 <= wakes <= 3, (n, wakes)
+
+
+def process_gone(pid):
+    """No such process, or a zombie (its parent, a killed master, is gone:
+    whoever adopted it may not reap it at once)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def test_a_new_server_while_the_old_sibling_still_drains_loses_nothing(make_server, dirs, tmp_path):
+    """The master alone SIGKILLed: its sibling drains (SIGTERM from the
+    kernel), and a new server on the same directory starts meanwhile; its
+    sibling waits for the ring's reader lock. Here the old sibling delivers
+    one batch after the new one began waiting (the sink's gate), then its
+    sink fails until its graceful timeout: 30 records stay journaled after
+    the position it acknowledged last. The new sibling delivers all 40.
+    Before, it had read the journal's state before waiting: it began at the
+    old acknowledged position, in the hole punched over what the old
+    sibling delivered, reported the journal damaged there and skipped the
+    30 records after it."""
+    gate, fail = dirs["ctl"] / "gate", dirs["ctl"] / "fail"
+    gate.write_text("")
+    old = start(make_server, dirs, "--offload-batch", "10", "--graceful-timeout", "3", workers="1", threads="1")
+    doc = json.loads(get(old, "/emit?n=40&size=1000&id=a").body)
+    assert doc["results"] == [True] * 40
+    want = {f"{doc['pid']}-a{i}-" for i in range(40)}
+    assert wait_for(lambda: json.loads(get(old, "/stats").body)["sibling"]["journaled"] == 40), old.log()
+    old_sibling = sibling_pid(old)
+    old.signal(signal.SIGKILL)                 # its sibling holds the first batch at the gate
+    assert old.proc.wait(10) == -signal.SIGKILL
+    fresh_ctl = tmp_path / "ctl-new"           # the new server's sink has no gate
+    fresh_ctl.mkdir()
+    new = start(make_server, dirs, workers="1", threads="1", env={"FW_SINK_CTL": str(fresh_ctl)})
+    assert wait_for(lambda: "another sibling still reads the ring" in new.log(), timeout=10), new.log()
+    fail.write_text("")
+    gate.unlink()                               # the old sibling delivers that batch, then its sink fails
+    assert wait_for(lambda: process_gone(old_sibling), timeout=15), old.log()[-3000:]
+    assert "30 record(s) not delivered before the stop" in old.log(), old.log()[-3000:]
+    by_old = [x for x in lines(dirs["out"]) if x["pid"] == old_sibling]
+    assert len(by_old) == 10, by_old
+    delivered = lambda: {bytes.fromhex(x["value"]).rstrip(b"x").decode() for x in lines(dirs["out"])}
+    assert wait_for(lambda: want <= delivered(), timeout=20), (len(want - delivered()), new.log()[-3000:])
+    assert "30 journaled record(s) not yet delivered" in new.log(), new.log()[-3000:]
+    assert "damaged" not in new.log(), new.log()[-3000:]
