@@ -263,11 +263,12 @@ def where(environ, start_response):
 
 
 def offloader(environ, start_response):
-    """/emit?topic=T&n=N&size=S&key=K&mark=PATH&t=SECONDS&spin=US: N records of
-    S bytes (value = "<pid>-<i>-" padded with x), with US microseconds of
-    busy CPU before each; writes PATH once they were handed over, then
-    sleeps t. /bad?case=...: a wrong call, answering the exception.
-    /stats: the offload counters."""
+    """/emit?topic=T&n=N&size=S&key=K&mark=PATH&t=SECONDS&spin=US&hold=PATH: N
+    records of S bytes (value = "<pid>-<i>-" padded with x), with US
+    microseconds of busy CPU before each, once the file hold (if given) is
+    gone; writes PATH once they were handed over, then sleeps t.
+    /bad?case=...: a wrong call, answering the exception. /stats: the
+    offload counters."""
     import forkwsgi
     q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
     path = environ["PATH_INFO"]
@@ -301,6 +302,8 @@ def offloader(environ, start_response):
     results = []
     emit = environ["forkwsgi.offload"]
     spin = int(q.get("spin", "0")) * 1000
+    while "hold" in q and os.path.exists(q["hold"]):
+        time.sleep(0.02)
     for i in range(n):
         if spin:
             until = time.perf_counter_ns() + spin

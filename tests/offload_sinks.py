@@ -4,6 +4,7 @@ It appends every batch it takes to $FW_SINK_OUT as JSON lines, each with the
 batch number, and obeys files in $FW_SINK_CTL:
   fail    raise (the sink is "down"): the batch is retried later
   slow    sleep this many seconds (the file's content) before taking a batch
+  gate    hold the batch (checked after fail) until this file is removed
   digest  write each value's length and SHA-256, not the value (records of
           megabytes: the sink's own copies would hide the sibling's memory)
 and refuses for good every record whose value contains b"REJECT".
@@ -23,6 +24,8 @@ class ControlledSink:
     def send(self, batch):
         if os.path.exists(os.path.join(self.ctl, "fail")):
             raise ConnectionError("sink down (test)")
+        while os.path.exists(os.path.join(self.ctl, "gate")):
+            time.sleep(0.02)
         slow = os.path.join(self.ctl, "slow")
         if os.path.exists(slow):
             with open(slow) as f:

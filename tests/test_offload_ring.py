@@ -12,8 +12,10 @@ import sys
 import threading
 import time
 
+import pytest
+
 from httpraw import request, wait_for
-from test_offload import dirs, get, lines, start  # noqa: F401 - dirs is a fixture
+from test_offload import dirs, get, lines, sibling_pid, start  # noqa: F401 - dirs is a fixture
 
 APP_MODES = ("inline",)        # every server here sets its own --threads
 
@@ -212,3 +214,119 @@ def test_producers_do_not_wake_the_sibling_while_records_flow(make_server, dirs)
     assert wait_for(lambda: len(lines(dirs["out"])) == n, timeout=10)
     wakes = ring_wakes(ring) - before
     assert n > 100 and 1 <= wakes <= 3, (n, wakes)
+
+
+def delivered_ids(dirs):
+    """The values the test sink got, without apps:offloader's padding: "<pid>-<id><i>-"."""
+    return {bytes.fromhex(x["value"]).rstrip(b"x").decode() for x in lines(dirs["out"])}
+
+
+def process_gone(pid):
+    """No such process, or a zombie (its parent, a killed master, is gone:
+    whoever adopted it may not reap it at once)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+@pytest.mark.parametrize("ring", ["same size", "another size"])
+def test_a_new_server_while_the_old_sibling_still_drains_loses_nothing(make_server, dirs, tmp_path, ring):
+    """The master alone SIGKILLed: its sibling drains (SIGTERM from the
+    kernel), and a new server on the same directory starts meanwhile; its
+    sibling waits for the ring's reader lock. Here the old sibling delivers
+    one batch after the new one began waiting (the sink's gate), then its
+    sink fails until its graceful timeout: 30 records stay journaled after
+    the position it acknowledged last. The new sibling delivers all 40.
+    Before, it had read the journal's state before waiting: it began at the
+    old acknowledged position, in the hole punched over what the old
+    sibling delivered, reported the journal damaged there and skipped the
+    30 records after it.
+
+    A new server that asks for another --offload-queue-bytes keeps the
+    ring the old sibling still reads, empty or not. Before, it made an
+    empty one anew: its sibling locked the new file and did not wait, and
+    two siblings worked on one journal at once (a third start then found
+    the state of the old one, which it had written last, pointing into a
+    segment the new one had deleted, and lost the new one's undelivered
+    records)."""
+    gate, fail = dirs["ctl"] / "gate", dirs["ctl"] / "fail"
+    gate.write_text("")
+    old = start(make_server, dirs, "--offload-batch", "10", "--graceful-timeout", "3", workers="1", threads="1")
+    assert wait_for(lambda: sibling_pid(old) is not None)
+    old_sibling = sibling_pid(old)
+    # Stopped while the records come, the sibling journals all 40 in one
+    # read (the ring is left empty), then holds the first 10 at the gate:
+    # 10 KB, more than the 4 KiB page a delivery punches out.
+    os.kill(old_sibling, signal.SIGSTOP)
+    try:
+        doc = json.loads(get(old, "/emit?n=40&size=1000&id=a").body)
+    finally:
+        os.kill(old_sibling, signal.SIGCONT)
+    assert doc["results"] == [True] * 40
+    want = {f"{doc['pid']}-a{i}-" for i in range(40)}
+    assert wait_for(lambda: json.loads(get(old, "/stats").body)["sibling"]["journaled"] == 40), old.log()
+    old.signal(signal.SIGKILL)                 # its sibling holds the first batch at the gate
+    assert old.proc.wait(10) == -signal.SIGKILL
+    fresh_ctl = tmp_path / "ctl-new"           # the new server's sink has no gate
+    fresh_ctl.mkdir()
+    size = ("--offload-queue-bytes", "65536") if ring == "another size" else ()
+    new = start(make_server, dirs, *size, workers="1", threads="1", env={"FW_SINK_CTL": str(fresh_ctl)})
+    assert wait_for(lambda: "another sibling still reads the ring" in new.log(), timeout=10), new.log()
+    fail.write_text("")
+    gate.unlink()                               # the old sibling delivers that batch, then its sink fails
+    assert wait_for(lambda: process_gone(old_sibling), timeout=15), old.log()[-3000:]
+    assert "30 record(s) not delivered before the stop" in old.log(), old.log()[-3000:]
+    by_old = [x for x in lines(dirs["out"]) if x["pid"] == old_sibling]
+    assert len(by_old) == 10, by_old
+    delivered = lambda: delivered_ids(dirs)
+    assert wait_for(lambda: want <= delivered(), timeout=20), (len(want - delivered()), new.log()[-3000:])
+    assert "30 journaled record(s) not yet delivered" in new.log(), new.log()[-3000:]
+    assert "damaged" not in new.log(), new.log()[-3000:]
+    if ring == "another size":
+        assert "is still open in a process of the last server" in new.log(), new.log()[-3000:]
+
+
+def ring_capacity(path):
+    with open(path, "rb") as f:
+        return int.from_bytes(f.read(16)[8:16], "little")
+
+
+def test_a_ring_a_killed_masters_worker_still_writes_is_not_made_anew(make_server, dirs, tmp_path):
+    """The master alone SIGKILLed while a request of its worker has not
+    offloaded yet (a worker finishes its requests after its master died);
+    the sibling has nothing to drain and is gone at once. A new server that
+    asks for another --offload-queue-bytes finds the ring empty and keeps
+    it all the same, since the worker still has it open: the records the
+    worker writes then are delivered. Once no process of the old server is
+    left, a start makes the ring anew at the size asked for. Before, the
+    empty ring was made anew at once, and the worker's records went to a
+    file that no one would read again: acknowledged, and lost."""
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    old = start(make_server, dirs, "--graceful-timeout", "20", workers="1", threads="1")
+    assert wait_for(lambda: sibling_pid(old) is not None)
+    old_sibling = sibling_pid(old)
+    ring = dirs["journal"] / "ring.fwr"
+    assert ring_capacity(ring) != 65536
+    c = old.conn(timeout=60)
+    c.send(b"GET /emit?n=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert c.read_response().status == 200     # the worker has the connection: it serves what comes on it
+    c.send(f"GET /emit?n=5&id=late&hold={hold} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+    old.signal(signal.SIGKILL)
+    assert old.proc.wait(10) == -signal.SIGKILL
+    assert wait_for(lambda: process_gone(old_sibling), timeout=10), old.log()[-3000:]
+    new = start(make_server, dirs, "--offload-queue-bytes", "65536", workers="1", threads="1")
+    hold.unlink()
+    doc = json.loads(c.read_response().body)
+    c.close()
+    assert doc["results"] == [True] * 5
+    want = {f"{doc['pid']}-late{i}-" for i in range(5)}
+    delivered = lambda: delivered_ids(dirs)
+    assert wait_for(lambda: want <= delivered(), timeout=20), (len(want - delivered()), new.log()[-3000:])
+    assert "is still open in a process of the last server" in new.log(), new.log()[-3000:]
+    assert wait_for(lambda: process_gone(doc["pid"]), timeout=20), old.log()[-3000:]
+    assert new.stop() == 0
+    start(make_server, dirs, "--offload-queue-bytes", "65536", workers="1", threads="1")
+    assert ring_capacity(ring) == 65536

@@ -91,6 +91,28 @@ def _open_own(path):
     return fd
 
 
+def open_elsewhere(fd):
+    """Whether the file has another open description: a process of an
+    earlier server that still reads or writes it (a sibling that drains, a
+    worker that finishes its requests after its master was killed). The
+    kernel grants a write lease only to the file's one opener (a mapping
+    counts); where leases are not to be had (some network file systems),
+    a sibling's reader lock is all that tells."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+    except BlockingIOError:
+        return True
+    except OSError:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+    return False
+
+
 def lock_dir(directory, wait=LOCK_WAIT):
     """Hold --offload-dir for this server (flock on server.lock, which
     names the holder's pid): two servers on one directory would deliver
@@ -116,8 +138,9 @@ def lock_dir(directory, wait=LOCK_WAIT):
 def open_ring(cfg):
     """The ring file (cserver/fw_ring.h), made or checked: its fd. A ring
     left by the last run (records not yet journaled) is kept as it is, its
-    capacity with it; an empty one of another size is made anew. A damaged
-    one is set aside (ring.fwr.damaged-TIME) and a new one made."""
+    capacity with it; an empty one of another size that no process of an
+    earlier server still has open is made anew. A damaged one is set aside
+    (ring.fwr.damaged-TIME) and a new one made."""
     path = ring_path(cfg)
     want = cfg["offload_queue_bytes"]
     for _ in range(3):
@@ -140,12 +163,19 @@ def open_ring(cfg):
                               f"({e.strerror or e}): free some space, or set a smaller --offload-queue-bytes") from None
         used, _ = _forkwsgi.ring_usage(fd)
         if cap != _forkwsgi.ring_capacity(want):
-            if not used:
+            # Made anew only if no one else has it: a sibling of the last
+            # server that still drains it would go on with the journal
+            # beside ours (ours would lock the new file), and what its
+            # workers still write would go to a file no one reads.
+            if not used and not open_elsewhere(fd):
                 os.close(fd)
                 os.unlink(path)             # empty: made anew at the size asked for
                 continue
-            log.warning("offload: the ring in %s holds %d bytes of records from the last run: it keeps its "
-                        "size (%d bytes); --offload-queue-bytes applies once it is empty at a start", path, used, cap)
+            why = (f"holds {used} bytes of records from the last run" if used else
+                   "is still open in a process of the last server (a sibling that drains, a worker that finishes "
+                   "its requests)")
+            log.warning("offload: the ring in %s %s: it keeps its size (%d bytes); --offload-queue-bytes applies "
+                        "at a start that finds it empty and unused", path, why, cap)
         return fd
     raise ConfigError(f"--offload-dir {cfg['offload_dir']}: cannot make the offload ring")
 

@@ -229,7 +229,10 @@ class Sibling:
         self.counters = counters          # shared mmap region (SIB layout) or None
         self.batch_size = cfg["offload_batch"]
         self.linger = cfg["offload_linger"]
-        self.journal = Journal(cfg["offload_dir"], cfg["offload_fsync"])
+        # Opened by take_over, once this sibling is the ring's one reader.
+        self.journal = None
+        self.spills = None
+        self.producers_alive = producers_alive
         self.sink = make_sink(cfg["offload_sink"], cfg, stopping=self._past_deadline)
         self.pending = collections.deque()      # (Record, segment, end offset), not yet handed to the sink
         self.in_flight = collections.deque()    # Batch, in order
@@ -249,11 +252,23 @@ class Sibling:
         self.spill_backlog = False               # records wait in spill files
         self.queue_backlog = False               # the last read stopped before the queue was empty
         self.disk = DiskTrouble(self.stats, cfg["offload_dir"])
-        self.spills = SpillCollector(cfg["offload_spill_dir"], self.journal, self.disk, producers_alive)
         self.sent_direct = 0                     # delivered straight from the queue or a spill file
         self.direct_held = 0                     # records held that were read straight (not journaled)
 
     # -- reading ------------------------------------------------------------
+
+    def take_over(self):
+        """Become the ring's one reader (open_reader waits while a
+        predecessor still drains: the sibling of a server whose master was
+        killed), and only then open the journal. Until the predecessor is
+        gone, the journal's state, its segments and the spill offsets are
+        its own and still move: read earlier, the acknowledged position
+        could lie in bytes it has since delivered and punched out (zeros,
+        taken for damage: the records after them skipped), the segment be
+        one it has since left."""
+        open_reader(self.cfg)
+        self.journal = Journal(self.cfg["offload_dir"], self.cfg["offload_fsync"])
+        self.spills = SpillCollector(self.cfg["offload_spill_dir"], self.journal, self.disk, self.producers_alive)
 
     def resume(self):
         """Deliver first what the journal holds and the sink did not
@@ -675,7 +690,7 @@ def run_sibling(cfg, parent_pid, counters=None, owner=None):
         # Whoever started us held these until now (a stop asked for
         # during start-up waits for the handlers instead of killing us).
         process.release_stop_signals()
-        open_reader(cfg)
+        sib.take_over()
         priority.watch(_forkwsgi.ring_reader_stats()["capacity"])
         sib.run()
     except BaseException:
