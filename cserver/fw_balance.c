@@ -54,7 +54,8 @@ static int is_open(const fw_sb_slot *s)
  * accepting: capacity is checked on requests alone (want_armed). */
 static uint32_t load_of(const fw_sb_slot *s)
 {
-    return atomic_load(&s->inflight) + atomic_load(&s->incoming) + atomic_load(&s->pending);
+    return atomic_load(&s->inflight) + atomic_load(&s->incoming) + atomic_load(&s->pending) +
+           atomic_load(&s->waiting);
 }
 
 static uint32_t min_open_load(const fw_balance *b)
@@ -102,11 +103,18 @@ static void reconcile_locked(fw_balance *b)
     if (!counting(b) || b->cfg.nslots < 2)
         return;
     uint32_t mn = min_open_load(b);
+    /* With a thread free and nothing waiting here, requests that wait
+     * unread in a peer's queue are better served here: kick it to hand
+     * them over (on_kick, ops->offer). */
+    int can_help = b->inflight < b->threads && !atomic_load(&b->sb[b->cfg.me].waiting) &&
+                   !atomic_load(&b->sb[b->cfg.me].retire) && b->allowed && !b->draining;
     for (int j = 0; j < b->cfg.nslots; j++) {
         if (j == b->cfg.me || !is_open(&b->sb[j]))
             continue;
         uint32_t wj = atomic_load(&b->sb[j].inflight) < b->threads && load_of(&b->sb[j]) <= mn;
-        if (wj != atomic_load(&b->sb[j].armed))
+        if (wj != atomic_load(&b->sb[j].armed) ||
+            (can_help && atomic_load(&b->sb[j].waiting) &&
+             atomic_load(&b->sb[j].image) <= atomic_load(&b->sb[b->cfg.me].image)))
             kick(b, j);
     }
 }
@@ -130,6 +138,8 @@ static void on_kick(fw_loop *loop, fw_watch *w, uint32_t events)
     pthread_mutex_lock(&b->mu);
     reconcile_locked(b);
     pthread_mutex_unlock(&b->mu);
+    if (atomic_load(&b->sb[b->cfg.me].waiting) && b->ops->offer)
+        b->ops->offer(b->ctx);
 }
 
 /* One request handed to us is taken in; never below zero (the master
@@ -459,6 +469,25 @@ void fw_balance_end(fw_balance *b, fw_balance_place *p)
     pthread_mutex_unlock(&b->mu);
 }
 
+/* The live peer that can take a request with the least load, if it has a
+ * free thread: its slot (its load in *load), or -1. */
+static int least_busy_peer(const fw_balance *b, uint32_t *load)
+{
+    int best = -1;
+    uint32_t best_n = b->threads;
+    for (int j = 0; j < b->cfg.nslots; j++) {
+        if (!can_take(b, j))
+            continue;
+        uint32_t n = load_of(&b->sb[j]);
+        if (n < best_n) {
+            best_n = n;
+            best = j;
+        }
+    }
+    *load = best_n;
+    return best;
+}
+
 int fw_balance_handoff(fw_balance *b, fw_balance_place *p, int fd, int listener, int served,
                        fw_pass_client client)
 {
@@ -474,21 +503,25 @@ int fw_balance_handoff(fw_balance *b, fw_balance_place *p, int fd, int listener,
      * side, and only a saturated worker makes its request wait. */
     if (served && mine < b->threads)
         return 0;
-    /* The live worker with the fewest requests and a free thread. */
-    int best = -1;
-    uint32_t best_n = b->threads;
-    for (int j = 0; j < b->cfg.nslots; j++) {
-        if (!can_take(b, j))
-            continue;
-        uint32_t n = load_of(&b->sb[j]);
-        if (n < best_n) {
-            best_n = n;
-            best = j;
-        }
-    }
+    uint32_t best_n;
+    int best = least_busy_peer(b, &best_n);
     if (best < 0 || best_n >= mine)
         return 0;            /* nobody is less busy: it is served here */
     return pass_to(b, fd, listener, served, client, best, 1) == 0;   /* its queue is full or it is gone: here */
+}
+
+void fw_balance_waiting(fw_balance *b, uint32_t n)
+{
+    atomic_store(&b->sb[b->cfg.me].waiting, n);
+}
+
+int fw_balance_give(fw_balance *b, int fd, int listener, int served, fw_pass_client client)
+{
+    if (!counting(b) || !b->cfg.pass_fds || b->cfg.nslots < 2)
+        return 0;
+    uint32_t best_n;
+    int best = least_busy_peer(b, &best_n);
+    return best >= 0 && pass_to(b, fd, listener, served, client, best, 1) == 0;
 }
 
 int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served, fw_pass_client client)
@@ -584,6 +617,7 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds, uint3
     atomic_store(&sb[i].beat, 0);
     atomic_store(&sb[i].hold, 0);
     atomic_store(&sb[i].image, image);
+    atomic_store(&sb[i].waiting, 0);
     atomic_fetch_add(&sb[i].gen, 1);
     atomic_store(&sb[i].pid, 0);
     /* FREE until the worker's loop runs (fw_balance_start): a worker still
@@ -604,6 +638,7 @@ int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
         .armed = atomic_load(&s->armed), .open = atomic_load(&s->open), .retire = atomic_load(&s->retire),
         .threads = atomic_load(&s->threads), .gen = atomic_load(&s->gen), .pid = atomic_load(&s->pid),
         .beat = atomic_load(&s->beat), .hold = atomic_load(&s->hold), .image = atomic_load(&s->image),
+        .waiting = atomic_load(&s->waiting),
         .accepted = atomic_load(&s->accepted), .handed_in = atomic_load(&s->handed_in),
         .handed_out = atomic_load(&s->handed_out), .kicks_sent = atomic_load(&s->kicks_sent),
     };
@@ -641,6 +676,7 @@ void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds)
     atomic_store(&sb[i].inflight, 0);
     atomic_store(&sb[i].incoming, 0);
     atomic_store(&sb[i].pending, 0);
+    atomic_store(&sb[i].waiting, 0);
     atomic_store(&sb[i].armed, 0);
     atomic_store(&sb[i].pid, 0);
     for (int j = 0; j < nslots; j++) {

@@ -72,6 +72,9 @@ typedef struct fw_sb_slot {
                                      * master cannot replace you now (no app loaded) */
     _Atomic uint32_t image;         /* master: which code the worker runs (each reload makes a
                                      * newer one): a connection never moves to older code */
+    _Atomic uint32_t waiting;       /* requests waiting for a thread here, unread (the server's
+                                     * ready queue): load, and a peer that frees a thread kicks us
+                                     * to hand them over */
     _Atomic uint64_t accepted __attribute__((aligned(64)));   /* statistics, owner */
     _Atomic uint64_t handed_in;
     _Atomic uint64_t handed_out;
@@ -119,6 +122,9 @@ typedef struct fw_balance_ops {
     void (*take)(void *ctx, int listener, int fd, int kept_alive, fw_pass_client client);
     /* Something failed: what (the context), err (errno); error or warning. */
     void (*log)(void *ctx, int error, const char *what, int err);
+    /* Requests wait here unread and a peer has a free thread (it kicked
+     * us): hand what can go over (fw_balance_give), oldest first. */
+    void (*offer)(void *ctx);
 } fw_balance_ops;
 
 /* One connection's place in this worker's count (the caller embeds it in
@@ -200,6 +206,14 @@ void fw_balance_end(fw_balance *b, fw_balance_place *p);
 int fw_balance_handoff(fw_balance *b, fw_balance_place *p, int fd, int listener, int served,
                        fw_pass_client client);
 
+/* Loop thread: n requests wait here for a thread, unread (published for
+ * the peers' choices; one that frees a thread kicks us). */
+void fw_balance_waiting(fw_balance *b, uint32_t n);
+/* Loop thread: hand a request that waits here, unread, to a peer with a
+ * free thread. 1 if handed (the caller closes its side), 0 if no peer can
+ * take it now. */
+int fw_balance_give(fw_balance *b, int fd, int listener, int served, fw_pass_client client);
+
 /* Loop thread, while retiring: give an idle connection (nothing of its next
  * request read) to a live worker that serves on, unread. Returns 0 when
  * handed over (the caller closes its side), FW_AGAIN when no peer could
@@ -247,7 +261,7 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds, uint3
 /* A copy of slot i, each field loaded atomically (for stats and the master).
  * Returns 0, or -EINVAL if i is not a slot. */
 typedef struct fw_sb_view {
-    uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image;
+    uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image, waiting;
     int32_t pid;
     int64_t beat;
     uint64_t accepted, handed_in, handed_out, kicks_sent;

@@ -113,6 +113,7 @@ void fw_conn_free(fw_conn *c)
 }
 
 static void unpark(fw_conn *c, int rc);
+static void uncharge(fw_conn *c, size_t still);
 
 void fw_conn_close(fw_conn *c)
 {
@@ -147,6 +148,7 @@ void fw_conn_close(fw_conn *c)
     if (c->app_state && srv->ops->on_drop)
         srv->ops->on_drop(srv->app, c);
     c->app_state = NULL;
+    uncharge(c, 0);
     fw_balance_end(&srv->bal, &c->place);     /* counted, but its request never ran */
     c->state = FW_C_CLOSED;
     fw_timer_stop(&c->timer);
@@ -302,6 +304,23 @@ static uint64_t pending_out(const fw_conn *c)
     return fw_buf_used(&c->out) + c->ext_len + c->ext_tail_len + (c->resp.sf_fd >= 0 ? c->resp.sf_left : 0);
 }
 
+/* What write() queued and has left: no longer counted. */
+static void uncharge(fw_conn *c, size_t still)
+{
+    if (c->write_charged > still) {
+        c->srv->write_queued -= c->write_charged - still;
+        c->write_charged = still;
+    }
+}
+
+size_t fw_conn_charge_write(fw_conn *c)
+{
+    size_t used = fw_buf_used(&c->out);
+    c->srv->write_queued += used - c->write_charged;     /* (used >= charged: only write() grows it) */
+    c->write_charged = used;
+    return c->srv->write_queued;
+}
+
 int fw_conn_flush(fw_conn *c)
 {
     fw_resp *r = &c->resp;
@@ -327,6 +346,7 @@ int fw_conn_flush(fw_conn *c)
         w -= k;
         memmove(c->ext_tail, c->ext_tail + w, c->ext_tail_len - w);
         c->ext_tail_len -= w;
+        uncharge(c, fw_buf_used(&c->out));
     }
     while (r->sf_fd >= 0 && r->sf_left > 0) {
         off_t off = (off_t)r->sf_off;
@@ -376,6 +396,7 @@ static int send_body(fw_conn *c, const char *data, size_t len, int borrow)
     size_t w = (size_t)n;
     size_t from_out = w < queued ? w : queued;
     fw_buf_consume(&c->out, from_out);
+    uncharge(c, fw_buf_used(&c->out));
     w -= from_out;
     size_t from_data = w < len ? w : len;
     w -= from_data;
@@ -419,6 +440,8 @@ static void unpark(fw_conn *c, int rc)
     c->park_rc = rc;
     c->parked = 0;
     c->state = FW_C_APP;
+    srv->nparked--;
+    fw_balance_begin(&srv->bal, &c->place);     /* its thread runs again */
     fw_pool_resume(srv->pool, &c->job);
 }
 
@@ -427,7 +450,9 @@ int fw_conn_drain_wait(fw_conn *c)
     int rc = fw_conn_flush(c);
     if (rc != FW_IO_AGAIN || !c->srv->pool)
         return rc;      /* inline, the loop thread cannot wait for itself */
-    /* Hand c to the loop and sleep until it is given back. */
+    /* Hand c to the loop and sleep until it is given back. Meanwhile this
+     * thread holds no capacity: a spare runs requests in its place. */
+    fw_balance_end(&c->srv->bal, &c->place);
     c->parked = 1;
     fw_pool_park(c->srv->pool, &c->job);
     return c->park_rc;
@@ -446,6 +471,7 @@ static void body_start(fw_conn *c)
 void fw_conn_parked(fw_conn *c)
 {
     fw_server *srv = c->srv;
+    srv->nparked++;
     if (srv->closing) {
         fw_conn_close(c);       /* the server is gone: the thread is told */
         return;
@@ -1166,6 +1192,16 @@ void fw_conn_start_stop(fw_conn *c)
             c->keep_alive = 0;
         return;
     }
+}
+
+int fw_conn_give_away(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    if (!c->unread || srv->stopping ||
+        !fw_balance_give(&srv->bal, c->w.fd, listener_index(c), served_before(c), fw_peer_passed(c)))
+        return 0;
+    fw_conn_close_passed(c);        /* leaves the ready queue with it */
+    return 1;
 }
 
 int fw_conn_evict_idle(fw_conn *c)

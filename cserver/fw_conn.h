@@ -151,6 +151,8 @@ struct fw_conn {
      * while they wait. */
     const char *ext;
     size_t ext_len;
+    size_t write_charged;             /* inline: bytes of `out` write() queued, counted in the
+                                       * worker's srv->write_queued (fw_conn_charge_write) */
     char ext_tail[2];                 /* what follows them: a chunk's CRLF */
     size_t ext_tail_len;
 
@@ -232,6 +234,9 @@ void fw_conn_parked(fw_conn *c);
 /* Loop thread: a thread is free, c is the oldest request waiting for one
  * (taken off the ready queue by the server): serve it. */
 void fw_conn_dispatch(fw_conn *c);
+/* Loop thread: c waits in the ready queue unread: hand it to a peer with a
+ * free thread. 1 if handed over (c is closed here), 0 if none took it. */
+int fw_conn_give_away(fw_conn *c);
 /* Loop thread: idle kept-alive c may be closed to make room for a new
  * connection (--max-connections): 1 if it was closed. */
 int fw_conn_evict_idle(fw_conn *c);
@@ -291,6 +296,10 @@ int fw_conn_send(fw_conn *c, const char *data, size_t len);
  * FW_APP_WAIT, so the loop writes it and calls on_writable after. For
  * large bodies the app holds anyway: a slow reader costs no copy. */
 int fw_conn_send_borrowed(fw_conn *c, const char *data, size_t len);
+/* Inline (the loop thread): what write() left queued counts towards the
+ * worker's total of such bytes (srv->write_queued), until it is sent or the
+ * connection closes. Returns that total. */
+size_t fw_conn_charge_write(fw_conn *c);
 /* Write what is queued without blocking: FW_IO_DONE, FW_IO_AGAIN, FW_IO_ERR. */
 int fw_conn_flush(fw_conn *c);
 /* App thread (never inline): wait while the loop writes what is queued,

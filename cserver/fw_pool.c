@@ -91,6 +91,29 @@ static void on_done(fw_loop *loop, fw_watch *w, uint32_t events)
     }
 }
 
+int fw_pool_max_threads(int nthreads)
+{
+    return nthreads + (nthreads > 4 ? nthreads : 4);
+}
+
+/* Start thread number p->started. Returns 0 or an errno. */
+static int start_thread(fw_pool *p)
+{
+    if (p->started >= p->max_threads)
+        return EAGAIN;
+    pool_thread *arg = malloc(sizeof(*arg));
+    if (!arg)
+        return ENOMEM;
+    *arg = (pool_thread){ .pool = p, .index = p->started };
+    int e = pthread_create(&p->tids[p->started], NULL, pool_main, arg);
+    if (e != 0) {
+        free(arg);
+        return e;
+    }
+    p->started++;
+    return 0;
+}
+
 fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void *ctx)
 {
     fw_pool *p = calloc(1, sizeof(*p));
@@ -100,8 +123,9 @@ fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void
     p->ops = ops;
     p->ctx = ctx;
     p->nthreads = nthreads;
+    p->max_threads = fw_pool_max_threads(nthreads);
     p->done_w.fd = -1;
-    p->tids = calloc((size_t)nthreads, sizeof(*p->tids));
+    p->tids = calloc((size_t)p->max_threads, sizeof(*p->tids));
     if (!p->tids)
         goto fail;
     if (pthread_mutex_init(&p->mu, NULL) != 0)
@@ -119,23 +143,18 @@ fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void
     p->done_w.cb = on_done;
     if (p->done_w.fd < 0 || fw_loop_watch(loop, &p->done_w, EPOLLIN) != 0)
         goto fail_sync;
+    pthread_mutex_lock(&p->mu);
     for (int i = 0; i < nthreads; i++) {
-        pool_thread *arg = malloc(sizeof(*arg));
-        int e = arg ? 0 : ENOMEM;
-        if (arg) {
-            *arg = (pool_thread){ .pool = p, .index = i };
-            e = pthread_create(&p->tids[i], NULL, pool_main, arg);
-            if (e != 0)
-                free(arg);
-        }
+        int e = start_thread(p);
         if (e != 0) {
+            pthread_mutex_unlock(&p->mu);
             ops->error(ctx, "pool: cannot start a thread", e);
             fw_pool_stop(p);        /* joins the ones that started */
             errno = e;
             return NULL;
         }
-        p->started++;
     }
+    pthread_mutex_unlock(&p->mu);
     return p;
 fail_sync:
     pthread_cond_destroy(&p->resume_cv);
@@ -165,15 +184,23 @@ void fw_pool_submit(fw_pool *p, fw_pool_job *job)
 
 void fw_pool_park(fw_pool *p, fw_pool_job *job)
 {
+    int e = 0;
     pthread_mutex_lock(&p->mu);
     job->parked = 1;
     job->next = NULL;
     if (p->parked_tail) p->parked_tail->next = job; else p->parked_head = job;
     p->parked_tail = job;
+    p->parked++;
+    /* This thread sleeps: a spare takes its place among the runnable ones. */
+    if (p->started - p->parked < p->nthreads && !p->quit)
+        e = start_thread(p);
     wake_loop_locked(p);
     while (job->parked)
         pthread_cond_wait(&p->resume_cv, &p->mu);
+    p->parked--;
     pthread_mutex_unlock(&p->mu);
+    if (e != 0 && e != EAGAIN)
+        p->ops->error(p->ctx, "pool: cannot start a spare thread", e);
 }
 
 void fw_pool_resume(fw_pool *p, fw_pool_job *job)
@@ -205,9 +232,10 @@ void fw_pool_stop(fw_pool *p)
 {
     pthread_mutex_lock(&p->mu);
     p->quit = 1;
+    int started = p->started;           /* none starts once quit is set */
     pthread_mutex_unlock(&p->mu);
     pthread_cond_broadcast(&p->cv);
-    for (int i = 0; i < p->started; i++)
+    for (int i = 0; i < started; i++)
         pthread_join(p->tids[i], NULL);
     if (fw_loop_watch(p->loop, &p->done_w, 0) != 0)
         p->ops->error(p->ctx, "pool: epoll_ctl", errno);

@@ -11,7 +11,9 @@
  * A thread may also park its job: hand it back to the loop (ops->parked)
  * while the thread sleeps, until the loop resumes it (fw_pool_resume); the
  * thread then carries on with the job where it stopped. The loop uses this
- * to do a job's waiting on sockets for the thread.
+ * to do a job's waiting on sockets for the thread. A parked thread holds no
+ * capacity: when it parks, a spare thread starts if the runnable ones fall
+ * below nthreads, up to max_threads in all (fw_pool_max_threads).
  *
  * The queues are intrusive (fw_pool_job.next): submitting never allocates,
  * and they can never hold more jobs than the caller has objects. */
@@ -46,9 +48,11 @@ typedef struct fw_pool {
     fw_loop *loop;                 /* not owned: the loop that gets jobs back */
     const fw_pool_ops *ops;        /* not owned */
     void *ctx;                     /* not owned: passed to every op */
-    int nthreads;
-    pthread_t *tids;               /* owned, nthreads */
-    int started;                   /* threads running */
+    int nthreads;                  /* threads that run jobs: the capacity */
+    int max_threads;               /* threads at most, spares for parked ones included */
+    pthread_t *tids;               /* owned, max_threads */
+    int started;                   /* threads running (under mu once the pool runs) */
+    int parked;                    /* under mu: threads parked */
 
     pthread_mutex_t mu;            /* guards the lists, quit, done_signalled, jobs' parked */
     pthread_cond_t cv;             /* work arrived, or quit */
@@ -63,6 +67,11 @@ typedef struct fw_pool {
     fw_watch done_w;               /* eventfd, owned */
 } fw_pool;
 
+/* Threads a pool of nthreads may run at most: nthreads, and as many again
+ * (4 at least) to stand in for parked ones. A thread's index (ops) is
+ * below this. */
+int fw_pool_max_threads(int nthreads);
+
 /* Create the pool and start its threads; the done eventfd is watched in
  * `loop`. Returns NULL (errno set) on failure, with nothing started. */
 fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void *ctx);
@@ -72,7 +81,7 @@ void fw_pool_submit(fw_pool *p, fw_pool_job *job);
 
 /* Pool thread, inside ops->run: hand the job to the loop (ops->parked) and
  * sleep until the loop calls fw_pool_resume on it. The job still counts
- * as busy. */
+ * as busy (the caller counts parked jobs apart: they hold no capacity). */
 void fw_pool_park(fw_pool *p, fw_pool_job *job);
 /* Loop thread: wake the thread of a parked job; the job is that thread's
  * again from the moment this is called. */

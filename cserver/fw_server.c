@@ -168,6 +168,8 @@ void fw_server_enqueue(fw_server *srv, fw_conn *c)
     if (c->rq_next) c->rq_next->rq_prev = c; else srv->ready_tail = c;
     if (after) after->rq_next = c; else srv->ready_head = c;
     srv->nready++;
+    if (c->unread)
+        fw_balance_waiting(&srv->bal, (uint32_t)++srv->nready_unread);
 }
 
 void fw_server_dequeue(fw_server *srv, fw_conn *c)
@@ -176,11 +178,34 @@ void fw_server_dequeue(fw_server *srv, fw_conn *c)
     if (c->rq_next) c->rq_next->rq_prev = c->rq_prev; else srv->ready_tail = c->rq_prev;
     c->rq_prev = c->rq_next = NULL;
     srv->nready--;
+    if (c->unread)
+        fw_balance_waiting(&srv->bal, (uint32_t)--srv->nready_unread);
+}
+
+/* A peer has a free thread (it kicked us): hand it the requests that wait
+ * here unread, oldest first, while it takes them. */
+static void bal_offer(void *ctx)
+{
+    fw_server *srv = ctx;
+    fw_conn *c = srv->ready_head;
+    while (c && srv->nready_unread > 0) {
+        fw_conn *next = c->rq_next;
+        if (c->unread && !fw_conn_give_away(c))
+            return;
+        c = next;
+    }
+}
+
+/* Threads free to run a request: a parked one (waiting for the loop to
+ * write for write()) holds none; a spare runs in its place (fw_pool). */
+static int threads_free(const fw_server *srv)
+{
+    return srv->pool->busy - srv->nparked < srv->cfg.threads;
 }
 
 int fw_server_thread_free(const fw_server *srv)
 {
-    return srv->pool && srv->pool->busy < srv->cfg.threads && !srv->ready_head;
+    return srv->pool && threads_free(srv) && !srv->ready_head;
 }
 
 void fw_server_request_done(fw_server *srv)
@@ -324,7 +349,7 @@ static void take_waiting(fw_server *srv)
 static void serve_ready(fw_server *srv)
 {
     int took = 0;
-    while (srv->ready_head && srv->pool->busy < srv->cfg.threads) {
+    while (srv->ready_head && threads_free(srv)) {
         if (!took) {
             took = 1;
             take_waiting(srv);
@@ -404,7 +429,7 @@ static void bal_log(void *ctx, int error, const char *what, int err)
 }
 
 static const fw_balance_ops balance_ops = {
-    .set_listeners = bal_set_listeners, .take = bal_take, .log = bal_log,
+    .set_listeners = bal_set_listeners, .take = bal_take, .log = bal_log, .offer = bal_offer,
 };
 
 fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
@@ -705,10 +730,11 @@ static const fw_pool_ops pool_ops = {
 
 static int start_pool(fw_server *srv)
 {
-    srv->threads = calloc((size_t)srv->cfg.threads, sizeof(*srv->threads));
+    int most = fw_pool_max_threads(srv->cfg.threads);       /* spares for parked threads too */
+    srv->threads = calloc((size_t)most, sizeof(*srv->threads));
     if (!srv->threads)
         return -1;
-    for (int i = 0; i < srv->cfg.threads; i++)
+    for (int i = 0; i < most; i++)
         srv->threads[i].index = i;
     srv->pool = fw_pool_start(&srv->loop, srv->cfg.threads, &pool_ops, srv);
     if (!srv->pool) {

@@ -156,6 +156,9 @@ struct fw_server {
      * unread) waiting for a free thread, oldest first (fw_conn.ready_at). */
     fw_conn *ready_head, *ready_tail;
     int nready;
+    int nready_unread;         /* of them, arrived on an idle connection and not read yet */
+    int nparked;               /* requests whose app thread waits for the loop (fw_conn.parked) */
+    size_t write_queued;       /* inline: bytes write() queued in all connections, unsent */
     int take_next;             /* the listener take_waiting tries first */
     fw_backlog backlog;        /* asks the kernel how many connections wait to be accepted */
     uint64_t evictions;        /* idle connections closed at --max-connections */

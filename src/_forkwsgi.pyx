@@ -143,7 +143,7 @@ cdef extern from "glue.h":
         pass
 
     ctypedef struct fw_sb_view:
-        uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image
+        uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image, waiting
         int32_t pid
         int64_t beat
         uint64_t accepted, handed_in, handed_out, kicks_sent
@@ -186,6 +186,7 @@ cdef extern from "glue.h":
     void fw_server_free(fw_server *srv)
     int fw_server_run(fw_server *srv)
     int fw_logq_start(fw_glue *s)
+    int fw_pool_max_threads(int nthreads)
     void fw_logq_stop(fw_glue *s)
     void fw_server_stop(fw_server *srv, int graceful)
     int fw_server_watch_signals(fw_server *srv, int fd)
@@ -210,6 +211,13 @@ STATS_SIZE = FW_STATS_SIZE
 # The histograms' bucket bounds in seconds, the last one open (cserver/fw_stats.h).
 STATS_BOUNDS = tuple(fw_stats_bound_us(i) / 1e6 for i in range(FW_STATS_NBUCKETS - 1)) + (float("inf"),)
 STATUS_SIZE = FW_STATUS_SIZE
+
+
+def status_entries(int threads):
+    """status_entries(threads): status entries a worker of `threads` app
+    threads needs: its threads, and the spares that stand in for parked
+    ones (cserver/fw_pool.h)."""
+    return fw_pool_max_threads(threads) if threads > 1 else 1
 BALANCE_SHARED = FW_BAL_SHARED
 BALANCE_LEAST_BUSY = FW_BAL_LEAST_BUSY
 BALANCE_REUSEPORT = FW_BAL_REUSEPORT
@@ -427,7 +435,8 @@ cdef class Server:
         if status is not None:
             # A writable shared buffer of FW_STATUS_SIZE bytes per thread, 8-aligned.
             PyObject_GetBuffer(status, &self.g.status, PyBUF_WRITABLE)
-            if self.g.status.len < cfg.threads * FW_STATUS_SIZE or (<uintptr_t>self.g.status.buf & 7):
+            if self.g.status.len < (fw_pool_max_threads(cfg.threads) if cfg.threads > 1 else 1) * FW_STATUS_SIZE \
+                    or (<uintptr_t>self.g.status.buf & 7):
                 PyBuffer_Release(&self.g.status)
                 self.g.status.buf = NULL
                 raise ValueError("status must be a writable, 8-aligned buffer of 256 bytes per thread")
@@ -690,7 +699,7 @@ def sb_read(scoreboard):
                     "inflight": v.inflight, "armed": v.armed, "threads": v.threads, "open": v.open,
                     "retire": v.retire, "accepted": v.accepted, "handed_in": v.handed_in,
                     "handed_out": v.handed_out, "kicks_sent": v.kicks_sent, "beat": v.beat,
-                    "hold": v.hold, "image": v.image})
+                    "hold": v.hold, "image": v.image, "waiting": v.waiting})
     return out
 
 

@@ -189,10 +189,13 @@ out:
  * socket takes them; what it does not take is queued, and the loop writes
  * it (after the app returns, if not before). Past WRITE_BUFFER queued, an
  * app thread waits while the loop writes (under the write timeout, which
- * counts no progress; no app time for --timeout); inline, the loop thread
- * must not wait for one client, so it queues up to INLINE_WRITE_MAX. */
+ * counts no progress; no app time for --timeout; a spare thread serves in
+ * its place meanwhile); inline, the loop thread must not wait for one
+ * client, so it queues up to INLINE_WRITE_MAX for one connection and
+ * INLINE_WRITE_BUDGET for all of them: past either, write() raises. */
 #define WRITE_BUFFER ((size_t)1 << 20)
 #define INLINE_WRITE_MAX ((size_t)64 << 20)
+#define INLINE_WRITE_BUDGET ((size_t)128 << 20)
 
 static PyObject *sr_write(PyObject *self_, PyObject *arg)
 {
@@ -227,10 +230,11 @@ static PyObject *sr_write(PyObject *self_, PyObject *arg)
         Py_END_ALLOW_THREADS
         fw_status_resume(r->server, c, &pause);
     } else if (rc == FW_IO_AGAIN) {
-        if (!c->srv->pool && fw_buf_used(&c->out) > INLINE_WRITE_MAX) {
-            PyErr_Format(PyExc_OSError, "client is not reading: %zu MiB of write() output queued (with "
-                         "--threads 1 the loop cannot wait for one client; with app threads write() waits)",
-                         INLINE_WRITE_MAX >> 20);
+        size_t all = c->srv->pool ? 0 : fw_conn_charge_write(c);
+        if (!c->srv->pool && (fw_buf_used(&c->out) > INLINE_WRITE_MAX || all > INLINE_WRITE_BUDGET)) {
+            PyErr_Format(PyExc_OSError, "clients are not reading: %zu MiB of write() output queued for this "
+                         "one, %zu MiB for all (with --threads 1 the loop cannot wait for a client; with app "
+                         "threads write() waits)", fw_buf_used(&c->out) >> 20, all >> 20);
             return NULL;
         }
         rc = FW_IO_DONE;

@@ -72,7 +72,9 @@ class WorkerSlots:
         self.nslots = nslots = got.get("nslots", nslots)
         self.threads = threads = got.get("threads", threads)
         self.log = logger
-        self.status_stride = STATUS_SIZE * threads
+        # An entry per app thread, spares for parked threads included.
+        self.entries = _forkwsgi.status_entries(threads)
+        self.status_stride = STATUS_SIZE * self.entries
         self.status_fd, self.status = _shared_memory("forkwsgi-status", self.status_stride * nslots,
                                                      got.get("status_fd"))
         self.scoreboard_fd, self.scoreboard = _shared_memory(
@@ -179,12 +181,14 @@ class WorkerSlots:
 
     def serving(self, slot):
         """What the worker's app threads are in: [(thread, began_ns, request line)]."""
-        return _forkwsgi.status_read(self.status, slot, self.threads)
+        return _forkwsgi.status_read(self.status, slot, self.entries)
 
     def threads_of(self, slot):
         """Every app thread of the worker in `slot`: [(thread, began_ns or 0,
-        request line or None, calls into the app)]."""
-        return _forkwsgi.status_read(self.status, slot, self.threads, True)
+        request line or None, calls into the app)]; a spare thread (one that
+        stood in for a parked one) only once it has run."""
+        every = _forkwsgi.status_read(self.status, slot, self.entries, True)
+        return [e for e in every if e[0] < self.threads or e[3]]
 
     # ---- when a worker ended --------------------------------------------------
 
