@@ -200,7 +200,10 @@ def test_sigterm_finishes_in_flight_requests_on_threads(make_server):
 
 
 def test_timeout_on_an_app_thread_logs_that_thread(make_server):
-    s = make_server("apps:sleep", "--workers", "1", "--threads", "2", "--timeout", "1.5")
+    # The stuck request gets --graceful-timeout (and as long for atexit)
+    # to end, then goes with its worker.
+    s = make_server("apps:sleep", "--workers", "1", "--threads", "2", "--timeout", "1.5",
+                    "--graceful-timeout", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     stuck = s.worker_pids()[0]
     with Conn(s.port, timeout=15) as c:

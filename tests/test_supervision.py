@@ -92,8 +92,8 @@ def test_slow_and_silent_observer_clients_never_hold_the_master(servers):
     within a second, a request stuck in the app is ended on time, and
     SIGTERM is honoured within a second."""
     mport, sport = free_port(), free_port()
-    s = ServerProc("apps:sleep", "--workers", "2", "--timeout", "2", "--metrics", f"127.0.0.1:{mport}",
-                   "--stats", f"127.0.0.1:{sport}", new_session=True)
+    s = ServerProc("apps:sleep", "--workers", "2", "--timeout", "2", "--graceful-timeout", "1",
+                   "--metrics", f"127.0.0.1:{mport}", "--stats", f"127.0.0.1:{sport}", new_session=True)
     servers.append(s)
     assert wait_for(lambda: len(s.worker_pids()) == 2)
     pests = [Pests(mport), Pests(sport)]
@@ -106,11 +106,16 @@ def test_slow_and_silent_observer_clients_never_hold_the_master(servers):
         os.kill(victim, signal.SIGKILL)
         assert wait_for(lambda: len(set(s.worker_pids()) - s_pids) == 1, timeout=5), s.log()[-2000:]
         replaced = time.monotonic() - t0
-        # a request stuck in the app (--timeout 2) is ended on schedule
+        # a request stuck in the app (--timeout 2) is ended on schedule: its
+        # worker retires at once, and is killed with it after the graceful
+        # time (--graceful-timeout 1: 1 s for requests, 1 s for atexit)
         stuck = socket.create_connection(("127.0.0.1", s.port), timeout=10)
         stuck.sendall(b"GET /?t=30 HTTP/1.1\r\nHost: a\r\n\r\n")
         t1 = time.monotonic()
         assert wait_for(lambda: "timed out" in s.log(), timeout=8), s.log()[-2000:]
+        timed_out = time.monotonic() - t1
+        stuck.settimeout(8)
+        assert stuck.recv(100) == b""
         ended = time.monotonic() - t1
         stuck.close()
         t2 = time.monotonic()
@@ -120,8 +125,9 @@ def test_slow_and_silent_observer_clients_never_hold_the_master(servers):
     finally:
         for p in pests:
             p.stop()
-    print(f"worker replaced in {replaced:.2f} s, stuck request ended after {ended:.2f} s "
-          f"(--timeout 2), SIGTERM honoured in {stopped:.2f} s")
+    print(f"worker replaced in {replaced:.2f} s, stuck request timed out after {timed_out:.2f} s "
+          f"and ended after {ended:.2f} s (--timeout 2, --graceful-timeout 1), SIGTERM honoured in {stopped:.2f} s")
     assert replaced < 1.0
-    assert ended < 4.0
+    assert timed_out < 3.0
+    assert ended < 6.0
     assert stopped < 1.5
