@@ -11,6 +11,8 @@
 #   make fuzz-ring-smoke / fuzz-ring         the same for the offload ring's reader (damaged ring files)
 #   make asan-ext      extension built with ASan/UBSan into build/asan, pytest run on it
 #   make asan-smoke    the same build, a short run of a real server (tests/asan_smoke.py)
+#   make coverage      the whole suite on a gcov build: per-file line and branch tables for C
+#                      (gcovr) and Python (coverage.py, servers and workers included)
 #   make wheels        sdist + manylinux_2_17 wheels for CPython 3.10-3.13 into dist/ (zig cc, auditwheel)
 #   make clean
 
@@ -57,7 +59,7 @@ ASAN_EXT_ENV = LD_PRELOAD=$(LIBASAN) \
     PYTHONPATH=$(abspath $(ASAN_DIR))
 
 .PHONY: help ctest kafka-ctest rdkafka-abi fuzz-smoke fuzz fuzz-proxy fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring \
-        asan-ext asan-ext-build asan-smoke wheels clean
+        asan-ext asan-ext-build asan-smoke coverage coverage-build wheels clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -234,6 +236,40 @@ asan-smoke: asan-ext-build
 	    if ls $(ASAN_DIR)/logs/* >/dev/null 2>&1; then \
 	        echo "== sanitizer reports:"; cat $(ASAN_DIR)/logs/*; exit 1; fi; \
 	    echo "no sanitizer reports"; exit $$rc
+
+# ---- coverage ----------------------------------------------------------------
+# The extension built with --coverage into build/cov (objects and .gcda files
+# in build/cov/tmp), beside a copy of the package and tests/coverage's
+# sitecustomize, which starts coverage.py in every Python process of the run
+# (pytest, servers, forked workers) and writes gcov's counters at os._exit.
+# Needs the coverage extra: pip install '.[test,coverage]'. COV_PYTEST_ARGS
+# picks the tests (default: all but the C unit tests, which build their own).
+
+COV_DIR          := build/cov
+COV_PYTEST_ARGS  ?= -q -p no:cacheprovider tests --ignore=tests/test_c.py
+COV_ENV = COVERAGE_PROCESS_START=$(abspath tests/coverage/coverage.rc) \
+    FORKWSGI_COV_DATA=$(abspath $(COV_DIR))/data/.coverage PYTHONPATH=$(abspath $(COV_DIR))
+
+coverage-build:
+	FORKWSGI_COVERAGE=1 $(PYTHON) setup.py -q build_ext --force -b $(COV_DIR) -t $(COV_DIR)/tmp
+	cp python/forkwsgi/*.py $(COV_DIR)/forkwsgi/
+	mkdir -p $(COV_DIR)/forkwsgi/offload && cp python/forkwsgi/offload/*.py $(COV_DIR)/forkwsgi/offload/
+	cp tests/coverage/sitecustomize.py $(COV_DIR)/
+
+coverage: coverage-build
+	@rm -rf $(COV_DIR)/data && mkdir -p $(COV_DIR)/data
+	@find $(COV_DIR)/tmp -name '*.gcda' -delete
+	$(COV_ENV) $(PYTHON) -m pytest $(COV_PYTEST_ARGS); rc=$$?; \
+	    export FORKWSGI_COV_DATA=$(abspath $(COV_DIR))/data/.coverage; \
+	    $(PYTHON) -m coverage combine -q --rcfile tests/coverage/coverage.rc $(COV_DIR)/data; \
+	    $(PYTHON) -m coverage report --rcfile tests/coverage/coverage.rc; \
+	    echo "== C lines"; \
+	    $(PYTHON) -m gcovr -r . --object-directory $(COV_DIR)/tmp -f cserver/ -f 'src/[a-z_]+\.c' \
+	        -e src/_forkwsgi.c --txt-metric line; \
+	    echo "== C branches"; \
+	    $(PYTHON) -m gcovr -r . --object-directory $(COV_DIR)/tmp -f cserver/ -f 'src/[a-z_]+\.c' \
+	        -e src/_forkwsgi.c --txt-metric branch; \
+	    exit $$rc
 
 # ---- packaging -------------------------------------------------------------
 # scripts/build_wheels.py: the sdist, then from it a wheel per interpreter

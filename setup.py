@@ -9,6 +9,7 @@ Environment:
   set it (the Makefile, .ci/run, the wheel builds); a user's `pip install`
   does not, so a newer compiler's new warning does not break it.
 - FORKWSGI_SANITIZE=1 builds with ASan/UBSan (for the sanitizer test run).
+- FORKWSGI_COVERAGE=1 builds with gcov counters (make coverage).
 """
 import os
 import sys
@@ -31,6 +32,10 @@ if os.environ.get("FORKWSGI_WERROR") == "1":
 if os.environ.get("FORKWSGI_SANITIZE"):
     cflags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1", "-g"]
     ldflags += ["-fsanitize=address,undefined"]
+if os.environ.get("FORKWSGI_COVERAGE"):
+    # gcov line and branch counts (make coverage); -O0 keeps lines apart.
+    cflags += ["--coverage", "-O0", "-g", "-DFORKWSGI_COVERAGE"]
+    ldflags += ["--coverage"]
 
 # src/_forkwsgi.c is what Cython makes of src/_forkwsgi.pyx.
 glue = sorted(f for f in glob("src/*.c") if not f.endswith("_forkwsgi.c"))

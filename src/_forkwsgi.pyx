@@ -991,6 +991,17 @@ FileWrapper = <object><PyObject *>&FileWrapper_Type
 Input = <object><PyObject *>&Input_Type
 
 
+cdef extern from "glue.h":
+    void fw_coverage_dump()
+
+
+def _coverage_dump():
+    """Write gcov's counters now (`make coverage` builds; elsewhere nothing):
+    a process about to os._exit() calls it, as libgcov's exit handler does
+    not run then."""
+    fw_coverage_dump()
+
+
 def _add_c_functions():
     """offload(), offload_setup() & co, defined in C (src/offload.c)."""
     import sys

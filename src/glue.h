@@ -236,4 +236,7 @@ int fw_ring_watch_tid(void);
 void fw_ring_watch_arm(int armed);
 unsigned fw_ring_watch_fired(void);
 
+/* coverage.c: gcov's counters written now (coverage builds; a no-op otherwise). */
+void fw_coverage_dump(void);
+
 #endif
