@@ -163,13 +163,10 @@ static void on_unlock(void *app)
 
 /* Log the app's exception (with its traceback) at error, naming the
  * request. */
-static void log_exception(fw_glue *s, const char *what, fw_conn *c)
+/* "what METHOD TARGET" (the target cut at 200 bytes), or just what. A new
+ * reference; an error only when memory is out (then NULL, error set). */
+static PyObject *request_text(const char *what, fw_conn *c)
 {
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyErr_NormalizeException(&t, &v, &tb);
-    if (tb && v)
-        PyException_SetTraceback(v, tb);
     PyObject *msg = NULL;
     if (c && c->head) {
         PyObject *m = PyUnicode_DecodeLatin1(c->req.method, (Py_ssize_t)c->req.method_len, NULL);
@@ -184,7 +181,13 @@ static void log_exception(fw_glue *s, const char *what, fw_conn *c)
         PyErr_Clear();
         msg = PyUnicode_FromString(what);
     }
-    PyObject *kw = Py_BuildValue("{s:O}", "exc_info", v ? v : Py_None);
+    return msg;
+}
+
+/* logger.error(msg, exc_info=exc); a failure to log is dropped. */
+static void log_error(fw_glue *s, PyObject *msg, PyObject *exc)
+{
+    PyObject *kw = Py_BuildValue("{s:O}", "exc_info", exc ? exc : Py_None);
     PyObject *meth = PyObject_GetAttrString(s->logger, "error");
     PyObject *args = msg ? PyTuple_Pack(1, msg) : NULL;
     PyObject *x = meth && args && kw ? PyObject_Call(meth, args, kw) : NULL;
@@ -194,6 +197,17 @@ static void log_exception(fw_glue *s, const char *what, fw_conn *c)
     Py_XDECREF(args);
     Py_XDECREF(meth);
     Py_XDECREF(kw);
+}
+
+static void log_exception(fw_glue *s, const char *what, fw_conn *c)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb && v)
+        PyException_SetTraceback(v, tb);
+    PyObject *msg = request_text(what, c);
+    log_error(s, msg, v);
     Py_XDECREF(msg);
     Py_XDECREF(t);
     Py_XDECREF(v);
@@ -260,16 +274,26 @@ static int app_failed(fw_req *r, const char *what)
     fw_glue *s = r->server;
     fw_conn *c = r->conn;
     if (!PyErr_ExceptionMatches(PyExc_Exception)) {
-        /* KeyboardInterrupt, SystemExit: stop serving and re-raise from serve(). */
+        /* SystemExit, KeyboardInterrupt: stop serving and re-raise from
+         * serve() (a worker exits with SystemExit's code). sys.exit() in
+         * the app is a request to end this process: the requests in flight
+         * finish first, this one gets its 500. A KeyboardInterrupt is
+         * Ctrl-C landing in the app's code: the server stops now. */
+        int now = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
         PyObject *t, *v, *tb;
         PyErr_Fetch(&t, &v, &tb);
         PyErr_NormalizeException(&t, &v, &tb);
-        if (tb)
+        if (tb && v)
             PyException_SetTraceback(v, tb);
+        PyObject *msg = request_text(now ? "KeyboardInterrupt in the app: this server stops now;"
+                                         : "The app raised SystemExit: this server stops once the requests "
+                                           "in flight are done;", c);
+        log_error(s, msg, v);
+        Py_XDECREF(msg);
         Py_XDECREF(t);
         Py_XDECREF(tb);
         Py_XSETREF(s->pending_exc, v);
-        fw_server_stop(s->srv, 0);
+        fw_server_stop(s->srv, now ? 0 : 1);
     } else {
         log_exception(s, what, c);
     }

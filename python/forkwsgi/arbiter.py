@@ -34,6 +34,7 @@ from . import appload, appmetrics, binding, config, hooks, logs, metrics, observ
 from .offload.queue import OffloadQueue
 from .offload.sinks import sink_file
 from .offload.supervisor import ForkStarter, Supervisor
+from .server import check_spool_dir
 from .slots import WorkerSlots
 
 log = logging.getLogger("forkwsgi")
@@ -192,6 +193,8 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             self.app_metrics = appmetrics.AppMetrics.setup(self.owner)
             if self.app_metrics and not st:
                 self.log.info("App metrics: prometheus_client's multiprocess files in %s", self.app_metrics.dir)
+        if not st:
+            check_spool_dir(self.cfg["spool_dir"])
         if self.owner and not st:
             self._check_owner_can_write()
         if st:
@@ -527,6 +530,10 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 self.app_metrics.worker_exited(pid)
             if w.ready_fd is not None:
                 os.close(w.ready_fd)
+            if w.slot is not None and not w.retiring and w.ready and self.slots.states()[w.slot] == "draining":
+                # It retired by itself before check_stopping saw it.
+                w.retiring = True
+                w.retire_reason = self.self_retire_reason()
             if w.slot is not None:
                 self.retired_requests[w.index] += self.slots.counters(w.slot)["requests"]
                 self.slots.fold(w.slot)
@@ -543,7 +550,9 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 continue
             self.say_unreplaceable(w)
             if w.retiring:
-                self.log.info("Worker %d (pid %d) exited (%s)", w.index, pid, how)
+                self.log.info("Worker %d (pid %d) exited (%s)%s", w.index, pid, how,
+                              f" ({self.SELF_RETIRED[w.retire_reason]})" if w.retire_reason in self.SELF_RETIRED
+                              and w.stopping_since is None else "")
                 if w.retire_reason != "scale_down":
                     self.restarts[w.retire_reason] += 1
                 continue
@@ -665,14 +674,15 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             if w.stopping_since is None and w.slot is not None and not w.retiring:
                 board = board or self.slots.states()
                 if board[w.slot] == "draining" and w.ready:
-                    # It retires by itself (--max-requests): its replacement
-                    # starts now, not once it has exited, so that it has a
-                    # worker to hand its kept-alive connections to.
+                    # It retires by itself (--max-requests, or the app called
+                    # sys.exit()): its replacement starts now, not once it
+                    # has exited, so that it has a worker to hand its
+                    # kept-alive connections to.
                     w.stopping_since = now
                     w.retiring = True
-                    w.retire_reason = "max_requests"
-                    self.log.info("Worker %d (pid %d) retires (--max-requests); starting its replacement",
-                                  w.index, w.pid)
+                    w.retire_reason = self.self_retire_reason()
+                    self.log.info("Worker %d (pid %d) retires (%s); starting its replacement", w.index, w.pid,
+                                  self.SELF_RETIRED[w.retire_reason])
             if w.stopping_since is None or w.killed:
                 continue
             if now - w.stopping_since > 2 * self.cfg["graceful_timeout"] + 1.0:
@@ -682,6 +692,13 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                                  f" (still in {serving})" if serving else " (nor its atexit handlers)")
                 w.killed = True
                 self.kill(w.pid, signal.SIGKILL)
+
+    SELF_RETIRED = {"max_requests": "--max-requests", "app_exit": "the app called sys.exit()"}
+
+    def self_retire_reason(self):
+        """Why a worker stops by itself: --max-requests, when set, or else
+        the app's sys.exit() (the worker says only that it drains)."""
+        return "max_requests" if self.cfg["max_requests"] else "app_exit"
 
     def check_heartbeats(self):
         """--heartbeat-timeout: a worker whose loop has stopped turning with

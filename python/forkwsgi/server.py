@@ -24,6 +24,15 @@ BALANCE = {
 }
 
 
+def check_spool_dir(path):
+    """--spool-dir must be a directory this process can make files in: one
+    line at start, not a 500 for every request whose body spools."""
+    if path and not (os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)):
+        why = "does not exist" if not os.path.exists(path) else \
+            "is not a directory" if not os.path.isdir(path) else "is not writable (read-only, or permissions)"
+        raise config.ConfigError(f"--spool-dir {path}: {why}")
+
+
 class Server:
     """Serve `app` on `bind` addresses (or host/port, or ready sockets).
 
@@ -46,6 +55,7 @@ class Server:
         if self.settings["root_path"]:
             app = mounted(app, self.settings["root_path"])
         self.log = logger or log
+        check_spool_dir(self.settings["spool_dir"])
         self._own_sockets = sockets is None
         # Offload without a master: this process holds the queue and
         # supervises the sibling (offload/supervisor.py: Host); it lives as
