@@ -299,7 +299,7 @@ SETTINGS = [
             help="a uWSGI ini file: the options of its [uwsgi] section (or SECTION) that forkwsgi has "
                  "(module, processes, threads, http-socket, harakiri, ...); one it has no counterpart for "
                  "is named in a warning, one it cannot serve as asked (socket = without the uwsgi "
-                 "protocol, https) stops it. Under -c, the environment and the command line"),
+                 "protocol, https) stops it. -c, the environment and the command line override it"),
     Setting("check_config", ["--check-config"], False, _bool, section="General",
             help="check the settings (a name in the config file that is a typo of a setting, or a gunicorn "
                  "setting with no counterpart here, is an error here) and that the app imports, then exit: "
@@ -640,7 +640,7 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
     """Settings, from the least to the most authoritative (gunicorn's order):
     defaults (WEB_CONCURRENCY, PORT, SCRIPT_NAME and FORWARDED_ALLOW_IPS change those of
     --workers, --bind, --root-path and --forwarded-allow-ips, as on Heroku-style platforms and in
-    gunicorn), the config file, FORKWSGI_*
+    gunicorn), a uWSGI ini file (--ini), the config file, FORKWSGI_*
     variables, FORKWSGI_CMD_ARGS (command-line flags in one variable, like
     GUNICORN_CMD_ARGS), the command line. Returns (app_spec, cfg).
     origins: a dict to fill with where each setting that is not a default

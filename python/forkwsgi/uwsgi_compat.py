@@ -618,6 +618,11 @@ def translate(ini, settings, suggest):
     if "pythonpath" in t.values:                 # --pythonpath: one comma-separated value
         paths, key = t.values["pythonpath"]
         t.set("pythonpath", ",".join(paths), key)
+    if "uwsgi_socket" in t.values and not isinstance(settings["uwsgi_socket"], list):
+        addresses, key = t.values["uwsgi_socket"]      # a setting of one address
+        if len(addresses) > 1:
+            t.fail(f"{len(addresses)} uwsgi sockets ({key}): this forkwsgi serves one")
+        t.set("uwsgi_socket", addresses[0], key)
     _finish_app(t)
     _finish_logs(t)
     return t
