@@ -31,7 +31,7 @@ class ServerProc:
     def __init__(self, app="apps:echo", *args, env=None, bind=None, wait=True, nofile=None, new_session=False):
         self.logfile = tempfile.NamedTemporaryFile(prefix="forkwsgi-test-", suffix=".log", delete=False)
         binds = ["127.0.0.1:0"] if bind is None else bind
-        cmd = [sys.executable, "-m", "forkwsgi", app]
+        cmd = [sys.executable, "-m", "forkwsgi", *([app] if app else [])]      # None: the app is in a config file
         for b in binds:
             cmd += ["--bind", b]
         cmd += list(args)

@@ -1,6 +1,11 @@
-"""Import the WSGI app from 'MODULE:APP' or 'MODULE:factory(args)'."""
+"""Import the WSGI app from 'MODULE:APP' or 'MODULE:factory(args)' (or
+'PATH/FILE:APP': a file, uWSGI's wsgi-file)."""
 import ast
 import importlib
+import importlib.machinery
+import importlib.util
+import os
+import re
 import sys
 import traceback
 
@@ -27,12 +32,15 @@ def load(spec):
             call_kwargs = {k.arg: ast.literal_eval(k.value) for k in parsed.keywords}
         except (SyntaxError, ValueError):
             raise AppImportError(f"invalid factory call in {spec!r}: only literal arguments are allowed") from None
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name and (module == e.name or module.startswith(e.name + ".")):
-            raise AppImportError(f"no module named {module!r} (from app {spec!r})") from None
-        raise
+    if "/" in module:                  # a module name has none: a file
+        mod = import_file(module, spec)
+    else:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name and (module == e.name or module.startswith(e.name + ".")):
+                raise AppImportError(f"no module named {module!r} (from app {spec!r})") from None
+            raise
     obj = mod
     for part in attr.split("."):
         try:
@@ -44,6 +52,24 @@ def load(spec):
     if not callable(obj):
         raise AppImportError(f"{spec!r} is not callable (got {type(obj).__name__})")
     return obj
+
+
+def import_file(path, spec):
+    """A Python file as a module, whatever its suffix (.py, .wsgi), named as
+    uWSGI names a wsgi-file's: uwsgi_file_ and its path."""
+    full = os.path.abspath(path)
+    if not os.path.isfile(full):
+        raise AppImportError(f"no file {full} (from app {spec!r})")
+    name = "uwsgi_file_" + re.sub(r"\W", "_", full.lstrip("/"))
+    loader = importlib.machinery.SourceFileLoader(name, full)
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    sys.modules[name] = mod
+    try:
+        loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return mod
 
 
 def describe_error(e):

@@ -160,7 +160,8 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             # listening, so no connection queues on it); each worker gets a
             # listening socket of its own in the group.
             self.sockets.append(binding.create(addr, self.cfg["backlog"],
-                                               reuseport=self.balance == "reuseport"))
+                                               reuseport=self.balance == "reuseport",
+                                               mode=self.cfg["chmod_socket"]))
             if self.owner and binding.parse(addr)[0] == "unix":
                 # gunicorn's: a socket it made is the user's, whose clients
                 # may be the user's too (the mode is the umask's); one

@@ -59,12 +59,13 @@ def parse(addr, any_host="0.0.0.0"):
     return "tcp", (family, host, port)
 
 
-def create(addr, backlog, reuseport=False, any_host="0.0.0.0"):
+def create(addr, backlog, reuseport=False, any_host="0.0.0.0", mode=None):
     """Bind and listen; returns a non-blocking socket.socket.
 
     reuseport: TCP only; the socket does not listen: it holds the port, and
     reuseport_peer() makes the listening sockets of the group. any_host:
-    where a port given alone listens (see parse)."""
+    where a port given alone listens (see parse). mode: a unix socket's
+    file mode (--chmod-socket), set before it listens."""
     kind, value = parse(addr, any_host)
     if reuseport and kind != "tcp":
         raise BindError(f"--balance reuseport needs HOST:PORT addresses, not {addr!r}")
@@ -85,6 +86,8 @@ def create(addr, backlog, reuseport=False, any_host="0.0.0.0"):
                 pass
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.bind(value)
+            if mode is not None:
+                os.chmod(value, mode)
             sock.listen(backlog)
         else:
             family, host, port = value

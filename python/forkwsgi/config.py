@@ -1,10 +1,11 @@
-"""One registry of settings drives the CLI, the config file and the environment.
+"""One registry of settings drives the CLI, the config files and the environment.
 
-Precedence, lowest first: defaults, config file (``-c FILE``, a Python file
-assigning settings by name), ``FORKWSGI_<FLAG>`` environment variables (the
-long flag in capitals: ``FORKWSGI_KEEP_ALIVE``; the setting's name,
-``FORKWSGI_KEEPALIVE``, works too), command line. ``forkwsgi --help`` lists
-every setting with its default.
+Precedence, lowest first: defaults, a uWSGI ini file (``--ini FILE[:SECTION]``,
+uwsgi_compat.py), the config file (``-c FILE``, a Python file assigning
+settings by name; over the ini file where both set one), ``FORKWSGI_<FLAG>``
+environment variables (the long flag in capitals: ``FORKWSGI_KEEP_ALIVE``;
+the setting's name, ``FORKWSGI_KEEPALIVE``, works too), command line.
+``forkwsgi --help`` lists every setting with its default.
 """
 import argparse
 import difflib
@@ -15,7 +16,7 @@ import types
 import os
 import runpy
 
-from . import accesslog, gunicorn_compat, hooks
+from . import accesslog, gunicorn_compat, hooks, uwsgi_compat
 from ._version import __version__
 from .offload.records import topic_ok
 
@@ -48,6 +49,14 @@ def _umask(v):
     if not 0 <= n <= 0o777:
         raise ValueError("must be 0 to 0o777")
     return n
+
+
+def _socket_mode(v):
+    """A unix socket's mode: three octal digits (uWSGI's chmod-socket: 660, 666)."""
+    s = str(v).strip().removeprefix("0o")
+    if not (1 <= len(s) <= 4 and set(s) <= set("01234567")):
+        raise ValueError("octal digits, e.g. 660")
+    return int(s, 8)
 
 
 def _env_pair(v):
@@ -286,6 +295,11 @@ class Setting:
 
 SETTINGS = [
     Setting("config", ["-c", "--config"], None, help="Python config file assigning settings by name", metavar="FILE", section="General"),
+    Setting("ini", ["--ini"], None, metavar="FILE[:SECTION]", section="General",
+            help="a uWSGI ini file: the options of its [uwsgi] section (or SECTION) that forkwsgi has "
+                 "(module, processes, threads, http-socket, harakiri, ...); one it has no counterpart for "
+                 "is named in a warning, one it cannot serve as asked (socket = without the uwsgi "
+                 "protocol, https) stops it. -c, the environment and the command line override it"),
     Setting("check_config", ["--check-config"], False, _bool, section="General",
             help="check the settings (a name in the config file that is a typo of a setting, or a gunicorn "
                  "setting with no counterpart here, is an error here) and that the app imports, then exit: "
@@ -295,6 +309,9 @@ SETTINGS = [
                  "came from, then exit"),
     Setting("bind", ["-b", "--bind"], ["127.0.0.1:8000"], multiple=True, metavar="ADDR",
             help="where to listen, repeatable: HOST:PORT, [::1]:PORT, unix:/path, fd://N"),
+    Setting("chmod_socket", ["--chmod-socket"], None, _socket_mode, metavar="MODE",
+            help="the mode of the unix sockets --bind makes, octal (uWSGI's chmod-socket: 660); "
+                 "default: what the umask leaves"),
     Setting("backlog", ["--backlog"], 2048, _positive_int, "listen() backlog (capped by net.core.somaxconn)"),
     Setting("workers", ["-w", "--workers"], 1, _non_negative_int,
             "worker processes under a master; 0 serves from this process, with no master", section="Processes"),
@@ -490,7 +507,7 @@ SETTINGS = [
 BY_NAME = {s.name: s for s in SETTINGS}
 
 # Settings of the process model (master, CLI), not of one server loop.
-PROCESS_ONLY = ("config", "check_config", "print_config", "chdir", "pythonpath", "raw_env", "pidfile", "umask",
+PROCESS_ONLY = ("config", "ini", "check_config", "print_config", "chdir", "pythonpath", "raw_env", "pidfile", "umask",
                 "stats", "stats_query_strings", "metrics", "error_logfile", "log_json", "log_config", "log_config_dict",
                 "user", "group", "initgroups",
                 "proc_name", "preload_app", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
@@ -525,6 +542,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser():
     p = _Parser(
         prog="forkwsgi",
+        allow_abbrev=False,         # --ini must not be taken for --initgroups, nor any flag for another
         description="Serve a WSGI app with forkwsgi's C HTTP/1.1 core.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="Every setting can also come from FORKWSGI_<FLAG> (e.g. FORKWSGI_KEEP_ALIVE=75 for "
@@ -622,7 +640,7 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
     """Settings, from the least to the most authoritative (gunicorn's order):
     defaults (WEB_CONCURRENCY, PORT, SCRIPT_NAME and FORWARDED_ALLOW_IPS change those of
     --workers, --bind, --root-path and --forwarded-allow-ips, as on Heroku-style platforms and in
-    gunicorn), the config file, FORKWSGI_*
+    gunicorn), a uWSGI ini file (--ini), the config file, FORKWSGI_*
     variables, FORKWSGI_CMD_ARGS (command-line flags in one variable, like
     GUNICORN_CMD_ARGS), the command line. Returns (app_spec, cfg).
     origins: a dict to fill with where each setting that is not a default
@@ -658,6 +676,10 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
             origins[name] = var
     # A config file named on the command line wins over one in FORKWSGI_CMD_ARGS.
     config_file = args.get("config") or extra.get("config") or environ.get("FORKWSGI_CONFIG")
+    ini_file = args.get("ini") or extra.get("ini") or environ.get("FORKWSGI_INI")
+    ini_app = apply_ini(ini_file, cfg, origins, warnings, environ) if ini_file else None
+    if ini_file and not (args.get("ini") or extra.get("ini")):
+        origins["ini"] = "FORKWSGI_INI"
     if config_file:
         try:
             values = runpy.run_path(config_file)
@@ -704,18 +726,20 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
                                     *hooks.SIGNATURES])
                 if meant:
                     warnings.append(f"{where}: {k!r} is not a setting: ignored (did you mean {meant}?)")
+    if not app_spec and ini_app:
+        app_spec, origins["app"] = ini_app
     for s in SETTINGS:
         found = [n for n in env_names(s) if n in environ]
         if len(found) > 1:
             raise ConfigError(f"{' and '.join(found)} are both set: use one")
-        if found and s.name != "config":
+        if found and s.name not in ("config", "ini"):
             cfg[s.name] = s.parse(environ[found[0]], found[0])
             origins[s.name] = found[0]
     for where, given in (("FORKWSGI_CMD_ARGS", extra), ("command line", args)):
         for k, v in given.items():
-            if k == "config":
-                cfg[k] = config_file
-                origins[k] = "command line" if args.get("config") else where
+            if k in ("config", "ini"):
+                cfg[k] = config_file if k == "config" else ini_file
+                origins[k] = "command line" if args.get(k) else where
                 continue
             cfg[k] = BY_NAME[k].parse(v, where)
             origins[k] = where
@@ -725,6 +749,24 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
         warnings.append(f"--access-logformat ({origins['access_logformat']}): unknown atom(s) "
                         f"{' '.join(unknown_atoms)}, written as '-' (see forkwsgi --help)")
     return app_spec, cfg
+
+
+def apply_ini(spec, cfg, origins, warnings, environ):
+    """The settings of uWSGI ini file `spec` (FILE or FILE:SECTION) into
+    cfg, below everything else (uwsgi_compat.py reads and translates it).
+    Returns (app spec, where) from its module / wsgi-file, or None."""
+    try:
+        ini = uwsgi_compat.Ini(spec, environ)
+        t = uwsgi_compat.translate(ini, defaults(), typo_of)
+    except uwsgi_compat.IniError as e:
+        raise ConfigError(str(e)) from None
+    cfg["ini"] = spec
+    for name, (value, key) in t.values.items():
+        where = f"{ini.where()}: {key}"
+        cfg[name] = value if value is None else BY_NAME[name].parse(value, where)
+        origins[name] = where
+    warnings += t.warnings
+    return (t.app, ini.where()) if t.app else None
 
 
 def describe(cfg, origins, app_spec=None, hook_fns=()):

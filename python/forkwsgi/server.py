@@ -68,7 +68,8 @@ class Server:
             sockets = []
             try:
                 for addr in self.settings["bind"]:
-                    sockets.append(binding.create(addr, self.settings["backlog"]))
+                    sockets.append(binding.create(addr, self.settings["backlog"],
+                                                  mode=self.settings["chmod_socket"]))
             except Exception:
                 for s in sockets:
                     s.close()
