@@ -30,6 +30,8 @@ void fw_stats_request_done(fw_stats *s, int status, uint64_t body_bytes, uint64_
     bump(&s->requests, 1);
     bump(&s->bytes_out, body_bytes);
     bump(&s->status[status >= 100 && status < 600 ? status / 100 : 0], 1);
+    if (status >= FW_STATS_CODE_MIN && status < FW_STATS_CODE_MIN + FW_STATS_CODES)
+        bump(&s->codes[status - FW_STATS_CODE_MIN], 1);
     bump(&s->total_us, us);
     bump(&s->total_hist[fw_stats_bucket(us)], 1);
 }
@@ -74,4 +76,6 @@ void fw_stats_read(const fw_stats *s, fw_stats_view *out)
         out->total_hist[i] = atomic_load(&s->total_hist[i]);
         out->app_hist[i] = atomic_load(&s->app_hist[i]);
     }
+    for (int i = 0; i < FW_STATS_CODES; i++)
+        out->codes[i] = atomic_load_explicit(&s->codes[i], memory_order_relaxed);
 }

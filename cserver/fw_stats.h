@@ -16,7 +16,11 @@
 /* Histogram buckets by upper bound in microseconds, the last one open:
  * 0.1 ms to 30 s, fine enough below a millisecond for a p99 there. */
 #define FW_STATS_NBUCKETS 18
-#define FW_STATS_SIZE 512
+/* Responses are also counted by status code, 100 to 599 (gunicorn's statsd
+ * metrics name each code; python/forkwsgi/statsd.py). */
+#define FW_STATS_CODE_MIN 100
+#define FW_STATS_CODES 500
+#define FW_STATS_SIZE 4608
 
 typedef struct fw_stats {
     /* Loop thread. */
@@ -34,15 +38,20 @@ typedef struct fw_stats {
     _Atomic uint64_t app_us;                   /* time inside them */
     _Atomic uint64_t app_hist[FW_STATS_NBUCKETS];
     _Atomic uint64_t exceptions;               /* the app raised, or returned no valid response */
+    /* Loop thread, after the rest: responses by status code, [code - 100]
+     * for 100..599 (others are in status[0] only). */
+    _Atomic uint64_t codes[FW_STATS_CODES];
 } fw_stats;
 
 _Static_assert(sizeof(fw_stats) <= FW_STATS_SIZE, "fw_stats outgrew its block");
 _Static_assert(FW_STATS_NBUCKETS == 18, "src/_forkwsgi.pyx declares the histograms with 18 buckets");
+_Static_assert(FW_STATS_CODES == 500, "src/_forkwsgi.pyx declares the status codes as 500 counts");
 
 /* A plain copy for readers. */
 typedef struct fw_stats_view {
     uint64_t requests, bytes_out, status[6], total_us, total_hist[FW_STATS_NBUCKETS], conns_open, conns_idle;
     uint64_t app_calls, app_us, app_hist[FW_STATS_NBUCKETS], exceptions;
+    uint64_t codes[FW_STATS_CODES];
 } fw_stats_view;
 
 /* The bucket of a duration (0 .. FW_STATS_NBUCKETS-1). */

@@ -80,7 +80,7 @@ cdef extern from "glue.h":
         FW_AL_REQ_HEADER, FW_AL_RESP_HEADER, FW_AL_URI
 
     fw_alog *fw_alog_new(const fw_alog_cfg *cfg)
-    void fw_alog_free(fw_alog *a, fw_alog_counts *final)
+    void fw_alog_free(fw_alog *a, fw_alog_counts *final) nogil
     void fw_alog_reopen(fw_alog *a)
     void fw_alog_counts_read(const fw_alog *a, fw_alog_counts *out)
 
@@ -90,12 +90,15 @@ cdef extern from "glue.h":
     enum:
         FW_STATS_NBUCKETS
         FW_STATS_SIZE
+        FW_STATS_CODE_MIN
+        FW_STATS_CODES
 
     ctypedef struct fw_stats_view:
         uint64_t requests, bytes_out, total_us, conns_open, conns_idle, app_calls, app_us, exceptions
         uint64_t status[6]
         uint64_t total_hist[18]
         uint64_t app_hist[18]
+        uint64_t codes[500]
 
     void fw_stats_read(const fw_stats *s, fw_stats_view *out)
     uint64_t fw_stats_bound_us(int i)
@@ -599,8 +602,12 @@ cdef class Server:
         if self.g.srv != NULL:
             self.g.srv.cfg.access_log = NULL
         cdef fw_alog_counts al
-        fw_alog_free(self.access_log, &al)      # joins the writer (or gives up on it after 2 s)
+        cdef fw_alog *a = self.access_log
         self.access_log = NULL
+        # Joins the writer (or gives up on it after 2 s), without the GIL:
+        # the writer may wait on a reader that needs it (accessrecords.py).
+        with nogil:
+            fw_alog_free(a, &al)
         return {"responses": al.lines + al.full, "dropped": al.full + al.failed,
                 "write_errors": al.write_errors}
 
@@ -743,16 +750,19 @@ def status_read(status, int slot, int threads, bint every=False):
 def stats_read(stats, Py_ssize_t offset):
     """One worker's counters (cserver/fw_stats.h) at `offset` in the shared
     stats: a dict of counts, with the duration histograms as lists of
-    per-bucket counts (bounds: STATS_BOUNDS)."""
+    per-bucket counts (bounds: STATS_BOUNDS), and "codes": {status code:
+    responses} of the codes 100..599 seen."""
     cdef _Buffer b = _Buffer(stats)
     cdef fw_stats_view v
+    cdef int i
     if offset < 0 or offset + FW_STATS_SIZE > b.view.len or offset % 8:
         raise ValueError("stats: bad offset")
     fw_stats_read(<const fw_stats *>(<char *>b.view.buf + offset), &v)
     return {"requests": v.requests, "bytes_out": v.bytes_out, "status": [v.status[i] for i in range(6)],
             "total_us": v.total_us, "total_hist": [v.total_hist[i] for i in range(FW_STATS_NBUCKETS)],
             "conns_open": v.conns_open, "conns_idle": v.conns_idle, "app_calls": v.app_calls, "app_us": v.app_us,
-            "app_hist": [v.app_hist[i] for i in range(FW_STATS_NBUCKETS)], "exceptions": v.exceptions}
+            "app_hist": [v.app_hist[i] for i in range(FW_STATS_NBUCKETS)], "exceptions": v.exceptions,
+            "codes": {FW_STATS_CODE_MIN + i: v.codes[i] for i in range(FW_STATS_CODES) if v.codes[i]}}
 
 
 PRODUCER_NAMES = ("queued", "spilled", "dropped", "blocked_ns", "bytes")

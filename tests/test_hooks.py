@@ -215,7 +215,8 @@ def test_hooks_see_gunicorns_attributes(tmp_path, lazy):
     conf = tmp_path / "gunicorn.conf.py"
     path = str(tmp_path / "facts")
     conf.write_text(ATTRS_CONF.format(facts=path))
-    s = ServerProc("apps:echo", "-c", str(conf), *(["--lazy-apps"] if lazy else []))
+    # A gunicorn config file without preload_app is not preloaded (gunicorn's default).
+    s = ServerProc("apps:echo", "-c", str(conf), *(["--lazy-apps"] if lazy else ["--preload"]))
     try:
         assert wait_for(lambda: len(facts(path, "post_fork")) == 2, 15)
         url = f"http://127.0.0.1:{s.port}"
@@ -274,14 +275,14 @@ def run_forkwsgi(*args, timeout=30):
 
 def test_gunicorn_names_without_counterpart_warn_and_fail_check_config(tmp_path):
     conf = tmp_path / "g.conf.py"
-    conf.write_text('wsgi_app = "apps:hello"\ndaemon = False\nstatsd_host = "localhost:8125"\n'
+    conf.write_text('wsgi_app = "apps:hello"\ndaemon = False\nenable_backlog_metric = True\n'
                     'worker_class = "gevent"\nworkerz = 3\n'
                     'def post_forkk(server, worker):\n    pass\n')
     p = run_forkwsgi("-c", str(conf), "--check-config")
     assert p.returncode == 1
     err = p.stderr
     assert "'daemon' (gunicorn) has no counterpart here" in err and "systemd" in err
-    assert "'statsd_host' (gunicorn) has no counterpart here" in err and "--metrics" in err
+    assert "'enable_backlog_metric' (gunicorn) has no counterpart here" in err and "--metrics" in err
     assert "worker_class 'gevent'" in err
     assert "'workerz' is not a setting: ignored (did you mean workers?)" in err
     assert "function 'post_forkk' is no server hook" in err and "post_fork" in err

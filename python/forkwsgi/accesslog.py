@@ -48,7 +48,8 @@ _TOKEN = re.compile(r"%%|%\(([^)]*)\)s")
 _HEADER_OR_VARIABLE = re.compile(r"\{([^{}]+)\}([ioe])")
 
 
-def _atom(name, environ):
+def atom_of(name, environ):
+    """(atom, argument) for an atom's name inside %(...)s."""
     if name in LETTERS:
         return LETTERS[name]
     m = _HEADER_OR_VARIABLE.fullmatch(name)
@@ -85,7 +86,7 @@ def compile_format(fmt, environ=None):
         if m.group(0) == "%%":
             text("%")
             continue
-        atom, arg = _atom(m.group(1), environ)
+        atom, arg = atom_of(m.group(1), environ)
         if atom == "text":
             text(arg)
         else:

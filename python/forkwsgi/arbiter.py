@@ -27,10 +27,12 @@ import random
 import signal
 import socket
 import sys
+import threading
 import time
 from collections import Counter
 
-from . import appload, appmetrics, binding, config, hooks, logs, metrics, observer, process, reexec, stats, systemd, worker
+from . import (appload, appmetrics, binding, config, hooks, logs, metrics, observer, process, reexec, stats, statsd,
+               systemd, worker)
 from .offload.queue import OffloadQueue
 from .offload.sinks import sink_file
 from .offload.supervisor import ForkStarter, Supervisor
@@ -76,8 +78,10 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         signal.SIGUSR2: "usr2", signal.SIGWINCH: "winch",
     }
 
-    def __init__(self, app_spec, cfg, logger=log, notifier=None, argv=None, cwd=None, hook_fns=None, owner=None):
+    def __init__(self, app_spec, cfg, logger=log, notifier=None, argv=None, cwd=None, hook_fns=None, owner=None,
+                 preload_note=None):
         self.app_spec = app_spec
+        self.preload_note = preload_note    # where the app is imported, and why (config.settle_preload)
         self.owner = owner           # --user/--group: who the workers become (process.Owner), or None
         # Server hooks (hooks.py); cfg also reads as attributes, as hooks expect.
         self.hooks = hooks.Hooks(hook_fns or {}, logger)
@@ -97,6 +101,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         self.num_workers = cfg["workers"]
         self.lazy = cfg["lazy_apps"]
         self.options = config.server_options(cfg)
+        self.access_logger = logs.access_logger(cfg)     # access lines as log records (accessrecords.py)
         self.workers = {}
         self.sig_queue = []
         self.app = None
@@ -130,6 +135,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         # --stats and --metrics: sockets the master answers in its loop.
         self.observers = []
         self.app_metrics = None      # the app's prometheus_client files, with --metrics (appmetrics.py)
+        self.statsd = None           # --statsd-host: gunicorn's metrics (statsd.py)
 
     # ---- start-up ----------------------------------------------------------
 
@@ -159,12 +165,12 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             # reuseport: the master only holds the port (bound, not
             # listening, so no connection queues on it); each worker gets a
             # listening socket of its own in the group.
-            self.sockets.append(binding.create(addr, self.cfg["backlog"],
-                                               reuseport=self.balance == "reuseport",
+            self.sockets.append(binding.create(addr, self.cfg["backlog"], reuseport=self.balance == "reuseport",
+                                               umask=binding.unix_umask(self.cfg["umask"]),
                                                mode=self.cfg["chmod_socket"]))
             if self.owner and binding.parse(addr)[0] == "unix":
                 # gunicorn's: a socket it made is the user's, whose clients
-                # may be the user's too (the mode is the umask's); one
+                # may be the user's too (the mode: binding.unix_umask); one
                 # systemd passed (fd://) is left as it is.
                 self.owner.give(binding.describe(self.sockets[-1])[0])
         kept = dict(st["observers"]) if st else {}
@@ -177,6 +183,13 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                     self.log.info("%s", server.announcement())
             elif fd is not None:
                 os.close(fd)                  # dropped from the settings by a reload
+        if self.cfg["statsd_host"]:
+            # From zero at a start; after an in-place reload, from what the
+            # image before sent (None when it had no statsd: from now on).
+            self.statsd = statsd.Statsd(self.cfg, self.log, sent=st.get("statsd") if st else {})
+            self.log.addHandler(statsd.LogCounter(self.statsd))     # the workers inherit it
+            if not st:
+                self.log.info("%s", self.statsd.announcement())
         inherited_queue = st and st["offload"]
         if self.cfg["offload_sink"] or inherited_queue:
             # The queue lives as long as the master, so what is queued
@@ -203,7 +216,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             self.notifier.tick()      # a watchdog keep-alive before the import, which may take a while
         if not self.lazy:
             try:
-                self.app = appload.load(self.app_spec)
+                self.app = self.import_app()
             except Exception as e:
                 if not st:
                     raise
@@ -236,12 +249,29 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         self.log.info("Master %d: %d worker(s) x %d thread(s), balance %s, %s", self.pid,
                       self.num_workers, self.threads, self.balance,
                       "app loaded per worker (--lazy-apps)" if self.lazy else "app preloaded")
+        if self.preload_note:
+            self.log.info("%s", self.preload_note)
         if not st:
             self.hooks.call("when_ready", self)
         if st:
             self.log.info("Reloaded in place (same PID %d): %d running worker(s) taken over; %s", self.pid,
                           len(self.workers), "they serve on (no new code)" if self.no_app else
                           "each retires once a new one is ready")
+
+    def import_app(self):
+        """Import the app here, before forking (preload). A thread its import
+        starts (a metrics exporter, a scheduler) runs in the master only:
+        fork() copies the calling thread alone, so no worker has it. Said
+        in the log, naming them, since the app then misses it silently."""
+        before = set(threading.enumerate())
+        app = appload.load(self.app_spec)
+        started = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        if started:
+            self.log.warning("the app's import started %d thread(s) (%s): they run in the master only, not in "
+                             "the workers, which are forked without them; to have them in each worker, import "
+                             "the app there: --lazy-apps (gunicorn: preload_app = False)", len(started),
+                             ", ".join(repr(t.name) for t in started))
+        return app
 
     def discard(self):
         """start() failed: remove what it made that would outlive us (the
@@ -306,6 +336,8 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 self.check_stopping()
                 self.check_heartbeats()
                 self.manage_workers()
+                if self.statsd:
+                    self.statsd.tick(self)
                 if self.slots.stranded:
                     self.slots.pass_on_stranded(self.stopping)
         except StopServer:
@@ -315,6 +347,8 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             self.stop(graceful=False)
             return e.exit_status
         finally:
+            if self.statsd:
+                self.statsd.flush(self, gauge=False)        # the last requests, of workers now ended
             self.hooks.call("on_exit", self)
             if self.app_metrics:
                 self.app_metrics.close()
@@ -485,7 +519,8 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         worker.run(worker.Setup(index, self.pid, sockets, self.app, self.app_spec, options, ready_fd,
                                 nice=self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
                                 status=status, stats=counters, balance=balance, offload=ofl,
-                                hooks=self.hooks, hook_worker=hw, master=self, owner=self.owner), self.log)
+                                hooks=self.hooks, hook_worker=hw, master=self, owner=self.owner,
+                                access_logger=self.access_logger), self.log)
 
     def retire(self, w, reason):
         """Retire w while the others serve on: it hands its idle connections
@@ -607,7 +642,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         ok, output = result
         if ok:
             try:
-                self.app = appload.load(self.app_spec)
+                self.app = self.import_app()
             except Exception as e:  # noqa: BLE001 - the app's own error, reported
                 ok, output = False, appload.describe_error(e)
         if not ok:

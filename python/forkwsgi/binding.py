@@ -59,13 +59,22 @@ def parse(addr, any_host="0.0.0.0"):
     return "tcp", (family, host, port)
 
 
-def create(addr, backlog, reuseport=False, any_host="0.0.0.0", mode=None):
+def unix_umask(setting):
+    """The umask a server's unix socket is made with: --umask when set,
+    else 0 as gunicorn's default umask: mode 0777, so a proxy running as
+    another user (nginx as www-data) may connect. Who can reach the socket
+    is then up to the directory it is in."""
+    return 0 if setting is None else setting
+
+
+def create(addr, backlog, reuseport=False, any_host="0.0.0.0", umask=None, mode=None):
     """Bind and listen; returns a non-blocking socket.socket.
 
     reuseport: TCP only; the socket does not listen: it holds the port, and
     reuseport_peer() makes the listening sockets of the group. any_host:
-    where a port given alone listens (see parse). mode: a unix socket's
-    file mode (--chmod-socket), set before it listens."""
+    where a port given alone listens (see parse). umask: a unix socket is
+    made under this one (see unix_umask), else under the process's; mode:
+    its file mode outright (--chmod-socket), set before it listens."""
     kind, value = parse(addr, any_host)
     if reuseport and kind != "tcp":
         raise BindError(f"--balance reuseport needs HOST:PORT addresses, not {addr!r}")
@@ -85,7 +94,13 @@ def create(addr, backlog, reuseport=False, any_host="0.0.0.0", mode=None):
             except FileNotFoundError:
                 pass
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.bind(value)
+            # bind() makes the file; its mode is 0777 less the umask.
+            old = os.umask(umask) if umask is not None else None
+            try:
+                sock.bind(value)
+            finally:
+                if old is not None:
+                    os.umask(old)
             if mode is not None:
                 os.chmod(value, mode)
             sock.listen(backlog)

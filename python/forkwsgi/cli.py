@@ -67,7 +67,7 @@ def main(argv=None):
             if path and path != "-":
                 owner.give(os.path.abspath(path))     # workers reopen them on SIGUSR1
     if cfg["workers"] > 0:
-        return run_master(app_spec, cfg, systemd.Notifier(), argv, started_in, hook_fns, owner)
+        return run_master(app_spec, cfg, systemd.Notifier(), argv, started_in, hook_fns, owner, origins["preload"])
     if hook_fns:
         log.warning("server hooks (%s) need a master (--workers 1 or more): not called", ", ".join(hook_fns))
     if owner:
@@ -141,11 +141,12 @@ def serve_here(app_spec, cfg, host, how, notifier):
     if options["max_requests"] or cfg["max_rss"]:
         log.warning("--max-requests and --max-rss need a master (--workers 1 or more): ignored")
         options["max_requests"] = 0
-    for name in ("stats", "metrics"):
+    for name in ("stats", "metrics", "statsd_host"):
         if cfg[name]:
-            log.warning("--%s needs a master (--workers 1 or more): ignored", name)
+            log.warning("--%s needs a master (--workers 1 or more): ignored", name.replace("_", "-"))
     try:
-        server = Server(app, logger=log, _offload_host=host, **options)
+        server = Server(app, logger=log, _offload_host=host, _unix_umask=binding.unix_umask(cfg["umask"]),
+                        _access_logger=logs.access_logger(cfg), **options)
     except binding.BindError as e:
         return fail(e)
     except (config.ConfigError, ValueError) as e:
@@ -187,12 +188,12 @@ def serve_here(app_spec, cfg, host, how, notifier):
     return 0
 
 
-def run_master(app_spec, cfg, notifier, argv=None, cwd=None, hook_fns=None, owner=None):
+def run_master(app_spec, cfg, notifier, argv=None, cwd=None, hook_fns=None, owner=None, preload_note=None):
     """The pre-fork master: bind, preload, fork workers, supervise."""
     if not app_spec:
         return fail("no app given: forkwsgi MODULE:APP (see --help)")
     master = arbiter.Arbiter(app_spec, cfg, log, notifier=notifier, argv=argv, cwd=cwd, hook_fns=hook_fns,
-                             owner=owner)
+                             owner=owner, preload_note=preload_note)
     try:
         master.start()
     except (binding.BindError, appload.AppImportError, config.ConfigError) as e:

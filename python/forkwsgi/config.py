@@ -59,6 +59,30 @@ def _socket_mode(v):
     return int(s, 8)
 
 
+def _statsd_address(v):
+    """gunicorn's statsd_host: HOST:PORT, HOST (port 8125), [IPv6]:PORT, or
+    unix:PATH (unix://PATH) for a datagram socket. "" is none."""
+    s = str(v).strip()
+    if not s:
+        return None
+    if s.startswith("unix:") and not s[5:].isdigit():     # unix:8125 is the host "unix", as in gunicorn
+        path = s[5:].removeprefix("//")
+        if not path:
+            raise ValueError("unix: needs a path")
+        return "unix:" + path
+    if s.startswith("["):
+        host, sep, port = s[1:].partition("]")
+        if not sep or (port and not port.startswith(":")):
+            raise ValueError("use [ADDR]:PORT")
+        port = port[1:]
+    else:
+        host, _, port = s.partition(":")
+    port = port or "8125"
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("use HOST:PORT or unix:PATH")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _env_pair(v):
     key, sep, _ = str(v).partition("=")
     if not sep or not key:
@@ -323,7 +347,9 @@ SETTINGS = [
             "(a SO_REUSEPORT socket per worker, kernel hash), shared (every worker watches the socket)",
             section="Processes"),
     Setting("lazy_apps", ["--lazy-apps"], False, _bool,
-            "import the app in each worker instead of once in the master before forking", section="Processes"),
+            "import the app in each worker instead of once in the master before forking (gunicorn's "
+            "preload_app = False): what the import starts (threads) then runs in every worker",
+            section="Processes"),
     Setting("worker_nice", ["--worker-nice"], 0, _nice, "nice level of the workers", section="Processes"),
     Setting("max_requests", ["--max-requests"], 0, _non_negative_int,
             "a worker retires after this many requests (finishing those in flight); 0 = never", section="Processes"),
@@ -348,7 +374,10 @@ SETTINGS = [
     Setting("pidfile", ["--pid"], None, metavar="FILE", section="General",
             help="write the master's PID to FILE once the sockets are bound (removed at exit)"),
     Setting("umask", ["--umask"], None, _umask, metavar="MASK", section="General",
-            help="the file mode mask of the server's processes (octal, e.g. 027)"),
+            help="the file mode mask of the server's processes and of the unix sockets it binds (octal, "
+                 "e.g. 027). Unset, the processes keep theirs and a unix socket is made under 0, gunicorn's "
+                 "default: srwxrwxrwx, so a proxy running as another user (nginx as www-data) can connect "
+                 "(the socket's directory decides who reaches it)"),
     Setting("user", ["-u", "--user"], None, _user, metavar="USER", section="Processes",
             help="workers and the offload sibling run as this user (name or uid), the master keeps its own "
                  "(needs root; with the default preload it imports the app as root: --lazy-apps does not); "
@@ -361,8 +390,9 @@ SETTINGS = [
     Setting("proc_name", ["-n", "--name"], None, metavar="NAME", section="General",
             help="a name shown in the process titles: forkwsgi: worker 2 [NAME]"),
     Setting("preload_app", ["--preload"], False, _bool, section="Processes",
-            help="accepted for gunicorn's sake: the app is imported once in the master by default "
-                 "(--lazy-apps imports it in each worker)"),
+            help="gunicorn's name for the opposite of --lazy-apps: import the app once in the master. "
+                 "Preloading is forkwsgi's default, but a gunicorn config file that does not set "
+                 "preload_app gets gunicorn's default, no preload (the start-up log says which applies)"),
     Setting("log_level", ["--log-level"], "INFO", _log_level, "debug, info, warning, error or critical", section="General"),
     Setting("error_logfile", ["--error-logfile"], "-", metavar="FILE", section="Logging",
             help="the server's own log ('-': standard error, as gunicorn's errorlog); SIGUSR1 reopens the file"),
@@ -401,6 +431,15 @@ SETTINGS = [
             help="serve Prometheus metrics at http://ADDR/metrics (HOST:PORT, PORT or unix:/path; a bare "
                  "port listens on 127.0.0.1 only) and a health check at /healthz (200 while a worker "
                  "accepts, 'degraded' below --workers, 503 while draining or with none), from the master"),
+    Setting("statsd_host", ["--statsd-host"], None, _statsd_address, metavar="ADDR", section="Observability",
+            help="send gunicorn's statsd metrics (gunicorn.requests, gunicorn.request.duration, "
+                 "gunicorn.request.status.NNN, gunicorn.workers, gunicorn.log.*) to ADDR (HOST:PORT, or "
+                 "unix:PATH) over UDP: the master sends what the workers counted, every second; the "
+                 "durations come from a histogram (see the README)"),
+    Setting("statsd_prefix", ["--statsd-prefix"], "", section="Observability", metavar="PREFIX",
+            help="put before each statsd metric's name (a '.' is added if missing)"),
+    Setting("dogstatsd_tags", ["--dogstatsd-tags"], "", section="Observability", metavar="TAGS",
+            help="datadog tags appended to each statsd metric, comma-separated: env:prod,app:shop"),
     Setting("limit_request_line", ["--limit-request-line"], 8190, _positive_int,
             "longest request line in bytes (414 past it)", section="Limits"),
     Setting("limit_request_fields", ["--limit-request-fields"], 100, _positive_int,
@@ -508,7 +547,8 @@ BY_NAME = {s.name: s for s in SETTINGS}
 
 # Settings of the process model (master, CLI), not of one server loop.
 PROCESS_ONLY = ("config", "ini", "check_config", "print_config", "chdir", "pythonpath", "raw_env", "pidfile", "umask",
-                "stats", "stats_query_strings", "metrics", "error_logfile", "log_json", "log_config", "log_config_dict",
+                "stats", "stats_query_strings", "metrics", "statsd_host", "statsd_prefix", "dogstatsd_tags",
+                "error_logfile", "log_json", "log_config", "log_config_dict",
                 "user", "group", "initgroups",
                 "proc_name", "preload_app", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
                 "max_requests_jitter", "max_rss", "timeout", "heartbeat_timeout") + tuple(s.name for s in SETTINGS
@@ -644,8 +684,10 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
     variables, FORKWSGI_CMD_ARGS (command-line flags in one variable, like
     GUNICORN_CMD_ARGS), the command line. Returns (app_spec, cfg).
     origins: a dict to fill with where each setting that is not a default
-    came from (and "app" the app, "hooks" the server hooks); warnings: a list to fill with what is ignored: names in the
-    config file that look like a setting's (a typo, or gunicorn's with no
+    came from (and "app" the app, "hooks" the server hooks, "preload" the
+    start-up log's line on where the app is imported: settle_preload);
+    warnings: a list to fill with what is ignored: names in the config
+    file that look like a setting's (a typo, or gunicorn's with no
     counterpart here); hook_fns: a dict to fill with the config file's server
     hooks (hooks.py), by name."""
     environ = os.environ if environ is None else environ
@@ -674,6 +716,7 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
         if environ.get(var, "").strip() or (var == "FORWARDED_ALLOW_IPS" and var in environ):
             cfg[name] = BY_NAME[name].parse(value(environ[var].strip()), var)
             origins[name] = var
+    gunicorn_file = None         # the config file, if written for gunicorn (settle_preload)
     # A config file named on the command line wins over one in FORKWSGI_CMD_ARGS.
     config_file = args.get("config") or extra.get("config") or environ.get("FORKWSGI_CONFIG")
     ini_file = args.get("ini") or extra.get("ini") or environ.get("FORKWSGI_INI")
@@ -688,6 +731,8 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
         except Exception as e:  # the file is user code
             raise ConfigError(f"error in config file {config_file}: {type(e).__name__}: {e}") from None
         where = f"config file {config_file}"
+        if gunicorn_compat.speaks_gunicorn(config_file, values):
+            gunicorn_file = config_file
         for k, v in values.items():
             name = gunicorn_compat.ALIASES.get(k, k)          # gunicorn's names too
             if name in BY_NAME:
@@ -743,6 +788,7 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
                 continue
             cfg[k] = BY_NAME[k].parse(v, where)
             origins[k] = where
+    origins["preload"] = settle_preload(cfg, origins, gunicorn_file)
     unknown_atoms = accesslog.unknown_atoms(cfg["access_logformat"])
     if unknown_atoms:
         # gunicorn starts with them (and writes '-'): a warning, not an error.
@@ -767,6 +813,50 @@ def apply_ini(spec, cfg, origins, warnings, environ):
         origins[name] = where
     warnings += t.warnings
     return (t.app, ini.where()) if t.app else None
+
+
+def _authority(origin):
+    """How much a setting's origin weighs: the command line most, then the
+    *_CMD_ARGS variables, FORKWSGI_* variables, the config file."""
+    if origin == "command line":
+        return 4
+    if origin.endswith("_CMD_ARGS"):
+        return 3
+    return 1 if origin.startswith("config file") else 2
+
+
+def settle_preload(cfg, origins, gunicorn_file=None):
+    """--lazy-apps and gunicorn's preload_app (--preload) are one choice
+    under two names: make them agree, from the most authoritative of the
+    two that is set (a tie that contradicts itself is a ConfigError). With
+    neither set, forkwsgi preloads (gc.freeze: the workers share the app's
+    pages and start fast), but a config file written for gunicorn gets
+    gunicorn's default, no preload: what the app starts at import (a
+    thread) then runs in each worker, as it did under gunicorn. Returns
+    the line the start-up log gives for the choice."""
+    lazy_from, pre_from = origins.get("lazy_apps"), origins.get("preload_app")
+    if lazy_from and pre_from and cfg["lazy_apps"] == cfg["preload_app"]:
+        if _authority(lazy_from) == _authority(pre_from):
+            raise ConfigError(f"--lazy-apps = {cfg['lazy_apps']} ({lazy_from}) and --preload / preload_app = "
+                              f"{cfg['preload_app']} ({pre_from}) contradict each other: set one")
+        if _authority(lazy_from) > _authority(pre_from):
+            pre_from = None
+        else:
+            lazy_from = None
+    if pre_from:
+        lazy, why = not cfg["preload_app"], f"preload_app = {cfg['preload_app']} ({pre_from})"
+        origins["lazy_apps"] = f"preload_app ({pre_from})"
+    elif lazy_from:
+        lazy, why = cfg["lazy_apps"], f"--lazy-apps = {cfg['lazy_apps']} ({lazy_from})"
+        origins["preload_app"] = f"--lazy-apps ({lazy_from})"
+    elif gunicorn_file:
+        lazy, why = True, (f"the gunicorn config file {gunicorn_file} does not set preload_app: gunicorn's "
+                           "default, no preload (preload_app = True preloads)")
+        origins["lazy_apps"] = origins["preload_app"] = f"gunicorn's default for config file {gunicorn_file}"
+    else:
+        lazy, why = False, "forkwsgi's default (--lazy-apps or preload_app = False imports it in each worker)"
+    cfg["lazy_apps"], cfg["preload_app"] = lazy, not lazy
+    return ("App imported in each worker: " if lazy else "App imported once, in the master: ") + why
 
 
 def describe(cfg, origins, app_spec=None, hook_fns=()):

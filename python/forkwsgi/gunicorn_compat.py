@@ -6,8 +6,9 @@ is an error under --check-config (NO_COUNTERPART says what to do instead;
 it lists every setting of gunicorn's that forkwsgi does not take);
 a typo gets a "did you mean". Any other name (a helper variable, a
 constant) is the file's own business, ignored as gunicorn ignores it. Hooks (on_starting, pre_fork, ...) are in
-hooks.py. A leaf module: data only.
+hooks.py. A leaf module: data, and questions about it.
 """
+import os
 
 # gunicorn's name -> forkwsgi's setting.
 ALIASES = {
@@ -29,9 +30,6 @@ NO_COUNTERPART = {
     "reload": "code reloads on SIGHUP (systemctl reload), in place, same PID",
     "reload_engine": "code reloads on SIGHUP (systemctl reload), in place, same PID",
     "reload_extra_files": "code reloads on SIGHUP (systemctl reload), in place, same PID",
-    "statsd_host": "use --metrics (Prometheus) or --stats",
-    "statsd_prefix": "use --metrics (Prometheus) or --stats",
-    "dogstatsd_tags": "use --metrics (Prometheus) or --stats",
     "certfile": "terminate TLS in the proxy in front (nginx, HAProxy)",
     "keyfile": "terminate TLS in the proxy in front (nginx, HAProxy)",
     "ca_certs": "terminate TLS in the proxy in front (nginx, HAProxy)",
@@ -91,6 +89,21 @@ NO_COUNTERPART = {
     "dirty_worker_init": "no dirty (background) workers: run such jobs in a process of their own",
     "dirty_worker_exit": "no dirty (background) workers: run such jobs in a process of their own",
 }
+
+# Names only a config file written for gunicorn assigns (forkwsgi's own
+# settings have other names): with ALIASES and NO_COUNTERPART, they mark
+# such a file (speaks_gunicorn).
+GUNICORN_ONLY = ("worker_class", "wsgi_app")
+
+
+def speaks_gunicorn(path, names):
+    """Is the config file at `path`, assigning `names`, written for
+    gunicorn: named gunicorn*.py, or using a name only gunicorn has? Then
+    gunicorn's defaults apply where forkwsgi's differ (config.py: preload)."""
+    if os.path.basename(str(path)).startswith("gunicorn"):
+        return True
+    return any(n in ALIASES or n in NO_COUNTERPART or n in GUNICORN_ONLY for n in names)
+
 
 # worker_class values forkwsgi's model covers (a worker with --threads app threads).
 WORKER_CLASSES_COVERED = ("sync", "gthread", "gunicorn.workers.sync.SyncWorker",

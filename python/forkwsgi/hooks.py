@@ -86,9 +86,8 @@ class Cfg(dict):
 
     @property
     def preload_app(self):
-        """True when the master imports the app before forking: forkwsgi's
-        default (the preload_app setting is only accepted for gunicorn's
-        sake); False with --lazy-apps."""
+        """True when the master imports the app before forking; False with
+        --lazy-apps (config.settle_preload makes the two settings agree)."""
         return not self["lazy_apps"]
 
     @property

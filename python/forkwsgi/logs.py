@@ -3,8 +3,16 @@ looks. By default one line per event on stderr in gunicorn's format;
 --error-logfile FILE (gunicorn's errorlog), --log-json (one JSON object
 per line), or --log-config FILE (logging's dictConfig from .json, fileConfig
 from .ini/.conf, as gunicorn's logconfig_json and logconfig) and
-logconfig_dict in a config file. SIGUSR1 reopens the file (reopen()).
+logconfig_dict in a config file. SIGUSR1 reopens the files (reopen()).
+
+A logging configuration written for gunicorn names gunicorn's loggers: one
+that configures "gunicorn.error" (and not "forkwsgi") gets the server's
+records there, under that name (Alias); one that configures
+"gunicorn.access" (or "forkwsgi.access") gets the access lines as log
+records there, with gunicorn's atoms (access_logger(), accessrecords.py),
+instead of the C writer's lines.
 """
+import configparser
 import json
 import logging
 import logging.config
@@ -34,14 +42,69 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+class Alias(logging.Handler):
+    """Hands the server's records to the handlers of another logger (that
+    of gunicorn's name the logging configuration sets up), under its name,
+    as if they had been logged there."""
+
+    def __init__(self, target):
+        super().__init__()
+        self.target = target
+
+    def emit(self, record):
+        moved = logging.makeLogRecord(record.__dict__)
+        moved.name = self.target.name
+        self.target.handle(moved)
+
+
+def configured_loggers(path, as_dict):
+    """The names of the loggers a logging configuration sets up: its
+    "loggers" (dictConfig), or the qualnames of its [loggers] (fileConfig)."""
+    try:
+        if as_dict:
+            return set(as_dict.get("loggers") or ())
+        if path and path.endswith(".json"):
+            with open(path) as f:
+                return set(json.load(f).get("loggers") or ())
+        if path:
+            cp = configparser.ConfigParser(interpolation=None)
+            cp.read(path)
+            keys = [k.strip() for k in cp.get("loggers", "keys", fallback="").split(",") if k.strip()]
+            return {cp.get(f"logger_{k}", "qualname", fallback=k) for k in keys if k != "root"}
+    except (OSError, ValueError, AttributeError, configparser.Error):
+        pass                         # setup() has said what is wrong with it
+    return set()
+
+
+def access_logger(cfg):
+    """The logger the access lines go to as records, or None (the C
+    writer's lines, --access-logfile): "gunicorn.access" or
+    "forkwsgi.access" when the logging configuration sets one up."""
+    if not (cfg.get("log_config") or cfg.get("log_config_dict")):
+        return None
+    names = configured_loggers(cfg.get("log_config"), cfg.get("log_config_dict"))
+    return next((n for n in ("gunicorn.access", "forkwsgi.access") if n in names), None)
+
+
 def setup(cfg):
     """The logger as the settings say. ConfigError (one line) for a file that
     cannot be opened or a logging configuration that does not apply."""
     level = cfg.get("log_level", "INFO")
     if cfg.get("log_config") or cfg.get("log_config_dict"):
+        # gunicorn's levels before the configuration, which may change them.
+        logging.getLogger("gunicorn.error").setLevel(level)
+        logging.getLogger("gunicorn.access").setLevel(logging.INFO)
         _from_logging_config(cfg.get("log_config"), cfg.get("log_config_dict"))
-        if not log.level:
+        names = configured_loggers(cfg.get("log_config"), cfg.get("log_config_dict"))
+        if "gunicorn.error" in names and "forkwsgi" not in names:
+            target = logging.getLogger("gunicorn.error")
+            log.handlers[:] = [Alias(target)]
+            log.propagate = False
+            log.disabled = False
+            log.setLevel(target.getEffectiveLevel())
+        elif not log.level:
             log.setLevel(level)
+        _say_where_access_goes(cfg)
         return
     path = cfg.get("error_logfile") or "-"
     if path == "-":
@@ -57,13 +120,27 @@ def setup(cfg):
     log.propagate = False
 
 
+def _say_where_access_goes(cfg):
+    name = access_logger(cfg)
+    if not name:
+        return
+    log.info("Access log: a log record per response to logger %r (the logging configuration sets it up), "
+             "with gunicorn's atoms", name)
+    if cfg.get("access_logfile"):
+        log.warning("--access-logfile %s is not written: the logging configuration sets up %r, which gets "
+                    "the access lines (as gunicorn does with a logging configuration)", cfg["access_logfile"],
+                    name)
+
+
 def _from_logging_config(path, as_dict):
     try:
         if as_dict:
-            logging.config.dictConfig(as_dict)
+            # gunicorn's default: the loggers that exist go on (the
+            # server's among them).
+            logging.config.dictConfig({"disable_existing_loggers": False, **as_dict})
         elif path.endswith(".json"):
             with open(path) as f:
-                logging.config.dictConfig(json.load(f))
+                logging.config.dictConfig({"disable_existing_loggers": False, **json.load(f)})
         else:
             logging.config.fileConfig(path, disable_existing_loggers=False)
     except OSError as e:
@@ -73,8 +150,11 @@ def _from_logging_config(path, as_dict):
 
 
 def reopen():
-    """SIGUSR1 (logrotate): files are reopened at their paths on the next line."""
-    for logger in (log, logging.getLogger()):
+    """SIGUSR1 (logrotate): files are reopened at their paths on the next
+    line, those of every logger (a logging configuration may give any its own)."""
+    loggers = [logging.getLogger()] + [x for x in list(logging.Logger.manager.loggerDict.values())
+                                       if isinstance(x, logging.Logger)]
+    for logger in loggers:
         for h in logger.handlers:
             if isinstance(h, logging.FileHandler):
                 h.close()

@@ -131,6 +131,7 @@ class InPlaceReload:
                  "slots": slots, "offload": None, "reloads": self.reloads + 1, "code_image": self.code_image,
                  "spawns": dict(self.spawns), "timeouts": dict(self.timeouts), "restarts": dict(self.restarts),
                  "retired_requests": dict(self.retired_requests),
+                 "statsd": self.statsd.sent if self.statsd else None,     # sent just before (check_preflight)
                  "observers": {obs.name: obs.fileno() for obs in self.observers},
                  "workers": [{"pid": w.pid, "index": w.index, "slot": w.slot, "ready": w.ready,
                               "ready_fd": w.ready_fd, "retiring": w.retiring} for w in self.workers.values()]}
@@ -173,6 +174,8 @@ class InPlaceReload:
                            "have: %s", len(self.workers), output or "(no output)")
             self.announce_ready()
             return
+        if self.statsd:
+            self.statsd.flush(self)     # what was counted so far goes now: the new image starts from there
         state, fds = self._state()
         self.hooks.call("pre_exec", self)
         err = execute(state, fds, self.argv, self.cwd, self.SIGNALS, self.notifier.environ())

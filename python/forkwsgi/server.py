@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 
-from . import _forkwsgi, accesslog, binding, config
+from . import _forkwsgi, accesslog, accessrecords, binding, config
 from ._version import __version__
 from .offload.supervisor import Host
 
@@ -42,7 +42,8 @@ class Server:
 
     def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None,
                  _multiprocess=False, _status=None, _stats=None, _balance=None, _offload=False, _offload_host=None,
-                 _release_listeners=False, _access_log_fd=None, _name="forkwsgi", **options):
+                 _release_listeners=False, _access_log_fd=None, _name="forkwsgi", _unix_umask=None,
+                 _access_logger=None, **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
         if bind is not None and isinstance(bind, str):
@@ -68,7 +69,7 @@ class Server:
             sockets = []
             try:
                 for addr in self.settings["bind"]:
-                    sockets.append(binding.create(addr, self.settings["backlog"],
+                    sockets.append(binding.create(addr, self.settings["backlog"], umask=_unix_umask,
                                                   mode=self.settings["chmod_socket"]))
             except Exception:
                 for s in sockets:
@@ -106,8 +107,15 @@ class Server:
         # master holds them; without a master the port is then free).
         core["release_listeners"] = bool(_release_listeners)
         access_fd = None
+        # A logging configuration that sets up the access logger gets the
+        # lines as records (accessrecords.py), instead of the file.
+        self._access_records = None
         try:
-            if self.settings["access_logfile"]:
+            if _access_logger:
+                access_fd = _access_log_fd          # opened for the file: not needed
+                self._access_records = accessrecords.AccessRecords(_access_logger, self.settings)
+                core["access_log"] = self._access_records.spec()
+            elif self.settings["access_logfile"]:
                 # The C writer keeps a copy of this descriptor (and reopens
                 # the file by its path on SIGUSR1).
                 try:
@@ -126,6 +134,8 @@ class Server:
         finally:
             if access_fd is not None:
                 os.close(access_fd)
+            if self._access_records:
+                self._access_records.close_write_end()      # the C writer has its own copy
         self._stopped = threading.Event()
 
     def stats(self):
@@ -156,10 +166,13 @@ class Server:
             # The access log's last lines are written now (a worker exits
             # soon after), and its thread ends; a later serve() has none.
             counts = self._core.close_access_log()
+            if self._access_records:
+                self._access_records.join(5.0)          # its last records, before the worker exits
             if counts and (counts["dropped"] or counts["write_errors"]):
-                self.log.warning("access log %s: %d of %d line(s) dropped, %d write error(s)",
-                                 self.settings["access_logfile"], counts["dropped"], counts["responses"],
-                                 counts["write_errors"])
+                where = (f"records to logger {self._access_records.logger.name!r}" if self._access_records
+                         else self.settings["access_logfile"])
+                self.log.warning("access log %s: %d of %d line(s) dropped, %d write error(s)", where,
+                                 counts["dropped"], counts["responses"], counts["write_errors"])
             if wake_r is not None:
                 signal.set_wakeup_fd(old_wakeup)
                 os.close(wake_r)

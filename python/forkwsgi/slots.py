@@ -5,7 +5,7 @@
   log line of a worker that died);
 - a scoreboard entry (cserver/fw_balance.h): the worker's load, read by
   the others to place connections;
-- a stats block (cserver/fw_stats.h): its counters and latency histograms,
+- a stats block (cserver/fw_stats.h): its counters (by status code too) and latency histograms,
   which the master folds into its totals when the worker ends (so the
   server's counters never go back, whatever the restarts);
 - a kick eventfd (least-busy with threads) and a hand-off socket pair:
@@ -41,19 +41,33 @@ def empty_totals():
     return {"requests": 0, "bytes_out": 0, "status": [0] * 6, "total_us": 0,
             "total_hist": [0] * len(_forkwsgi.STATS_BOUNDS), "conns_open": 0, "conns_idle": 0, "app_calls": 0,
             "app_us": 0,
-            "app_hist": [0] * len(_forkwsgi.STATS_BOUNDS), "exceptions": 0}
+            "app_hist": [0] * len(_forkwsgi.STATS_BOUNDS), "exceptions": 0, "codes": {}}
 
 
 def add_counters(into, c):
-    """into += c, field by field (lists element-wise); the conns_ are gauges."""
+    """into += c, field by field (lists element-wise, dicts key by key);
+    the conns_ are gauges."""
     for k, v in c.items():
         if k.startswith("conns_"):
             continue
         if isinstance(v, list):
             into[k] = [a + b for a, b in zip(into[k], v)]
+        elif isinstance(v, dict):
+            merged = into.setdefault(k, {})
+            for key, n in v.items():
+                merged[key] = merged.get(key, 0) + n
         else:
             into[k] += v
     return into
+
+
+def totals_from_state(got):
+    """The totals a master wrote before it re-executed itself (JSON: the
+    codes' keys came back as text; a master before codes had none)."""
+    totals = empty_totals()
+    totals.update(got or {})
+    totals["codes"] = {int(k): v for k, v in totals["codes"].items()}
+    return totals
 
 
 def _shared_memory(name, size, fd=None):
@@ -81,7 +95,7 @@ class WorkerSlots:
             "forkwsgi-scoreboard", _forkwsgi.SB_SLOT_SIZE * nslots, got.get("scoreboard_fd"))
         self.stats_fd, self.stats = _shared_memory("forkwsgi-stats", STATS_SIZE * nslots, got.get("stats_fd"))
         # The counters of workers that ended, summed (counts and histograms).
-        self.retired = got.get("retired") or empty_totals()
+        self.retired = totals_from_state(got.get("retired"))
         if inherited:
             self.kick_fds = list(got["kick_fds"])
             self.pass_recv = [socket.socket(fileno=fd) for fd in got["pass_recv"]]

@@ -185,7 +185,8 @@ def uwsgi_document(master, previous):
 
 
 def dict_copy(totals):
-    return {k: list(v) if isinstance(v, list) else v for k, v in totals.items()}
+    return {k: list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v
+            for k, v in totals.items()}
 
 
 def status_classes(counts):

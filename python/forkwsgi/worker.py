@@ -27,7 +27,7 @@ class Setup:
 
     def __init__(self, index, master_pid, sockets, app, app_spec, options, ready_fd, nice=0,
                  multiprocess=True, status=None, stats=None, balance=None, offload=None, hooks=None,
-                 hook_worker=None, master=None, owner=None):
+                 hook_worker=None, master=None, owner=None, access_logger=None):
         self.index = index              # 1..N, for titles and logs
         self.master_pid = master_pid
         self.sockets = sockets          # the listening sockets it serves
@@ -45,6 +45,7 @@ class Setup:
         self.hook_worker = hook_worker  # this worker as hooks see it (hooks.Worker)
         self.master = master            # the arbiter, as worker_exit(server, worker) gets it
         self.owner = owner              # --user/--group (process.Owner): become it before the app loads
+        self.access_logger = access_logger      # access lines as records to this logger (logs.access_logger)
 
 
 def run(setup, log):
@@ -63,7 +64,7 @@ def run(setup, log):
         if setup.owner and setup.owner.needed():
             # What the worker opens by path, it opens before it gives up
             # the master's identity (the directory may be root's alone).
-            if setup.options.get("access_logfile"):
+            if setup.options.get("access_logfile") and not setup.access_logger:
                 access_fd = accesslog.open_file(setup.options["access_logfile"])
             try:
                 setup.owner.become()
@@ -95,7 +96,8 @@ def run(setup, log):
         server = Server(app, sockets=setup.sockets, logger=log, _multiprocess=setup.multiprocess,
                         _status=setup.status, _stats=setup.stats, _balance=setup.balance,
                         _offload=bool(setup.offload), _access_log_fd=access_fd,
-                        _release_listeners=True, _name=f"forkwsgi worker {setup.index}", **setup.options)
+                        _release_listeners=True, _name=f"forkwsgi worker {setup.index}",
+                        _access_logger=setup.access_logger, **setup.options)
         # --timeout: the master asks for every thread's Python stack with
         # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode);
         # gunicorn's worker_abort hook is called then too, as soon as
