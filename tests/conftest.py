@@ -28,7 +28,8 @@ from httpraw import Conn, request  # noqa: E402
 
 
 class ServerProc:
-    def __init__(self, app="apps:echo", *args, env=None, bind=None, wait=True, nofile=None, new_session=False):
+    def __init__(self, app="apps:echo", *args, env=None, bind=None, wait=True, nofile=None, new_session=False,
+                 cwd=HERE):
         self.logfile = tempfile.NamedTemporaryFile(prefix="forkwsgi-test-", suffix=".log", delete=False)
         binds = ["127.0.0.1:0"] if bind is None else bind
         cmd = [sys.executable, "-m", "forkwsgi", *([app] if app else [])]      # None: the app is in a config file
@@ -46,7 +47,7 @@ class ServerProc:
             def preexec():
                 resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         # new_session: a process group of its own, for signals sent to the group.
-        self.proc = subprocess.Popen(cmd, stdout=self.logfile, stderr=subprocess.STDOUT, env=e, cwd=HERE,
+        self.proc = subprocess.Popen(cmd, stdout=self.logfile, stderr=subprocess.STDOUT, env=e, cwd=cwd,
                                      preexec_fn=preexec, start_new_session=new_session)
         self.pid = self.proc.pid
         self.port = None

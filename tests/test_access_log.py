@@ -259,7 +259,7 @@ def test_bad_settings_are_one_line_errors(tmp_path):
 def test_an_unknown_atom_is_written_as_a_dash_with_one_warning(make_server, tmp_path):
     """As gunicorn: an atom it does not know either does not stop the start;
     it is written as '-'. One warning at start names them all; under
-    --check-config (the strict mode, where every start-up warning is an
+    --check-config (the strict mode, where a name that means nothing is an
     error) it is an error."""
     import subprocess
     import sys

@@ -273,17 +273,17 @@ def run_forkwsgi(*args, timeout=30):
                           env=env, timeout=timeout, cwd=HERE)
 
 
-def test_gunicorn_names_without_counterpart_warn_and_fail_check_config(tmp_path):
+def test_gunicorn_names_without_counterpart_warn_typos_and_refusals_fail_check_config(tmp_path):
     conf = tmp_path / "g.conf.py"
-    conf.write_text('wsgi_app = "apps:hello"\ndaemon = False\nenable_backlog_metric = True\n'
+    conf.write_text('wsgi_app = "apps:hello"\ndaemon = True\nenable_backlog_metric = True\n'
                     'worker_class = "gevent"\nworkerz = 3\n'
                     'def post_forkk(server, worker):\n    pass\n')
     p = run_forkwsgi("-c", str(conf), "--check-config")
     assert p.returncode == 1
     err = p.stderr
-    assert "'daemon' (gunicorn) has no counterpart here" in err and "systemd" in err
+    assert "warning: " in err and "'daemon' (gunicorn) has no counterpart here" in err and "systemd" in err
     assert "'enable_backlog_metric' (gunicorn) has no counterpart here" in err and "--metrics" in err
-    assert "worker_class 'gevent'" in err
+    assert "error: " in err and "worker class 'gevent' has no counterpart" in err
     assert "'workerz' is not a setting: ignored (did you mean workers?)" in err
     assert "function 'post_forkk' is no server hook" in err and "post_fork" in err
     # wsgi_app names the app: print-config shows gunicorn names under forkwsgi's.

@@ -858,7 +858,12 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         raise StopServer
 
     def handle_hup(self):
-        if not self.lazy:
+        # A config file (-c, --ini) may have changed: the master reads it
+        # again by re-executing itself, as gunicorn's HUP reloads its
+        # configuration. With --lazy-apps and settings only from the command
+        # line and the environment, which cannot change, each worker
+        # re-imports the app in a rolling reload.
+        if not self.lazy or self.cfg["config"] or self.cfg["ini"]:
             self.reload_in_place("SIGHUP")
             return
         self.log.info("Received SIGHUP: rolling reload of %d worker(s), each importing the app afresh "

@@ -4,7 +4,7 @@ import os
 import signal
 import sys
 
-from . import accesslog, appload, arbiter, binding, config, logs, systemd
+from . import accesslog, appload, arbiter, binding, config, gunicorn_compat, logs, systemd
 from .offload.supervisor import Host
 from . import process
 from .server import Server
@@ -23,21 +23,28 @@ def main(argv=None):
         from . import top
         return top.main(argv[1:])
     started_in = os.getcwd()         # where an in-place reload re-executes (before --chdir)
-    origins, unknown, hook_fns = {}, [], {}
+    origins, unknown, hook_fns, ignored, refused = {}, [], {}, [], []
     try:
-        app_spec, cfg = config.load(argv, origins=origins, warnings=unknown, hook_fns=hook_fns)
+        app_spec, cfg = config.load(argv, origins=origins, warnings=unknown, hook_fns=hook_fns,
+                                    ignored=ignored, refused=refused)
     except config.ConfigError as e:
         return fail(e)
     unknown += config.unknown_env()
     if cfg["print_config"]:
-        print(config.describe(cfg, origins, app_spec, hook_fns))
+        print(config.describe(cfg, origins, app_spec, hook_fns, ignored, refused))
         return 0
+    if refused and not cfg["check_config"]:
+        for line in refused:         # TLS, a worker class: never start half of what was asked
+            print(f"forkwsgi: error: {line}", file=sys.stderr)
+        return 2
     try:
         logs.setup(cfg)
     except config.ConfigError as e:
         return fail(e)
     if not cfg["check_config"]:
-        for warning in unknown:
+        if cfg["config"]:
+            log.info("Config file: %s (%s)", cfg["config"], origins["config"])
+        for warning in unknown + [gunicorn_compat.ignored_line(*i) for i in ignored]:
             log.warning("%s", warning)
     # systemd socket activation: the passed sockets, unless --bind says otherwise.
     passed = systemd.listen_fds()
@@ -54,7 +61,7 @@ def main(argv=None):
         os.umask(cfg["umask"])
     process.set_name(cfg["proc_name"])
     if cfg["check_config"]:
-        return check(app_spec, cfg, unknown)
+        return check(app_spec, cfg, origins, unknown, ignored, refused)
     problem = log_file_problem(cfg)
     if problem:
         return fail(problem)
@@ -101,11 +108,14 @@ def log_file_problem(cfg):
     return None
 
 
-def check(app_spec, cfg, problems):
-    """--check-config, the strict mode: the settings (what start-up only
-    warns of counts as an error here), the bind addresses, and that the app
-    imports. Exit 0 or 1."""
-    problems = list(problems)
+def check(app_spec, cfg, origins, problems, ignored=(), refused=()):
+    """--check-config, the strict mode: exit 0 or 1. Fails on: a setting the
+    server refuses (TLS, a worker class other than sync/gthread), a name in
+    the config file that is a typo of a setting, a FORKWSGI_* variable that
+    is no setting, a bind address, the app's import. A gunicorn setting
+    forkwsgi ignores is printed as a warning and does not fail (gunicorn
+    accepts it too). Names the config file read, as the server logs it."""
+    problems = [*refused, *problems]
     problems += filter(None, [log_file_problem(cfg)])
     for addr in cfg["bind"]:
         try:
@@ -121,6 +131,10 @@ def check(app_spec, cfg, problems):
             problems.append(str(e))
         except Exception as e:  # noqa: BLE001 - the app's own error, reported
             problems.append(f"error while importing the app {app_spec!r}: {appload.describe_error(e)}")
+    if cfg["config"]:
+        print(f"forkwsgi: config file {cfg['config']} ({origins['config']})")
+    for i in ignored:
+        print(f"forkwsgi: warning: {gunicorn_compat.ignored_line(*i)}", file=sys.stderr)
     for p in problems:
         print(f"forkwsgi: error: {p}", file=sys.stderr)
     if not problems:

@@ -2,13 +2,16 @@
 
 Precedence, lowest first: defaults, a uWSGI ini file (``--ini FILE[:SECTION]``,
 uwsgi_compat.py), the config file (``-c FILE``, a Python file assigning
-settings by name; over the ini file where both set one), ``FORKWSGI_<FLAG>``
-environment variables (the long flag in capitals: ``FORKWSGI_KEEP_ALIVE``;
-the setting's name, ``FORKWSGI_KEEPALIVE``, works too), command line.
+settings by name; without -c, ./forkwsgi.conf.py or ./gunicorn.conf.py),
+``GUNICORN_CMD_ARGS``, ``FORKWSGI_<FLAG>`` environment variables (the long
+flag in capitals: ``FORKWSGI_KEEP_ALIVE``; the setting's name,
+``FORKWSGI_KEEPALIVE``, works too), ``FORKWSGI_CMD_ARGS``, command line.
+gunicorn's names and flags are taken everywhere (gunicorn_compat.py).
 ``forkwsgi --help`` lists every setting with its default.
 """
 import argparse
 import difflib
+import importlib
 import json
 import ipaddress
 import shlex
@@ -325,12 +328,13 @@ SETTINGS = [
                  "is named in a warning, one it cannot serve as asked (socket = without the uwsgi "
                  "protocol, https) stops it. -c, the environment and the command line override it"),
     Setting("check_config", ["--check-config"], False, _bool, section="General",
-            help="check the settings (a name in the config file that is a typo of a setting, or a gunicorn "
-                 "setting with no counterpart here, is an error here) and that the app imports, then exit: "
-                 "0 if all is well, 1 with the reason if not"),
+            help="check the settings and that the app imports, then exit: 0 if all is well, 1 with the "
+                 "reason if not. What the server refuses (TLS settings, a worker class other than sync or "
+                 "gthread) and a name in the config file that is a typo of a setting are errors here; a "
+                 "gunicorn setting with no counterpart is a warning, as at start"),
     Setting("print_config", ["--print-config"], False, _bool, section="General",
             help="print the app, every setting in effect and the server hooks defined, with where each "
-                 "came from, then exit"),
+                 "came from, and the gunicorn settings given that are ignored or refused, then exit"),
     Setting("bind", ["-b", "--bind"], ["127.0.0.1:8000"], multiple=True, metavar="ADDR",
             help="where to listen, repeatable: HOST:PORT, [::1]:PORT, unix:/path, fd://N"),
     Setting("chmod_socket", ["--chmod-socket"], None, _socket_mode, metavar="MODE",
@@ -579,32 +583,69 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
+def _argument_kwargs(s):
+    """argparse's keywords for registry setting s (defaults suppressed: a
+    flag not given is absent from the result, so lower sources show)."""
+    if s.convert is _bool:
+        return dict(dest=s.name, default=argparse.SUPPRESS, action="store_const", const=True)
+    kw = dict(dest=s.name, metavar=s.metavar, default=argparse.SUPPRESS)
+    if s.multiple:
+        kw["action"] = "append"
+    elif s.const is not None:
+        kw.update(nargs="?", const=s.const)
+    return kw
+
+
+# The dest of a gunicorn flag with no setting here: GUNICORN_DEST + its name.
+GUNICORN_DEST = "gunicorn:"
+
+
+def _add_gunicorn_flags(p):
+    """gunicorn's flags that forkwsgi does not define itself, hidden from
+    --help: one whose name is a setting here (directly or by ALIASES) sets
+    it; any other is kept under its gunicorn name, for load() to judge as
+    the same name in a config file (a warning, or a refusal)."""
+    for name, flags in gunicorn_compat.GUNICORN_FLAGS.items():
+        flags = [f for f in flags if f not in p._option_string_actions]
+        if not flags:
+            continue
+        ours = BY_NAME.get(gunicorn_compat.ALIASES.get(name, name))
+        if ours is not None:
+            kw = _argument_kwargs(ours)
+        elif name in gunicorn_compat.GUNICORN_SWITCHES:
+            kw = dict(dest=GUNICORN_DEST + name, default=argparse.SUPPRESS, action="store_const",
+                      const=gunicorn_compat.GUNICORN_SWITCHES[name])
+        else:
+            kw = dict(dest=GUNICORN_DEST + name, default=argparse.SUPPRESS,
+                      action="append" if name in gunicorn_compat.GUNICORN_REPEATED else "store")
+        p.add_argument(*flags, help=argparse.SUPPRESS, **kw)
+
+
 def build_parser():
+    # No abbreviations: uWSGI's --ini must not be taken for --initgroups,
+    # nor a typo for some other flag.
     p = _Parser(
         prog="forkwsgi",
-        allow_abbrev=False,         # --ini must not be taken for --initgroups, nor any flag for another
         description="Serve a WSGI app with forkwsgi's C HTTP/1.1 core.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        allow_abbrev=False,
         epilog="Every setting can also come from FORKWSGI_<FLAG> (e.g. FORKWSGI_KEEP_ALIVE=75 for "
-               "--keep-alive) or a config file (-c).",
+               "--keep-alive) or a config file (-c; else ./forkwsgi.conf.py or ./gunicorn.conf.py). "
+               "gunicorn's flags are taken too: those with a counterpart set it, the others are "
+               "named in a warning at start; TLS settings and worker classes other than sync and "
+               "gthread stop the server at start.",
     )
     p.add_argument("app", metavar="MODULE:APP", nargs="?",
                    help="the WSGI app, e.g. myproject.wsgi:application or pkg.app:create_app()")
-    p.add_argument("--version", action="version", version=f"forkwsgi {__version__}")
+    p.add_argument("-v", "--version", action="version", version=f"forkwsgi {__version__}")
     groups = {}
     for s in SETTINGS:
         g = groups.get(s.section) or groups.setdefault(s.section, p.add_argument_group(s.section))
-        kw = dict(dest=s.name, help=s.help, metavar=s.metavar, default=argparse.SUPPRESS)
-        if s.multiple:
-            kw["action"] = "append"
-        elif s.const is not None:
-            kw.update(nargs="?", const=s.const)
-        elif s.convert is _bool:
-            kw = dict(dest=s.name, help=s.help, default=argparse.SUPPRESS, action="store_const", const=True)
-        g.add_argument(*s.flags, **kw)
+        g.add_argument(*s.flags, help=s.help, **_argument_kwargs(s))
+    _add_gunicorn_flags(p)
     # argparse prints defaults only when they are set; show the registry's.
     for action in p._actions:
-        if action.dest in BY_NAME:
+        if action.dest in BY_NAME and action.help != argparse.SUPPRESS:
             d = BY_NAME[action.dest].default
             shown = ", ".join(d) if isinstance(d, list) else \
                 ",".join(f"{k}={v}" for k, v in d.items()) if isinstance(d, dict) else d
@@ -676,37 +717,97 @@ def typo_of(name, known):
     return best if edits(name, best) <= limit else None
 
 
-def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
-    """Settings, from the least to the most authoritative (gunicorn's order):
+def _cmd_args(parser, argv, where):
+    """The flags given in argv, by dest (only those given)."""
+    try:
+        return vars(parser.parse_args(argv))
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}" if where != "command line" else str(e)) from None
+
+
+def _env_cmd_args(parser, environ, var):
+    """The flags in environment variable var (FORKWSGI_CMD_ARGS,
+    GUNICORN_CMD_ARGS), split as a shell would, as gunicorn splits its."""
+    if not environ.get(var, "").strip():
+        return {}
+    try:
+        words = shlex.split(environ[var])
+    except ValueError as e:
+        raise ConfigError(f"{var}: {e}") from None
+    return _cmd_args(parser, words, var)
+
+
+# The config file read when none is named (-c, FORKWSGI_CONFIG), first found
+# in the current directory: forkwsgi's own name, then gunicorn's default.
+DEFAULT_CONFIG_FILES = ("forkwsgi.conf.py", "gunicorn.conf.py")
+
+
+def find_config_file(layers, environ):
+    """(path, where it was named) of the config file to read, or (None,
+    None). Named by -c (on the command line, then FORKWSGI_CMD_ARGS),
+    FORKWSGI_CONFIG, -c in GUNICORN_CMD_ARGS; else the first of
+    DEFAULT_CONFIG_FILES in the current directory, as gunicorn reads
+    ./gunicorn.conf.py."""
+    named = {where: given.get("config") for where, given in layers}
+    for where in ("command line", "FORKWSGI_CMD_ARGS"):
+        if named.get(where):
+            return named[where], where
+    if environ.get("FORKWSGI_CONFIG"):
+        return environ["FORKWSGI_CONFIG"], "FORKWSGI_CONFIG"
+    if named.get("GUNICORN_CMD_ARGS"):
+        return named["GUNICORN_CMD_ARGS"], "GUNICORN_CMD_ARGS"
+    for name in DEFAULT_CONFIG_FILES:
+        path = os.path.join(os.getcwd(), name)
+        if os.path.isfile(path):
+            return path, "no -c given: found in the current directory"
+    return None, None
+
+
+def read_config_file(location):
+    """The names a config file defines. gunicorn's forms: a path (file:PATH
+    too), or python:MODULE for a module on the import path."""
+    try:
+        if location.startswith("python:"):
+            return dict(vars(importlib.import_module(location[len("python:"):])))
+        return runpy.run_path(location.removeprefix("file:"))
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {location}: {e.strerror}") from None
+    except Exception as e:  # the file is user code
+        raise ConfigError(f"error in config file {location}: {type(e).__name__}: {e}") from None
+
+
+def load(argv, environ=None, origins=None, warnings=None, hook_fns=None, ignored=None, refused=None):
+    """Settings, from the least to the most authoritative (gunicorn's order,
+    with forkwsgi's own names above gunicorn's):
     defaults (WEB_CONCURRENCY, PORT, SCRIPT_NAME and FORWARDED_ALLOW_IPS change those of
     --workers, --bind, --root-path and --forwarded-allow-ips, as on Heroku-style platforms and in
-    gunicorn), a uWSGI ini file (--ini), the config file, FORKWSGI_*
-    variables, FORKWSGI_CMD_ARGS (command-line flags in one variable, like
-    GUNICORN_CMD_ARGS), the command line. Returns (app_spec, cfg).
+    gunicorn), a uWSGI ini file (--ini), the config file (find_config_file),
+    GUNICORN_CMD_ARGS, FORKWSGI_* variables, FORKWSGI_CMD_ARGS (command-line
+    flags in one variable), the command line. Returns (app_spec, cfg).
+    gunicorn's names are taken from each of them: a setting here under its
+    name or another (ALIASES) is set; one with no counterpart is judged by
+    gunicorn_compat.judge.
     origins: a dict to fill with where each setting that is not a default
     came from (and "app" the app, "hooks" the server hooks, "preload" the
     start-up log's line on where the app is imported: settle_preload);
-    warnings: a list to fill with what is ignored: names in the config
-    file that look like a setting's (a typo, or gunicorn's with no
-    counterpart here); hook_fns: a dict to fill with the config file's server
-    hooks (hooks.py), by name."""
+    warnings: a list to fill with names in the config file that look like a
+    setting's (a typo); ignored: a list to fill with the gunicorn settings
+    ignored, as (name, value, where, why) (None: they go to warnings as
+    text); refused: a list to fill with the settings that stop the server,
+    one line each (None: the first raises ConfigError); hook_fns: a dict to
+    fill with the config file's server hooks (hooks.py), by name."""
     environ = os.environ if environ is None else environ
     origins = {} if origins is None else origins
     warnings = [] if warnings is None else warnings
-    args = vars(build_parser().parse_args(argv))
-    app_spec = args.pop("app", None)
-    if app_spec:
-        origins["app"] = "command line"
-    extra = {}
-    if environ.get("FORKWSGI_CMD_ARGS", "").strip():
-        try:
-            words = shlex.split(environ["FORKWSGI_CMD_ARGS"])
-        except ValueError as e:
-            raise ConfigError(f"FORKWSGI_CMD_ARGS: {e}") from None
-        extra = vars(build_parser().parse_args(words))
-        if not app_spec and extra.get("app"):
-            app_spec, origins["app"] = extra["app"], "FORKWSGI_CMD_ARGS"
-        extra.pop("app", None)
+    parser = build_parser()
+    # The flag sources, most authoritative first.
+    layers = [("command line", _cmd_args(parser, argv, "command line"))]
+    layers += [(var, _env_cmd_args(parser, environ, var)) for var in ("FORKWSGI_CMD_ARGS", "GUNICORN_CMD_ARGS")]
+    app_spec = None
+    for where, given in layers:
+        app = given.pop("app", None)
+        if app and not app_spec:
+            app_spec, origins["app"] = app, where
     cfg = defaults()
     for var, name, value in (("WEB_CONCURRENCY", "workers", lambda v: v),
                              ("PORT", "bind", lambda v: f"0.0.0.0:{v}"),
@@ -716,63 +817,25 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
         if environ.get(var, "").strip() or (var == "FORWARDED_ALLOW_IPS" and var in environ):
             cfg[name] = BY_NAME[name].parse(value(environ[var].strip()), var)
             origins[name] = var
-    gunicorn_file = None         # the config file, if written for gunicorn (settle_preload)
-    # A config file named on the command line wins over one in FORKWSGI_CMD_ARGS.
-    config_file = args.get("config") or extra.get("config") or environ.get("FORKWSGI_CONFIG")
-    ini_file = args.get("ini") or extra.get("ini") or environ.get("FORKWSGI_INI")
+    gunicorn_given = {}           # gunicorn's settings with no counterpart: name -> (value, where)
+    by_where = dict(layers)
+    ini_file = by_where["command line"].get("ini") or by_where["FORKWSGI_CMD_ARGS"].get("ini") or \
+        environ.get("FORKWSGI_INI")
     ini_app = apply_ini(ini_file, cfg, origins, warnings, environ) if ini_file else None
-    if ini_file and not (args.get("ini") or extra.get("ini")):
-        origins["ini"] = "FORKWSGI_INI"
+    if ini_file:
+        origins["ini"] = next((w for w in ("command line", "FORKWSGI_CMD_ARGS") if by_where[w].get("ini")),
+                              "FORKWSGI_INI")
+    gunicorn_file = None          # the config file, if written for gunicorn (settle_preload)
+    config_file, named_by = find_config_file(layers, environ)
     if config_file:
-        try:
-            values = runpy.run_path(config_file)
-        except OSError as e:
-            raise ConfigError(f"cannot read config file {config_file}: {e.strerror}") from None
-        except Exception as e:  # the file is user code
-            raise ConfigError(f"error in config file {config_file}: {type(e).__name__}: {e}") from None
-        where = f"config file {config_file}"
-        if gunicorn_compat.speaks_gunicorn(config_file, values):
+        cfg["config"], origins["config"] = config_file, named_by
+        app_spec, speaks = _apply_config_file(config_file, cfg, origins, warnings, hook_fns, gunicorn_given,
+                                              app_spec)
+        if speaks:
             gunicorn_file = config_file
-        for k, v in values.items():
-            name = gunicorn_compat.ALIASES.get(k, k)          # gunicorn's names too
-            if name in BY_NAME:
-                cfg[name] = BY_NAME[name].parse(v, where)
-                origins[name] = where
-            elif k in ("app", "wsgi_app"):
-                if not isinstance(v, str):
-                    raise ConfigError(f"{where}: {k} must be a string MODULE:APP")
-                if not app_spec:
-                    app_spec, origins["app"] = v, where
-            elif k in hooks.SIGNATURES:
-                try:
-                    (hook_fns if hook_fns is not None else {})[k] = hooks.check(k, v)
-                except hooks.HookError as e:
-                    raise ConfigError(f"{where}: {e}") from None
-                origins["hooks"] = where
-            elif k == "worker_class":
-                why = gunicorn_compat.worker_class_warning(v)
-                if why:
-                    warnings.append(f"{where}: {why}")
-            elif k in gunicorn_compat.NO_COUNTERPART:
-                warnings.append(f"{where}: {k!r} (gunicorn) has no counterpart here: ignored; "
-                                f"{gunicorn_compat.NO_COUNTERPART[k]}")
-            elif isinstance(v, types.ModuleType):
-                continue                  # the file's imports
-            elif callable(v):
-                meant = typo_of(k, hooks.SIGNATURES)
-                if meant:
-                    warnings.append(f"{where}: function {k!r} is no server hook: never called "
-                                    f"(did you mean {meant}?)")
-            else:
-                # A name of neither forkwsgi's nor gunicorn's: a typo of one
-                # is named; any other (a helper variable, a constant) is the
-                # file's own business, ignored as gunicorn ignores it.
-                meant = typo_of(k, [*BY_NAME, *gunicorn_compat.ALIASES, *gunicorn_compat.NO_COUNTERPART,
-                                    *hooks.SIGNATURES])
-                if meant:
-                    warnings.append(f"{where}: {k!r} is not a setting: ignored (did you mean {meant}?)")
     if not app_spec and ini_app:
         app_spec, origins["app"] = ini_app
+    _apply_flags("GUNICORN_CMD_ARGS", by_where["GUNICORN_CMD_ARGS"], cfg, origins, gunicorn_given)
     for s in SETTINGS:
         found = [n for n in env_names(s) if n in environ]
         if len(found) > 1:
@@ -780,14 +843,9 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
         if found and s.name not in ("config", "ini"):
             cfg[s.name] = s.parse(environ[found[0]], found[0])
             origins[s.name] = found[0]
-    for where, given in (("FORKWSGI_CMD_ARGS", extra), ("command line", args)):
-        for k, v in given.items():
-            if k in ("config", "ini"):
-                cfg[k] = config_file if k == "config" else ini_file
-                origins[k] = "command line" if args.get(k) else where
-                continue
-            cfg[k] = BY_NAME[k].parse(v, where)
-            origins[k] = where
+    for where in ("FORKWSGI_CMD_ARGS", "command line"):
+        _apply_flags(where, by_where[where], cfg, origins, gunicorn_given)
+    _judge_gunicorn(gunicorn_given, warnings, ignored, refused)
     origins["preload"] = settle_preload(cfg, origins, gunicorn_file)
     unknown_atoms = accesslog.unknown_atoms(cfg["access_logformat"])
     if unknown_atoms:
@@ -822,6 +880,8 @@ def _authority(origin):
         return 4
     if origin.endswith("_CMD_ARGS"):
         return 3
+    if origin.startswith("ini file"):
+        return 0
     return 1 if origin.startswith("config file") else 2
 
 
@@ -859,11 +919,97 @@ def settle_preload(cfg, origins, gunicorn_file=None):
     return ("App imported in each worker: " if lazy else "App imported once, in the master: ") + why
 
 
-def describe(cfg, origins, app_spec=None, hook_fns=()):
+def _take(name, value, where, cfg, origins, gunicorn_given):
+    """Set the setting a name (forkwsgi's, or gunicorn's) stands for; True
+    if it is one. gunicorn's settings with no counterpart are kept for
+    _judge_gunicorn."""
+    ours = gunicorn_compat.ALIASES.get(name, name)
+    if ours in BY_NAME:
+        cfg[ours] = BY_NAME[ours].parse(value, where)
+        origins[ours] = where
+        return True
+    if name in gunicorn_compat.NO_COUNTERPART or name in gunicorn_compat.GUNICORN_FLAGS:
+        gunicorn_given[name] = (value, where)
+        return True
+    return False
+
+
+def _apply_flags(where, given, cfg, origins, gunicorn_given):
+    """The flags of one source (the command line, *_CMD_ARGS), by dest."""
+    for k, v in given.items():
+        if k in ("config", "ini"):          # find_config_file and load chose the files
+            continue
+        _take(k.removeprefix(GUNICORN_DEST), v, where, cfg, origins, gunicorn_given)
+
+
+def _apply_config_file(config_file, cfg, origins, warnings, hook_fns, gunicorn_given, app_spec):
+    """Take the settings and hooks config_file defines. Returns (the app:
+    app_spec, or the file's wsgi_app when there is none; whether the file
+    is written for gunicorn: gunicorn_compat.speaks_gunicorn)."""
+    where = f"config file {config_file}"
+    values = read_config_file(config_file)
+    for k, v in values.items():
+        if k == "config":
+            continue                          # the file does not name another
+        if _take(k, v, where, cfg, origins, gunicorn_given):
+            continue
+        if k in ("app", "wsgi_app"):
+            if not isinstance(v, str):
+                raise ConfigError(f"{where}: {k} must be a string MODULE:APP")
+            if not app_spec:
+                app_spec, origins["app"] = v, where
+        elif k in hooks.SIGNATURES:
+            try:
+                (hook_fns if hook_fns is not None else {})[k] = hooks.check(k, v)
+            except hooks.HookError as e:
+                raise ConfigError(f"{where}: {e}") from None
+            origins["hooks"] = where
+        elif isinstance(v, types.ModuleType):
+            continue                  # the file's imports
+        elif callable(v):
+            meant = typo_of(k, hooks.SIGNATURES)
+            if meant:
+                warnings.append(f"{where}: function {k!r} is no server hook: never called "
+                                f"(did you mean {meant}?)")
+        else:
+            # A name of neither forkwsgi's nor gunicorn's: a typo of one
+            # is named; any other (a helper variable, a constant) is the
+            # file's own business, ignored as gunicorn ignores it.
+            meant = typo_of(k, [*BY_NAME, *gunicorn_compat.ALIASES, *gunicorn_compat.NO_COUNTERPART,
+                                *hooks.SIGNATURES])
+            if meant:
+                warnings.append(f"{where}: {k!r} is not a setting: ignored (did you mean {meant}?)")
+    return app_spec, gunicorn_compat.speaks_gunicorn(config_file, values)
+
+
+def _judge_gunicorn(given, warnings, ignored, refused):
+    """gunicorn_compat.judge's verdicts into the caller's lists (see load)."""
+    was_ignored, was_refused = gunicorn_compat.judge(given)
+    if ignored is None:
+        warnings += [gunicorn_compat.ignored_line(*i) for i in was_ignored]
+    else:
+        ignored += was_ignored
+    if refused is None:
+        if was_refused:
+            raise ConfigError(was_refused[0])
+    else:
+        refused += was_refused
+
+
+def describe(cfg, origins, app_spec=None, hook_fns=(), ignored=(), refused=()):
     """What the server would run with, one line each: name = value  (where
-    from): the app, every setting, and the server hooks defined."""
+    from): the app, every setting, and the server hooks defined; then the
+    gunicorn settings given that it ignores, and why, and those that stop
+    it from starting."""
     width = max(len(s.name) for s in SETTINGS)
     lines = [f"{'app':<{width}} = {app_spec!r}  ({origins.get('app', 'not given')})"]
     lines += [f"{s.name:<{width}} = {cfg[s.name]!r}  ({origins.get(s.name, 'default')})" for s in SETTINGS]
     lines.append(f"{'hooks':<{width}} = {', '.join(hook_fns) or 'none'}  ({origins.get('hooks', 'none defined')})")
+    if ignored:
+        lines.append("# ignored: gunicorn settings given that forkwsgi has no counterpart for")
+        lines += [f"#   {name} = {value!r}  ({where}): {why}" for name, value, where, why in ignored]
+    if refused:
+        lines.append("# refused: the server will not start with these")
+        lines += [f"#   {line}" for line in refused]
     return "\n".join(lines)
+

@@ -6,7 +6,9 @@ mode still applies, and the app imports in a fresh interpreter. Exit 0 if
 so; otherwise 1 with the reason on stderr, and the master keeps its workers.
 Unlike --check-config, what start-up only warns of (a typo of a setting
 in the config file, a gunicorn setting with no counterpart) stays a
-warning: it did not stop the server from starting either.
+warning: it did not stop the server from starting either. What start-up
+refuses (TLS settings, a worker class other than sync/gthread) fails here:
+config.load raises it.
 """
 import sys
 
