@@ -133,21 +133,31 @@ def _answers(port):
 
 # ---- stops while app threads hold and queue requests -------------------------
 
+def hold_two_of(s, gate, n):
+    """n kept-alive connections (accepted, so they are the worker's), each
+    sending a gated request: the worker's two app threads hold two of
+    them, the others wait for a thread."""
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    conns = [Conn(s.port, timeout=20) for _ in range(n)]
+    for c in conns:
+        c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.read_response().status == 200
+    for c in conns:
+        c.send(f"GET {gate.path()} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    # (which two: the order the loop reads them in)
+    assert wait_for(lambda: sum(gate.entered(i) for i in range(1, n + 1)) == 2)
+    return conns
+
+
 def test_a_graceful_stop_serves_held_and_queued_requests(serve, tmp_path):
     """SIGTERM while both app threads hold a request and two more requests
     (on kept-alive connections) wait for a thread: all four are answered,
     with Connection: close, and the server exits 0."""
     s = serve("--workers", "1", "--threads", "2", "--graceful-timeout", "20")
-    assert wait_for(lambda: len(s.worker_pids()) == 1)
-    conns = [Conn(s.port, timeout=20) for _ in range(4)]
-    for c in conns:                               # kept alive: accepted now
-        c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-        assert c.read_response().status == 200
     gate = Gate(tmp_path)
-    for c in conns:
-        c.send(f"GET {gate.path()} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
-    assert wait_for(lambda: gate.entered(1) and gate.entered(2))
-    assert not gate.entered(3) and not gate.entered(4)       # two threads: two wait
+    conns = hold_two_of(s, gate, 4)
+    time.sleep(0.2)
+    assert sum(gate.entered(i) for i in range(1, 5)) == 2      # two threads: two wait
     s.signal(signal.SIGTERM)
     assert wait_for(lambda: "Received SIGTERM" in s.log())
     gate.open()
@@ -164,15 +174,7 @@ def test_a_quick_stop_ends_held_and_queued_requests_at_once(serve, tmp_path):
     end by themselves: their clients are cut, the queued ones closed, and
     the server is gone within its quick-stop bound (2 s, then SIGKILL)."""
     s = serve("--workers", "1", "--threads", "2")
-    assert wait_for(lambda: len(s.worker_pids()) == 1)
-    conns = [Conn(s.port, timeout=20) for _ in range(3)]
-    for c in conns:
-        c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-        assert c.read_response().status == 200
-    gate = Gate(tmp_path)
-    for c in conns:
-        c.send(f"GET {gate.path()} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
-    assert wait_for(lambda: gate.entered(1) and gate.entered(2))
+    conns = hold_two_of(s, Gate(tmp_path), 3)
     t = time.monotonic()
     s.signal(signal.SIGINT)
     assert s.proc.wait(10) is not None
