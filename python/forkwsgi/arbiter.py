@@ -63,11 +63,13 @@ class WorkerInfo:
         self.retiring = False        # sent SIGTERM by us
         self.retire_reason = None    # why (Arbiter.retire), for the restart counts
         self.hook_worker = None      # what hooks got for it (hooks.Worker)
-        self.kept = False            # taken over from the image before a reload whose app did not import
         self.stopping_since = None   # time.monotonic() when it began to stop (retired, or by itself)
         self.frozen_seen = None      # its beat when the heartbeat check last found it frozen
         self.killed = False          # SIGKILLed for not stopping in time
         self.rss_held = False        # over --max-rss, kept because no replacement can start
+        self.timeout_held = False    # past --timeout, kept because no replacement can start
+        self.max_requests = 0        # its own --max-requests (jitter included)
+        self.due = False             # --lazy-apps: past it, replaced once a new one serves (check_due)
 
 
 class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
@@ -121,6 +123,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                                  logger, inherited=self.inherited and self.inherited["slots"])
         self.offload = None          # the sibling's Supervisor (offload/), with its queue
         self.no_app = None           # why a reloaded master has no app to fork (workers serve on)
+        self.served = False          # a worker has served: a failed import no longer stops the server
         self.import_check = None     # while no_app: the child trying the import again (reexec.Preflight)
         self.import_retry_at = 0.0
         self.import_delay = 1.0      # doubles up to IMPORT_RETRY_MAX between tries
@@ -174,8 +177,23 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 # systemd passed (fd://) is left as it is.
                 self.owner.give(binding.describe(self.sockets[-1])[0])
         kept = dict(st["observers"]) if st else {}
+        kept_at = dict(st.get("observer_addrs") or {}) if st else {}
         for name, kind in (("stats", stats.StatsServer), ("metrics", metrics.MetricsServer)):
             fd = kept.pop(name, None)
+            if fd is not None and self.cfg[name] and self.cfg[name] != kept_at.get(name, self.cfg[name]):
+                # Moved by a reload: nothing else depends on this socket, so
+                # the new address is taken now (the old one, if that fails).
+                try:
+                    server = kind(self.cfg[name])
+                except (OSError, binding.BindError) as e:
+                    self.log.error("reload: --%s %s: %s; keeping %s", name, self.cfg[name], e, kept_at[name])
+                    self.cfg[name] = kept_at[name]
+                else:
+                    os.close(fd)
+                    fd = None
+                    self.observers.append(server)
+                    self.log.info("reload: --%s moved from %s; %s", name, kept_at[name], server.announcement())
+                    continue
             if self.cfg[name]:
                 server = kind(self.cfg[name], socket.socket(fileno=fd) if fd is not None else None)
                 self.observers.append(server)
@@ -212,6 +230,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         if self.owner and not st:
             self._check_owner_can_write()
         if st:
+            self.served = True
             self._adopt_workers(st)
             self.notifier.tick()      # a watchdog keep-alive before the import, which may take a while
         if not self.lazy:
@@ -229,7 +248,6 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                                self.no_app, len(self.workers), self.import_delay)
                 for w in self.workers.values():
                     w.old = False
-                    w.kept = True
                 self.hold_workers(True)
                 self.import_retry_at = time.monotonic() + self.import_delay
             # Objects made so far (the app, its imports) stay out of the
@@ -334,6 +352,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 self.check_memory()
                 self.check_timeouts()
                 self.check_stopping()
+                self.check_due()
                 self.check_heartbeats()
                 self.manage_workers()
                 if self.statsd:
@@ -411,10 +430,12 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             return            # it died before it was ready: reap() tells why
         w.ready = True
         w.ready_at = time.monotonic()
+        self.served = True
         self.log.debug("worker %d (pid %d) ready", w.index, w.pid)
         old = [o for o in self.workers.values() if o.old and not o.retiring]
         if old:           # rolling reload: one old worker out for each new one in
-            self.retire(min(old, key=lambda o: o.index), "reload")
+            o = min(old, key=lambda o: (not o.due, o.index))
+            self.retire(o, "max_requests" if o.due else "reload")
         self.announce_ready()
 
     def announce_ready(self):
@@ -434,6 +455,10 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         if self.offload and self.offload.due():
             self.offload.start()
         current = [w for w in self.workers.values() if not w.old and not w.retiring]
+        if self.no_app:
+            # Those booting now cannot import either: only the ones that
+            # serve count, and none is started.
+            current = [w for w in current if w.ready]
         if len(current) > self.num_workers:
             for w in sorted(current, key=lambda w: -w.index)[:len(current) - self.num_workers]:
                 self.retire(w, "scale_down")
@@ -456,6 +481,13 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             self.log.warning("all %d worker slots are in use: worker %d waits for one", self.slots.nslots, index)
             return False
         status, counters, balance = self.slots.prepare(slot, self.code_image)
+        if self.lazy and options["max_requests"]:
+            # With --lazy-apps the master has no app to fork a replacement
+            # from: one that cannot import the code now on disk would leave
+            # none. So it does not retire by itself at --max-requests; the
+            # master starts its replacement, and retires it once that one
+            # serves (check_due).
+            self.slots.hold(slot, True)
         ofl = self.offload.queue.producer_options(slot) if self.offload else None
         sockets = self.sockets
         if self.balance == "reuseport":
@@ -491,6 +523,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 s.close()              # the worker's own now: its queue dies with it
         os.close(w)
         self.workers[pid] = WorkerInfo(pid, index, r)
+        self.workers[pid].max_requests = options["max_requests"]
         hw.pid, hw.ppid = pid, self.pid
         hw.count_requests(lambda: self.slots.counters(slot)["requests"])
         self.workers[pid].hook_worker = hw
@@ -578,7 +611,10 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             code = os.waitstatus_to_exitcode(status)
             how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
             if code == worker.APP_LOAD_ERROR:
-                raise HaltServer(f"worker {w.index} could not load the app {self.app_spec!r}: stopping", 4)
+                if not self.served:
+                    raise HaltServer(f"worker {w.index} could not load the app {self.app_spec!r}: stopping", 4)
+                self.lost_the_app(w)
+                continue
             if code == worker.WORKER_BOOT_ERROR and not w.ready:
                 raise HaltServer(f"worker {w.index} failed to boot: stopping", 3)
             if self.stopping:
@@ -594,13 +630,14 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                 continue
             if code == 0 and w.ready:
                 # It retired by itself (--max-requests): not a crash.
-                self.log.info("Worker %d (pid %d) retired; replacing it", w.index, pid)
+                self.log.info("Worker %d (pid %d) retired%s", w.index, pid, "" if self.no_app else "; replacing it")
                 self.restarts["max_requests"] += 1
                 continue
             self.restarts["crash"] += 1
             serving = self.requests_in_app(w)
-            self.log.warning("Worker %d (pid %d) died (%s)%s; replacing it", w.index, pid, how,
-                             f" while serving {serving}" if serving else "")
+            self.log.warning("Worker %d (pid %d) died (%s)%s%s", w.index, pid, how,
+                             f" while serving {serving}" if serving else "",
+                             "" if self.no_app else "; replacing it")
             if self.backoff.died(w.started, w.ready):
                 self.log.warning("workers die at start-up: next start in %.1f s", self.backoff.delay)
 
@@ -614,6 +651,24 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                        "%d of %d worker(s) serve; the import is tried again in %.0f s", w.index, w.pid,
                        self.no_app, serving, self.num_workers, max(0.0, self.import_retry_at - time.monotonic()))
 
+    def lost_the_app(self, w):
+        """A new worker could not import the app (--lazy-apps: the code on
+        disk broke after the server started). Stopping would take the
+        running workers down too: they serve on, none retires by itself,
+        and the import is tried again (retry_import), as after a reload
+        whose new image does not import."""
+        if not self.no_app:
+            self.import_retry_at = time.monotonic() + self.import_delay
+        self.no_app = f"worker {w.index} could not import the app {self.app_spec!r} (its error is above)"
+        serving = sum(1 for x in self.workers.values() if x.ready and not x.retiring)
+        self.log.error("%s: the %d running worker(s) serve on with the code they have and do not retire by "
+                       "themselves meanwhile; the import is tried again in %.0f s (or fix it and send SIGHUP)",
+                       self.no_app, serving, max(0.0, self.import_retry_at - time.monotonic()))
+        for x in self.workers.values():
+            if not x.retiring:
+                x.old = False
+        self.hold_workers(True)
+
     def hold_workers(self, on):
         """Ask every worker not to retire by itself while on (the master
         could not replace it), or let them again."""
@@ -626,8 +681,9 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
     def retry_import(self):
         """A reloaded master whose app did not import tries again, with a
         growing pause: in a child first (an import that hangs must not hang
-        the master), then here. Once it imports, new workers start and the
-        kept ones retire one by one, as in a reload."""
+        the master). Once it imports, the master re-executes itself in place:
+        new workers start and the ones kept serving retire one by one, as in
+        a reload."""
         if not self.no_app or self.stop_pending():
             return
         if self.import_check is None:
@@ -640,11 +696,6 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         self.import_check = None
         self.import_attempts += 1
         ok, output = result
-        if ok:
-            try:
-                self.app = self.import_app()
-            except Exception as e:  # noqa: BLE001 - the app's own error, reported
-                ok, output = False, appload.describe_error(e)
         if not ok:
             self.no_app = output.splitlines()[-1] if output else "(no output)"
             self.import_delay = min(self.import_delay * 2, self.IMPORT_RETRY_MAX)
@@ -652,16 +703,13 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             self.log.error("the app still does not import (try %d): %s; the workers of the code before serve "
                            "on; next try in %.0f s", self.import_attempts, self.no_app, self.import_delay)
             return
-        gc.collect()
-        gc.freeze()
-        self.no_app = None
-        self.import_delay = 1.0
-        self.log.info("the app imports now (try %d): new workers start, and each worker of the code before "
-                      "retires once a new one is ready", self.import_attempts)
-        self.hold_workers(False)
-        for w in self.workers.values():
-            if getattr(w, "kept", False) and not w.retiring:
-                w.old = True
+        # Not imported here: modules of the failed tries are still in
+        # sys.modules, and would mix old code with new. A fresh image
+        # imports it all, as on any reload.
+        self.log.info("the app imports now (try %d): the master re-executes itself in place, then new "
+                      "workers start and each worker of the code before retires once a new one is ready",
+                      self.import_attempts)
+        self.re_execute()
 
     def requests_in_app(self, w):
         """What w's app threads were serving, from its status slots (until
@@ -685,6 +733,17 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             if not stuck:
                 continue
             began, t, line = min(stuck)
+            if self.no_app:
+                # No app to start a replacement with: retiring it would take
+                # its capacity away for good. It serves on, on its other
+                # threads; its stack is logged once.
+                if not w.timeout_held:
+                    w.timeout_held = True
+                    self.log.error("Worker %d (pid %d): %.1f s in %r on app thread %d (--timeout %g), but the "
+                                   "app does not import, so it cannot be replaced: it serves on; its Python "
+                                   "stacks follow", w.index, w.pid, (now - began) / 1e9, line, t, limit)
+                    self.kill(w.pid, signal.SIGUSR2)
+                continue
             self.log.error("Worker %d (pid %d) timed out: %.1f s in %r on app thread %d (--timeout %g); "
                            "its Python stacks follow; it takes no more requests, its other requests get "
                            "--graceful-timeout %g s to finish, and a new worker replaces it", w.index, w.pid,
@@ -728,6 +787,23 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                                  f" (still in {serving})" if serving else " (nor its atexit handlers)")
                 w.killed = True
                 self.kill(w.pid, signal.SIGKILL)
+
+    def check_due(self):
+        """--lazy-apps with --max-requests: a worker past its limit keeps
+        serving while its replacement starts (marked old, as in a rolling
+        reload); it retires once the replacement is ready. If that one
+        cannot import the app, the old one serves on (lost_the_app)."""
+        if not (self.lazy and self.cfg["max_requests"]) or self.no_app:
+            return
+        for w in self.workers.values():
+            if w.due or w.old or w.retiring or not w.ready or w.slot is None or not w.max_requests:
+                continue
+            served = self.slots.counters(w.slot)["requests"]
+            if served >= w.max_requests:
+                w.due = w.old = True
+                self.log.info("Worker %d (pid %d) served %d requests (--max-requests %d): starting its "
+                              "replacement; it retires once that one serves", w.index, w.pid, served,
+                              w.max_requests)
 
     SELF_RETIRED = {"max_requests": "--max-requests", "app_exit": "the app called sys.exit()"}
 
@@ -899,9 +975,23 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         self.log.debug("Received SIGWINCH: ignored (not daemonized)")
 
     def handle_usr1(self):
+        """logrotate moved the log files: reopen them here, and tell the
+        workers and the offload sibling. Under --user the master makes the
+        new files first and gives them to the user, who may not create
+        files where root keeps its logs."""
         logs.reopen()
+        if self.owner:
+            for path in (self.cfg["access_logfile"], self.cfg["error_logfile"]):
+                if path and path != "-":
+                    try:
+                        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
+                        self.owner.give(os.path.abspath(path))
+                    except OSError as e:
+                        self.log.error("SIGUSR1: cannot make %s for the workers: %s", path, e.strerror)
         for w in self.workers.values():
             self.kill(w.pid, signal.SIGUSR1)
+        if self.offload and self.offload.pid:
+            self.kill(self.offload.pid, signal.SIGUSR1)
 
 
 class StopServer(Exception):

@@ -192,9 +192,13 @@ def health(master):
     serving = sum(1 for w in master.workers.values() if w.ready and not w.retiring)
     if serving == 0:
         return False, "no worker serving"
+    # What the import said stays in the server's log: an exception from a
+    # database or secret store often quotes a DSN or a credential.
+    why = "; the app does not import (see the server's log)" if master.no_app else ""
     if serving < master.num_workers:
-        why = f"; the app does not import: {master.no_app}" if master.no_app else ""
         return True, f"degraded: {serving} of {master.num_workers} worker(s) serving{why}"
+    if master.no_app:
+        return True, f"ok: {serving} worker(s) serving the code before the reload{why}"
     return True, "ok"
 
 

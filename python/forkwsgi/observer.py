@@ -109,9 +109,11 @@ class Observer:
                     log.warning("%s server: %s", self.name, e)
                 return
             if len(self.clients) >= MAX_CLIENTS:
-                conn.close()
-                self._refused(f"{MAX_CLIENTS} clients already being served")
-                continue
+                # The oldest goes, not the newcomer: clients that connect and
+                # stay silent must not lock out a probe (/healthz) that asks
+                # at once and is answered in the same pass.
+                self._drop(min(self.clients.values(), key=lambda c: c.deadline))
+                self._refused(f"{MAX_CLIENTS} clients already being served: the oldest was closed")
             conn.setblocking(False)
             c = Client(conn, time.monotonic() + CLIENT_DEADLINE)
             self.clients[conn.fileno()] = c

@@ -24,6 +24,7 @@ stays pending and is handled by the new image.
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,6 +64,13 @@ class Preflight:
     def __init__(self, argv, cwd):
         self.out = tempfile.TemporaryFile()
         env = {k: v for k, v in os.environ.items() if k not in _NOT_FOR_THE_CHECK}
+        # The app's prometheus_client files of the check's import go to a
+        # directory of its own, removed after it: in the workers' directory
+        # they would be counted (a counter bumped at import) and never
+        # folded away.
+        self.prom_dir = None
+        if env.get("PROMETHEUS_MULTIPROC_DIR"):
+            env["PROMETHEUS_MULTIPROC_DIR"] = self.prom_dir = tempfile.mkdtemp(prefix="forkwsgi-check-")
         # Its own process group: a signal sent to the server's group (a
         # terminal hang-up, kill -HUP -PGID) is for the master, not for it.
         self.proc = subprocess.Popen([sys.executable, "-m", "forkwsgi.preflight", *argv], cwd=cwd, env=env,
@@ -74,6 +82,8 @@ class Preflight:
     def reaped(self, status):
         self.status = status
         self.proc.returncode = os.waitstatus_to_exitcode(status)    # subprocess must not wait for it
+        if self.prom_dir:
+            shutil.rmtree(self.prom_dir, ignore_errors=True)
 
     def result(self):
         """None while it runs; then (ok, what it printed)."""
@@ -133,6 +143,7 @@ class InPlaceReload:
                  "retired_requests": dict(self.retired_requests),
                  "statsd": self.statsd.sent if self.statsd else None,     # sent just before (check_preflight)
                  "observers": {obs.name: obs.fileno() for obs in self.observers},
+                 "observer_addrs": {obs.name: self.cfg[obs.name] for obs in self.observers},
                  "workers": [{"pid": w.pid, "index": w.index, "slot": w.slot, "ready": w.ready,
                               "ready_fd": w.ready_fd, "retiring": w.retiring} for w in self.workers.values()]}
         fds += state["sockets"] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
@@ -174,6 +185,11 @@ class InPlaceReload:
                            "have: %s", len(self.workers), output or "(no output)")
             self.announce_ready()
             return
+        self.re_execute()
+
+    def re_execute(self):
+        """exec() into a new image of this master, which takes over the
+        workers; returns only if that failed (said in the log)."""
         if self.statsd:
             self.statsd.flush(self)     # what was counted so far goes now: the new image starts from there
         state, fds = self._state()

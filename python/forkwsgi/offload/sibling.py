@@ -29,7 +29,7 @@ import resource
 import signal
 import time
 
-from .. import _forkwsgi, process
+from .. import _forkwsgi, logs, process
 from .counters import SIB, SIB_CUMULATIVE, SIB_NAMES, counters_size, sibling_counters
 from .journal import Journal
 from .queue import flock_within, ring_path
@@ -659,7 +659,8 @@ def run_sibling(cfg, parent_pid, counters=None, owner=None):
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        process.leave_to_the_master((signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1))
+        process.leave_to_the_master((signal.SIGTTIN, signal.SIGTTOU))
+        signal.signal(signal.SIGUSR1, lambda signum, frame: logs.reopen())     # logrotate, via the master
         if owner and owner.needed():
             keep_leaving_idle(cfg["offload_nice"])
             owner.become()
