@@ -107,7 +107,7 @@ def check(app_spec, cfg, problems):
     imports. Exit 0 or 1."""
     problems = list(problems)
     problems += filter(None, [log_file_problem(cfg)])
-    for addr in cfg["bind"]:
+    for addr, _ in binding.listeners(cfg):
         try:
             binding.parse(addr)
         except binding.BindError as e:

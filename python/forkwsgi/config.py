@@ -295,6 +295,15 @@ SETTINGS = [
                  "came from, then exit"),
     Setting("bind", ["-b", "--bind"], ["127.0.0.1:8000"], multiple=True, metavar="ADDR",
             help="where to listen, repeatable: HOST:PORT, [::1]:PORT, unix:/path, fd://N"),
+    Setting("uwsgi_socket", ["--uwsgi-socket"], [], multiple=True, metavar="ADDR",
+            help="also listen here for the uwsgi protocol (nginx uwsgi_pass, uWSGI's socket =), repeatable: "
+                 "HOST:PORT, [::1]:PORT, unix:/path, fd://N. Given alone, no --bind default is opened"),
+    Setting("protocol", ["--protocol"], "http", _choice(("http", "uwsgi")), metavar="http|uwsgi",
+            help="what the --bind addresses speak: http, or uwsgi (gunicorn's protocol setting)"),
+    Setting("uwsgi_allow_ips", ["--uwsgi-allow-from"], ["127.0.0.1", "::1"], _addresses, metavar="ADDRS",
+            help="the peers (comma-separated IPs and CIDR networks, '*' for any) that may connect to a uwsgi "
+                 "socket: a uwsgi request says who the client is and how it came (REMOTE_ADDR, HTTPS); others "
+                 "are closed and logged. Unix-socket peers always may (gunicorn's uwsgi_allow_ips)"),
     Setting("backlog", ["--backlog"], 2048, _positive_int, "listen() backlog (capped by net.core.somaxconn)"),
     Setting("workers", ["-w", "--workers"], 1, _non_negative_int,
             "worker processes under a master; 0 serves from this process, with no master", section="Processes"),
@@ -548,7 +557,7 @@ def build_parser():
     for action in p._actions:
         if action.dest in BY_NAME:
             d = BY_NAME[action.dest].default
-            shown = ", ".join(d) if isinstance(d, list) else \
+            shown = (", ".join(d) or "none") if isinstance(d, list) else \
                 ",".join(f"{k}={v}" for k, v in d.items()) if isinstance(d, dict) else d
             action.help = f"{action.help} (default: {shown})"
     p.formatter_class = argparse.HelpFormatter
@@ -719,6 +728,8 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None):
                 continue
             cfg[k] = BY_NAME[k].parse(v, where)
             origins[k] = where
+    if cfg["uwsgi_socket"] and "bind" not in origins:
+        cfg["bind"] = []          # uwsgi sockets alone: no HTTP address nobody asked for
     unknown_atoms = accesslog.unknown_atoms(cfg["access_logformat"])
     if unknown_atoms:
         # gunicorn starts with them (and writes '-'): a warning, not an error.
