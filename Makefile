@@ -1,12 +1,13 @@
 # forkwsgi: C unit tests, fuzzing and the sanitizer build of the extension.
 # The Python package itself builds with pip / setup.py; see tests/README.md.
 #
-#   make ctest         C unit tests (tests/c: parser, PROXY protocol, access log writer, offload ring), ASan + UBSan
+#   make ctest         C unit tests (tests/c: parser, PROXY protocol, uwsgi packets, access log writer, offload ring), ASan + UBSan
 #   make kafka-ctest RDKAFKA_LIB=...  the Kafka producer (cserver/fw_kafka.c) over a real librdkafka, no broker
 #   make rdkafka-abi   cserver/fw_rdkafka.h checked against librdkafka's rdkafka.h (needs librdkafka-dev)
-#   make fuzz-smoke    the fuzz targets (HTTP, PROXY protocol) without libFuzzer: corpus + random inputs, ~75 s
+#   make fuzz-smoke    the fuzz targets (HTTP, PROXY protocol, uwsgi) without libFuzzer: corpus + random inputs, ~90 s
 #   make fuzz          libFuzzer (clang), FUZZ_SECONDS=60
 #   make fuzz-proxy    the same for the PROXY protocol parser
+#   make fuzz-uwsgi    the same for the uwsgi packet parser
 #   make fuzz-offload-smoke / fuzz-offload   the same for the offload record parser
 #   make fuzz-ring-smoke / fuzz-ring         the same for the offload ring's reader (damaged ring files)
 #   make asan-ext      extension built with ASan/UBSan into build/asan, pytest run on it
@@ -58,7 +59,7 @@ ASAN_EXT_ENV = LD_PRELOAD=$(LIBASAN) \
     UBSAN_OPTIONS=print_stacktrace=1:log_path=$(abspath $(ASAN_DIR))/logs/ubsan \
     PYTHONPATH=$(abspath $(ASAN_DIR))
 
-.PHONY: help ctest kafka-ctest rdkafka-abi fuzz-smoke fuzz fuzz-proxy fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring \
+.PHONY: help ctest kafka-ctest rdkafka-abi fuzz-smoke fuzz fuzz-proxy fuzz-uwsgi fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring \
         asan-ext asan-ext-build asan-smoke coverage coverage-build wheels clean
 
 help:
@@ -70,11 +71,18 @@ $(CBUILD)/test_http: tests/c/test_http.c tests/c/check.h $(HTTP_SRC) $(HTTP_HDR)
 	@mkdir -p $(CBUILD)
 	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_http.c $(HTTP_SRC) -o $@
 
-ALOG_SRC := cserver/fw_alog.c cserver/fw_http.c cserver/fw_buf.c
+ALOG_SRC := cserver/fw_alog.c cserver/fw_http.c cserver/fw_uwsgi.c cserver/fw_buf.c
 
 $(CBUILD)/test_alog: tests/c/test_alog.c $(ALOG_SRC) cserver/fw_alog.h $(HTTP_HDR)
 	@mkdir -p $(CBUILD)
 	$(CC) $(CWARN) $(SANITIZE) -Icserver tests/c/test_alog.c $(ALOG_SRC) -lpthread -o $@
+
+UWSGI_SRC := cserver/fw_uwsgi.c cserver/fw_http.c
+UWSGI_HDR := cserver/fw_uwsgi.h cserver/fw_http.h
+
+$(CBUILD)/test_uwsgi: tests/c/test_uwsgi.c tests/c/check.h $(UWSGI_SRC) $(UWSGI_HDR)
+	@mkdir -p $(CBUILD)
+	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_uwsgi.c $(UWSGI_SRC) -o $@
 
 PROXY_SRC := cserver/fw_proxy.c cserver/fw_netmask.c
 PROXY_HDR := cserver/fw_proxy.h cserver/fw_netmask.h
@@ -110,9 +118,10 @@ $(CBUILD)/test_rdkafka_abi: tests/c/test_rdkafka_abi.c cserver/fw_rdkafka.h cser
 rdkafka-abi: $(CBUILD)/test_rdkafka_abi
 	$(CBUILD)/test_rdkafka_abi
 
-ctest: $(CBUILD)/test_http $(CBUILD)/test_proxy $(CBUILD)/test_alog $(CBUILD)/test_ring
+ctest: $(CBUILD)/test_http $(CBUILD)/test_proxy $(CBUILD)/test_uwsgi $(CBUILD)/test_alog $(CBUILD)/test_ring
 	$(SAN_ENV) $(CBUILD)/test_http
 	$(SAN_ENV) $(CBUILD)/test_proxy
+	$(SAN_ENV) $(CBUILD)/test_uwsgi
 	$(SAN_ENV) $(CBUILD)/test_alog
 	$(SAN_ENV) $(CBUILD)/test_ring
 
@@ -128,13 +137,21 @@ $(FBUILD)/fuzz_proxy_standalone: tests/fuzz/fuzz_proxy.c tests/fuzz/standalone_m
 	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver tests/fuzz/fuzz_proxy.c tests/fuzz/standalone_main.c \
 	    $(PROXY_SRC) -o $@
 
-# The HTTP parser, then the PROXY protocol parser (a fifth of the inputs and time each).
-fuzz-smoke: $(FBUILD)/fuzz_standalone $(FBUILD)/fuzz_proxy_standalone
+$(FBUILD)/fuzz_uwsgi_standalone: tests/fuzz/fuzz_uwsgi.c tests/fuzz/standalone_main.c $(UWSGI_SRC) $(UWSGI_HDR)
+	@mkdir -p $(FBUILD)
+	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver tests/fuzz/fuzz_uwsgi.c tests/fuzz/standalone_main.c \
+	    $(UWSGI_SRC) -o $@
+
+# The HTTP parser, then the PROXY protocol and uwsgi parsers (a fifth of the inputs and time each).
+fuzz-smoke: $(FBUILD)/fuzz_standalone $(FBUILD)/fuzz_proxy_standalone $(FBUILD)/fuzz_uwsgi_standalone
 	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) * 3 + 60 )) $(FBUILD)/fuzz_standalone \
 	    -n $(FUZZ_SMOKE_N) -s $(FUZZ_SMOKE_SEED) -t $(FUZZ_SMOKE_SECONDS) -a $(FBUILD)/ tests/fuzz/corpus
 	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) + 60 )) $(FBUILD)/fuzz_proxy_standalone \
 	    -n $$(( $(FUZZ_SMOKE_N) / 5 )) -s $(FUZZ_SMOKE_SEED) -t $$(( $(FUZZ_SMOKE_SECONDS) / 5 + 1 )) \
 	    -a $(FBUILD)/ tests/fuzz/corpus_proxy
+	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) + 60 )) $(FBUILD)/fuzz_uwsgi_standalone \
+	    -n $$(( $(FUZZ_SMOKE_N) / 5 )) -s $(FUZZ_SMOKE_SEED) -t $$(( $(FUZZ_SMOKE_SECONDS) / 5 + 1 )) \
+	    -a $(FBUILD)/ tests/fuzz/corpus_uwsgi
 
 $(FBUILD)/fuzz_http: tests/fuzz/fuzz_http.c $(HTTP_SRC) $(HTTP_HDR)
 	@mkdir -p $(FBUILD)
@@ -160,6 +177,17 @@ fuzz-proxy: $(FBUILD)/fuzz_proxy
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_proxy \
 	    -max_total_time=$(FUZZ_SECONDS) -max_len=512 -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
 	    $(FUZZ_ARGS) $(FBUILD)/corpus_proxy tests/fuzz/corpus_proxy
+
+$(FBUILD)/fuzz_uwsgi: tests/fuzz/fuzz_uwsgi.c $(UWSGI_SRC) $(UWSGI_HDR)
+	@mkdir -p $(FBUILD)
+	$(CLANG) $(CWARN) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+	    -g -O1 -Icserver tests/fuzz/fuzz_uwsgi.c $(UWSGI_SRC) -o $@
+
+fuzz-uwsgi: $(FBUILD)/fuzz_uwsgi
+	@mkdir -p $(FBUILD)/corpus_uwsgi
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_uwsgi \
+	    -max_total_time=$(FUZZ_SECONDS) -max_len=1024 -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
+	    $(FUZZ_ARGS) $(FBUILD)/corpus_uwsgi tests/fuzz/corpus_uwsgi
 
 OFL_SRC := cserver/fw_offload.c cserver/fw_ring.c
 OFL_HDR := cserver/fw_offload.h cserver/fw_ring.h cserver/fw_io.h

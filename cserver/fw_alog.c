@@ -6,6 +6,7 @@
  * fd; the front buffer, its length and the flags are under `mu`. */
 #define _GNU_SOURCE
 #include "fw_alog.h"
+#include "fw_uwsgi.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -498,10 +499,19 @@ static int name_eq(const char *a, size_t an, const char *b, size_t bn)
     return 1;
 }
 
+/* A request header by name: the first field of an HTTP request, or in a
+ * uwsgi one the variable it came in (HTTP_USER_AGENT), the last one (as
+ * in the environ). */
 static const fw_header *req_header(const fw_request *req, const char *name, size_t nlen)
 {
     if (!req)
         return NULL;
+    if (req->uwsgi) {
+        for (size_t i = req->num_headers; i-- > 0;)
+            if (fw_uwsgi_is_header(req->headers[i].name, req->headers[i].name_len, name, nlen))
+                return &req->headers[i];
+        return NULL;
+    }
     for (size_t i = 0; i < req->num_headers; i++)
         if (name_eq(req->headers[i].name, req->headers[i].name_len, name, nlen))
             return &req->headers[i];

@@ -35,8 +35,7 @@ static int head_detach(fw_conn *c)
     memcpy(c->head_copy, c->head, c->head_len);
     fw_buf_consume(&c->in, c->head_len);
     c->head = c->head_copy;
-    c->req.headers = c->hdrs;
-    return fw_http_parse_head(c->head, c->head_len, &c->srv->cfg.limits, &c->req) == 0 ? 0 : -1;
+    return fw_conn_parse_head(c) == 0 ? 0 : -1;
 }
 
 int fw_body_setup(fw_conn *c)
@@ -182,8 +181,7 @@ int fw_body_preread(fw_conn *c)
         if (fw_buf_head(&c->in) != c->head) {
             /* `in` grew and moved: point the request at its new home. */
             c->head = fw_buf_head(&c->in);
-            c->req.headers = c->hdrs;
-            if (fw_http_parse_head(c->head, c->head_len, &c->srv->cfg.limits, &c->req) != 0)
+            if (fw_conn_parse_head(c) != 0)
                 return 500;
         }
         b->span = c->head + c->head_len;

@@ -10,6 +10,7 @@
 #include "fw_conn.h"
 #include "fw_internal.h"
 #include "fw_pool.h"
+#include "fw_uwsgi.h"
 
 #include <errno.h>
 #include <linux/sockios.h>
@@ -34,6 +35,15 @@ static void conn_drive(fw_conn *c);
 static void read_and_drive(fw_conn *c);
 static void app_unlock(fw_server *srv);
 
+/* Entries of a connection's header array (fw_conn.hdrs): the header
+ * fields of an HTTP request, the variables of a uwsgi one (its CGI
+ * variables beside the headers). */
+static size_t max_vars(const fw_server *srv, const fw_listener *lst)
+{
+    size_t n = srv->cfg.limits.max_headers ? srv->cfg.limits.max_headers : 1;
+    return lst->uwsgi ? n + FW_UWSGI_EXTRA_VARS : n;
+}
+
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
                      const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client,
                      int64_t age_ms)
@@ -42,7 +52,7 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
     if (!c)
         return NULL;
     /* Filled by the parser before any read: no need to zero it. */
-    c->hdrs = malloc((srv->cfg.limits.max_headers ? srv->cfg.limits.max_headers : 1) * sizeof(fw_header));
+    c->hdrs = malloc(max_vars(srv, lst) * sizeof(fw_header));
     if (!c->hdrs) {
         free(c);
         return NULL;
@@ -225,9 +235,10 @@ void fw_conn_queue_error(fw_conn *c, int status)
     fw_resp_error_head(c, status);
 }
 
-/* One line per rejected request: the client, the status and why, and the
- * start of what it sent. */
-static void log_rejected(fw_conn *c, int status)
+/* One line per rejected request: the client, the status and why (the
+ * parser's words when it said, else the status's), and the start of what
+ * it sent. */
+static void log_rejected(fw_conn *c, int status, const char *said)
 {
     static const struct { int status; const char *why; } reasons[] = {
         { 400, "malformed request" },       { 408, "request timed out" },
@@ -240,13 +251,15 @@ static void log_rejected(fw_conn *c, int status)
     for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
         if (reasons[i].status == status)
             why = reasons[i].why;
+    if (said)
+        why = said;
     fw_peer_log(c, FW_LOG_INFO, 1, "%d %s", status, why);
 }
 
-/* Answer a protocol error and close. */
-static void conn_fail(fw_conn *c, int status)
+/* Answer a protocol error and close; why: the log's words for it, or NULL. */
+static void conn_refuse(fw_conn *c, int status, const char *why)
 {
-    log_rejected(c, status);
+    log_rejected(c, status, why);
     if (!c->head) {
         /* The head did not parse, so req says nothing: a HEAD request still
          * must not get a body (RFC 9110 9.3.2). */
@@ -256,6 +269,11 @@ static void conn_fail(fw_conn *c, int status)
     fw_conn_queue_error(c, status);
     c->app_active = 0;
     c->state = FW_C_WRITE;
+}
+
+static void conn_fail(fw_conn *c, int status)
+{
+    conn_refuse(c, status, NULL);
 }
 
 /* ---- the socket ------------------------------------------------------------ */
@@ -646,34 +664,66 @@ static int wait_for_input(fw_conn *c)
     return 1;
 }
 
-/* READ_HEAD: try to parse a head from `in`. Returns 1 to keep driving, 0 to wait. */
-static int step_head(fw_conn *c)
+/* A uwsgi packet at buf[0..len) into c->req: its length (> 0), or
+ * FW_UWSGI_INCOMPLETE, or an HTTP status negated (-400, -413, -431) with
+ * *why. */
+static long parse_uwsgi(fw_conn *c, const char *buf, size_t len, const char **why)
+{
+    const fw_http_limits *lim = &c->srv->cfg.limits;
+    fw_uwsgi_packet p = { .vars = c->hdrs, .max_vars = max_vars(c->srv, c->lst) };
+    long n = fw_uwsgi_parse(buf, len, lim->max_head, &p);
+    *why = p.why;
+    if (n == FW_UWSGI_INCOMPLETE)
+        return n;
+    if (n < 0)
+        return n == FW_UWSGI_TOO_LARGE ? -431 : -400;
+    int rc = fw_uwsgi_request(&p, lim, &c->req, why);
+    return rc ? -rc : n;
+}
+
+int fw_conn_parse_head(fw_conn *c)
+{
+    const char *why;
+    c->req.headers = c->hdrs;
+    if (!c->lst->uwsgi)
+        return fw_http_parse_head(c->head, c->head_len, &c->srv->cfg.limits, &c->req);
+    return parse_uwsgi(c, c->head, c->head_len, &why) == (long)c->head_len ? 0 : 400;
+}
+
+/* A head of len bytes at the start of `in` is parsed into c->req: on to
+ * its body, or to the app. */
+static void head_parsed(fw_conn *c, const char *buf, size_t len)
 {
     fw_server *srv = c->srv;
-    if (c->proxy == FW_PX_WAIT) {
-        int rc = fw_peer_read_proxy(c);
-        if (rc < 0)
-            fw_conn_close(c);   /* said why */
-        if (rc <= 0)
-            return rc < 0;      /* closed: drive on to see it */
+    c->head = buf;
+    c->head_len = len;
+    c->head_scan = 0;
+    if (srv->cfg.access_log || srv->cfg.stats)
+        c->began_ns = fw_now_ns();
+    /* A 2xx to CONNECT turns the connection into a tunnel for a proxy in
+     * front (RFC 9110 9.3.6); whatever the app answers, it is the last
+     * response on this connection. */
+    c->keep_alive = c->req.keep_alive && c->req.form != FW_TARGET_AUTHORITY &&
+                    srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
+    switch (fw_body_setup(c)) {
+    case FW_BODY_NONE:
+        c->state = FW_C_APP;
+        c->app_active = 0;
+        break;
+    case FW_BODY_READ:
+        body_start(c);
+        break;
+    default:
+        conn_fail(c, 500);
+        break;
     }
-    size_t used = fw_buf_used(&c->in);
-    if (c->head_scan == 0 && used > 0) {
-        size_t k = fw_http_skip_crlf(fw_buf_head(&c->in), used);
-        fw_buf_consume(&c->in, k);
-        used -= k;
-    }
-    if (used == 0)
-        return 0;
-    if (!c->head_started) {
-        /* First byte of a request on a kept-alive connection: the idle
-         * timer gives way to the header timer. */
-        c->head_started = srv->now;
-        fw_timer_start(&srv->t_head, &c->timer, srv->now);
-        if (srv->cfg.stats)
-            fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
-    }
-    const char *buf = fw_buf_head(&c->in);
+}
+
+/* READ_HEAD, HTTP: a head in the `used` bytes at buf? Returns 1 to keep
+ * driving, 0 to wait. */
+static int http_head(fw_conn *c, const char *buf, size_t used)
+{
+    fw_server *srv = c->srv;
     size_t end = fw_http_head_end(buf, used, &c->head_scan);
     int rc;
     if (!end) {
@@ -695,29 +745,58 @@ static int step_head(fw_conn *c)
         conn_fail(c, rc);
         return 1;
     }
-    c->head = buf;
-    c->head_len = end;
-    c->head_scan = 0;
-    if (srv->cfg.access_log || srv->cfg.stats)
-        c->began_ns = fw_now_ns();
-    /* A 2xx to CONNECT turns the connection into a tunnel for a proxy in
-     * front (RFC 9110 9.3.6); whatever the app answers, it is the last
-     * response on this connection. */
-    c->keep_alive = c->req.keep_alive && c->req.form != FW_TARGET_AUTHORITY &&
-                    srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
-    switch (fw_body_setup(c)) {
-    case FW_BODY_NONE:
-        c->state = FW_C_APP;
-        c->app_active = 0;
-        break;
-    case FW_BODY_READ:
-        body_start(c);
-        break;
-    default:
-        conn_fail(c, 500);
-        break;
-    }
+    head_parsed(c, buf, end);
     return 1;
+}
+
+/* READ_HEAD, uwsgi: a packet in the `used` bytes at buf? Returns 1 to keep
+ * driving, 0 to wait. The packet names the client (REMOTE_ADDR) for the
+ * log lines and the access log. */
+static int uwsgi_head(fw_conn *c, const char *buf, size_t used)
+{
+    const char *why;
+    long n = parse_uwsgi(c, buf, used, &why);
+    if (n == FW_UWSGI_INCOMPLETE)
+        return 0;
+    if (n < 0) {
+        conn_refuse(c, (int)-n, why);
+        return 1;
+    }
+    fw_peer_from_uwsgi(c);
+    head_parsed(c, buf, (size_t)n);
+    return 1;
+}
+
+/* READ_HEAD: try to parse a head from `in`, as the listener's protocol
+ * says. Returns 1 to keep driving, 0 to wait. */
+static int step_head(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    if (c->proxy == FW_PX_WAIT) {
+        int rc = fw_peer_read_proxy(c);
+        if (rc < 0)
+            fw_conn_close(c);   /* said why */
+        if (rc <= 0)
+            return rc < 0;      /* closed: drive on to see it */
+    }
+    size_t used = fw_buf_used(&c->in);
+    if (!c->lst->uwsgi && c->head_scan == 0 && used > 0) {
+        size_t k = fw_http_skip_crlf(fw_buf_head(&c->in), used);
+        fw_buf_consume(&c->in, k);
+        used -= k;
+    }
+    if (used == 0)
+        return 0;
+    if (!c->head_started) {
+        /* First byte of a request on a kept-alive connection: the idle
+         * timer gives way to the header timer. */
+        c->head_started = srv->now;
+        fw_timer_start(&srv->t_head, &c->timer, srv->now);
+        if (srv->cfg.stats)
+            fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
+    }
+    const char *buf = fw_buf_head(&c->in);
+    return c->lst->uwsgi ? uwsgi_head(c, buf, used) : http_head(c, buf, used);
 }
 
 /* ---- the app ------------------------------------------------------------------ */

@@ -63,6 +63,11 @@ typedef struct fw_request {
     unsigned keep_alive : 1;       /* by version and Connection tokens */
     unsigned expect_continue : 1;
     unsigned is_head : 1;
+
+    /* A request from a uwsgi packet (fw_uwsgi.h): headers are its CGI
+     * variables, by their environ names (HTTP_HOST, CONTENT_TYPE, ...). */
+    unsigned uwsgi : 1;
+    unsigned path_decoded : 1;     /* path is PATH_INFO as the proxy sent it: decoded already */
 } fw_request;
 
 /* Find the end of the head in buf[0..len): returns the head length including

@@ -5,6 +5,13 @@
 
 #include "fw_conn.h"
 
+/* ---- fw_conn.c --------------------------------------------------------- */
+
+/* Parse c->head[0..head_len) into c->req again, as the listener's protocol
+ * says (HTTP, or a uwsgi packet): the head moved (fw_body.c), and req's
+ * spans with it. 0, or an HTTP status (not expected: it parsed before). */
+int fw_conn_parse_head(fw_conn *c);
+
 /* ---- fw_body.c: the body of a parsed request --------------------------- */
 
 /* How the body of the request just parsed is to be read (fw_body_setup). */
@@ -47,6 +54,10 @@ int fw_peer_start(fw_conn *c, fw_pass_client client);
  * the peer is now the client it named), 0 when incomplete, -1 when
  * malformed (said in the log): close c. */
 int fw_peer_read_proxy(fw_conn *c);
+/* A uwsgi request (c->req) names its client in REMOTE_ADDR and
+ * REMOTE_PORT: when they are an IP address and a port, they become the
+ * client of log lines and the access log, as a PROXY header's does. */
+void fw_peer_from_uwsgi(fw_conn *c);
 /* For a hand-off: what the worker taking c must know of its client. */
 fw_pass_client fw_peer_passed(const fw_conn *c);
 /* A log line about c: "host:port: " and the message, then, with

@@ -5,6 +5,7 @@
  * after is fw_conn.c's business. See fw_internal.h. */
 #include "fw_internal.h"
 #include "fw_proxy.h"
+#include "fw_uwsgi.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -100,6 +101,12 @@ int fw_peer_start(fw_conn *c, fw_pass_client client)
             set_peer(c, client.sa, client.len);
         return 0;
     }
+    /* A uwsgi packet says who the client is and how it came (REMOTE_ADDR,
+     * HTTPS): only the proxies allowed to say so may connect. */
+    if (c->lst->uwsgi && !fw_netlist_match(cfg->uwsgi_allow, (const struct sockaddr *)&c->peer, c->peer_len)) {
+        fw_peer_log(c, FW_LOG_WARNING, 0, "uwsgi: peer not in --uwsgi-allow-from: connection closed");
+        return -1;
+    }
     if (!cfg->proxy_protocol)
         return 0;
     if (!fw_netlist_match(cfg->proxy_allow, (const struct sockaddr *)&c->peer, c->peer_len)) {
@@ -125,6 +132,29 @@ int fw_peer_read_proxy(fw_conn *c)
     if (!h.local)
         set_peer(c, (const struct sockaddr *)&h.client, h.client_len);
     return 1;
+}
+
+void fw_peer_from_uwsgi(fw_conn *c)
+{
+    const fw_header *addr = fw_uwsgi_var(&c->req, "REMOTE_ADDR", 11);
+    const fw_header *port = fw_uwsgi_var(&c->req, "REMOTE_PORT", 11);
+    char host[INET6_ADDRSTRLEN];
+    unsigned char bin[sizeof(struct in6_addr)];
+    if (!addr || addr->value_len == 0 || addr->value_len >= sizeof(host))
+        return;
+    memcpy(host, addr->value, addr->value_len);
+    host[addr->value_len] = 0;
+    /* Text that is no IP address (it would go into log lines) is not taken. */
+    if (inet_pton(AF_INET, host, bin) != 1 && inet_pton(AF_INET6, host, bin) != 1)
+        return;
+    size_t plen = port && port->value_len < sizeof(c->peer_port) ? port->value_len : 0;
+    for (size_t i = 0; i < plen; i++)
+        if (port->value[i] < '0' || port->value[i] > '9')
+            plen = 0;
+    memcpy(c->peer_host, host, addr->value_len + 1);
+    memcpy(c->peer_port, plen ? port->value : "", plen);
+    c->peer_port[plen] = 0;
+    c->peer_text = 1;
 }
 
 fw_pass_client fw_peer_passed(const fw_conn *c)

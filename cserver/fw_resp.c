@@ -215,7 +215,8 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
             return -1;
         r->fixed = 1;
         r->left = (uint64_t)known_len;
-    } else if (c->req.minor == 1) {
+    } else if (c->req.minor == 1 && !c->req.uwsgi) {
+        /* (A uwsgi proxy reads the body until the close, as from HTTP/1.0.) */
         if (append_str(&c->out, "Transfer-Encoding: chunked\r\n") != 0)
             return -1;
         r->chunked = 1;

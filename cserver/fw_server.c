@@ -464,6 +464,7 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
         l->w.fd = fds[i];
         l->w.cb = on_accept;
         l->srv = srv;
+        l->uwsgi = i < 64 && (cfg->uwsgi_listeners >> i & 1);
         if (getsockname(fds[i], (struct sockaddr *)&ss, &len) != 0)
             goto fail;
         l->family = ss.ss_family;
@@ -473,6 +474,14 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
              * Linux, which saves a setsockopt per connection. */
             int one = 1;
             if (setsockopt(fds[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
+                goto fail;
+            /* A uwsgi proxy (nginx) writes its packet as soon as it has
+             * connected, a new connection per request: accepted only once
+             * the packet is there, a request costs the loop one wake-up,
+             * not two (uWSGI does the same). A silent connection is
+             * accepted after the header timeout, and then meets it. */
+            int defer = (cfg->header_timeout_ms + 999) / 1000;
+            if (l->uwsgi && setsockopt(fds[i], IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer, sizeof(defer)) != 0)
                 goto fail;
         }
     }

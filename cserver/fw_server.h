@@ -1,4 +1,5 @@
-/* fw_server: one event loop serving HTTP/1.1 on a set of listening sockets.
+/* fw_server: one event loop serving HTTP/1.1 (or, on the listeners that
+ * say so, the uwsgi protocol) on a set of listening sockets.
  *
  * A server is "this loop, on these listening sockets, calling this app": the
  * application layer (the Python glue) plugs in through fw_app_ops and never
@@ -75,6 +76,10 @@ typedef struct fw_config {
                                 * FW_PROXY_V1 | FW_PROXY_V2); 0: off */
     const fw_netlist *proxy_allow;      /* peers that may send one (--proxy-allow-from); others are
                                          * closed at accept */
+    uint64_t uwsgi_listeners;  /* bit i: the listener of fds[i] speaks the uwsgi protocol
+                                * (fw_uwsgi.h, --uwsgi-socket), not HTTP */
+    const fw_netlist *uwsgi_allow;      /* peers that may connect to those (--uwsgi-allow-from);
+                                         * others are closed at accept */
 } fw_config;
 
 void fw_config_defaults(fw_config *cfg);
@@ -113,6 +118,7 @@ typedef struct fw_listener {
     fw_watch w;                /* fd owned by the caller */
     fw_server *srv;
     int family;                /* AF_INET, AF_INET6, AF_UNIX */
+    int uwsgi;                 /* its connections speak the uwsgi protocol (fw_uwsgi.h), not HTTP */
     void *app_data;            /* for the app layer (e.g. cached SERVER_NAME) */
 } fw_listener;
 

@@ -132,6 +132,8 @@ cdef extern from "glue.h":
         const fw_netlist *forwarded_allow
         int proxy_protocol
         const fw_netlist *proxy_allow
+        uint64_t uwsgi_listeners
+        const fw_netlist *uwsgi_allow
 
     ctypedef struct fw_balance:
         pass
@@ -305,6 +307,7 @@ CORE_SETTINGS = {
     "forwarded_allow_ips": (K_NETS, _at(&_layout.forwarded_allow)),
     "proxy_protocol": (K_PROXY, _at(&_layout.proxy_protocol)),
     "proxy_allow_ips": (K_NETS, _at(&_layout.proxy_allow)),
+    "uwsgi_allow_ips": (K_NETS, _at(&_layout.uwsgi_allow)),
 }
 
 _PROXY_VERSIONS = {"off": 0, "v1": FW_PROXY_V1, "v2": FW_PROXY_V2, "auto": FW_PROXY_V1 | FW_PROXY_V2}
@@ -383,7 +386,8 @@ cdef class Server:
     """Server(app, fds, base_environ, listener_info, logger, *, status=None,
     balance=BALANCE_LEAST_BUSY, scoreboard=None, slot=0, kick_fds=None,
     pass_fds=None, pass_recv_fd=-1, release_listeners=False, accept_batch=16,
-    **settings): the C HTTP/1.1 server loop over listening sockets.
+    uwsgi=(), **settings): the C HTTP/1.1 server loop over listening sockets;
+    those whose indexes are in `uwsgi` speak the uwsgi protocol instead.
     settings: the registry's names in CORE_SETTINGS, plus spool_dir and
     secure_scheme_headers (a dict, for the environ)."""
 
@@ -409,7 +413,7 @@ cdef class Server:
     def __init__(self, app, fds, dict base_environ, list listener_info, logger, *, status=None,
                  int balance=FW_BAL_LEAST_BUSY, scoreboard=None, int slot=0, kick_fds=None, pass_fds=None,
                  int pass_recv_fd=-1, bint release_listeners=False, int accept_batch=-1, access_log=None,
-                 stats=None, str thread_name=None, **settings):
+                 stats=None, str thread_name=None, uwsgi=(), **settings):
         if self.g.srv != NULL:
             raise RuntimeError("Server already initialised")
         fw_config_defaults(&self.cfg)
@@ -453,6 +457,10 @@ cdef class Server:
             if fd < 0 or fd > 0x7fffffff or not isinstance(li, tuple) or len(li) != 2:
                 raise ValueError("bad fd or listener_info entry")
             ifds[i] = <int>fd
+        for i in uwsgi:
+            if not 0 <= i < n:
+                raise ValueError("uwsgi: listener index out of range")
+            cfg.uwsgi_listeners |= (<uint64_t>1) << <int>i
         if spool_dir is not None:
             b = os.fsencode(spool_dir)
             self.spool_dir = <char *>PyMem_Malloc(len(b) + 1)
@@ -636,6 +644,7 @@ cdef class Server:
         PyMem_Free(self.scheme_headers)
         fw_netlist_free(<fw_netlist *>self.cfg.forwarded_allow)     # (K_NETS in CORE_SETTINGS)
         fw_netlist_free(<fw_netlist *>self.cfg.proxy_allow)
+        fw_netlist_free(<fw_netlist *>self.cfg.uwsgi_allow)
 
 
 # ---- the master's side of the scoreboard --------------------------------------

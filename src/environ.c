@@ -12,8 +12,18 @@
  * they disagree the request is answered 400, as gunicorn refuses it.
  * REMOTE_ADDR stays the client the connection knows (the socket's peer,
  * or the one a PROXY protocol header named): X-Forwarded-For and
- * Forwarded's for= are left to the app, as gunicorn does. */
+ * Forwarded's for= are left to the app, as gunicorn does.
+ *
+ * A uwsgi request (fw_uwsgi.h: nginx's uwsgi_pass) brings its environ with
+ * it: its variables map straight to environ entries, as uWSGI makes them
+ * (the proxy's REMOTE_ADDR, SERVER_NAME, HTTP_HOST ... over the server's),
+ * except the server's own wsgi.* entries. PATH_INFO and QUERY_STRING are
+ * the request's (fw_uwsgi_request: made from REQUEST_URI when the packet has
+ * none). wsgi.url_scheme: UWSGI_SCHEME, else HTTPS (on or 1: https), else
+ * REQUEST_SCHEME, else --url-scheme; the scheme headers of a proxy in
+ * --forwarded-allow-ips (in their HTTP_* variables) still come first. */
 #include "glue.h"
+#include "fw_uwsgi.h"
 
 #include <string.h>
 
@@ -166,12 +176,20 @@ static int add_header(PyObject *env, PyObject *key, const fw_header *h)
 
 enum { SCHEME_NONE = 0, SCHEME_HTTP = 1, SCHEME_HTTPS = 2 };
 
+/* Is h header `lname` (lower case, n bytes): the field itself, or in a
+ * uwsgi request the variable it came in? */
+static int header_is(const fw_request *r, const fw_header *h, const char *lname, size_t n)
+{
+    return r->uwsgi ? fw_uwsgi_is_header(h->name, h->name_len, lname, n)
+                    : h->name_len == n && fw_http_token_eq(h->name, n, lname);
+}
+
 /* A header of secure_scheme_headers: what it says, or SCHEME_NONE. */
-static int scheme_header(const fw_glue *s, const fw_header *h)
+static int scheme_header(const fw_glue *s, const fw_request *r, const fw_header *h)
 {
     for (int i = 0; i < s->n_scheme_headers; i++) {
         const fw_scheme_header *sh = &s->scheme_headers[i];
-        if (sh->name_len == h->name_len && fw_http_token_eq(h->name, h->name_len, sh->name))
+        if (header_is(r, h, sh->name, sh->name_len))
             return h->value_len == sh->value_len && memcmp(h->value, sh->value, h->value_len) == 0
                        ? SCHEME_HTTPS : SCHEME_HTTP;
     }
@@ -218,6 +236,96 @@ static int forwarded_proto(const char *v, size_t n)
             return end - val == 5 && fw_http_token_eq(v + val, 5, "https") ? SCHEME_HTTPS : SCHEME_HTTP;
     }
     return SCHEME_NONE;
+}
+
+/* What the headers of an allowed proxy say of the scheme, as they are met. */
+typedef struct scheme_seen {
+    int scheme;                 /* SCHEME_*, from secure_scheme_headers */
+    int conflict;               /* two of them disagree */
+    const fw_header *forwarded; /* the last Forwarded line */
+} scheme_seen;
+
+static void see_scheme(const fw_glue *s, const fw_request *r, const fw_header *h, scheme_seen *seen)
+{
+    int said = scheme_header(s, r, h);
+    if (said) {
+        seen->conflict |= seen->scheme && said != seen->scheme;
+        seen->scheme = said;
+    } else if (header_is(r, h, "forwarded", 9)) {
+        seen->forwarded = h;          /* the last line holds the last element */
+    }
+}
+
+/* http or https, any case: SCHEME_HTTP or SCHEME_HTTPS; else SCHEME_NONE. */
+static int scheme_word(const fw_header *v)
+{
+    if (!v)
+        return SCHEME_NONE;
+    if (fw_http_token_eq(v->value, v->value_len, "https"))
+        return SCHEME_HTTPS;
+    return fw_http_token_eq(v->value, v->value_len, "http") ? SCHEME_HTTP : SCHEME_NONE;
+}
+
+/* The scheme a uwsgi packet says the client used (see the top). */
+static int uwsgi_scheme(const fw_request *r)
+{
+    int said = scheme_word(fw_uwsgi_var(r, "UWSGI_SCHEME", 12));
+    const fw_header *https = fw_uwsgi_var(r, "HTTPS", 5);
+    if (said)
+        return said;
+    if (https)
+        return fw_http_token_eq(https->value, https->value_len, "on") ||
+               (https->value_len == 1 && https->value[0] == '1') ? SCHEME_HTTPS : SCHEME_HTTP;
+    return scheme_word(fw_uwsgi_var(r, "REQUEST_SCHEME", 14));
+}
+
+/* The entries of a uwsgi packet's variables (see the top). */
+static int add_vars(fw_glue *s, fw_conn *c, PyObject *env, scheme_seen *seen)
+{
+    const fw_request *r = &c->req;
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const fw_header *v = &r->headers[i];
+        if ((v->name_len >= 5 && memcmp(v->name, "wsgi.", 5) == 0) ||
+            (v->name_len >= 9 && memcmp(v->name, "forkwsgi.", 9) == 0))
+            continue;                 /* the server's own entries */
+        if (c->fwd_allowed)
+            see_scheme(s, r, v, seen);
+        PyObject *key = cached(v->name, v->name_len);
+        if (!key)
+            return -1;
+        int rc = set_new(env, key, cached(v->value, v->value_len));
+        Py_DECREF(key);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The entries of an HTTP request's header fields. */
+static int add_headers(fw_glue *s, fw_conn *c, PyObject *env, scheme_seen *seen)
+{
+    const fw_request *r = &c->req;
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const fw_header *h = &r->headers[i];
+        /* X_Forwarded_For must never pose as X-Forwarded-For: both map to
+         * HTTP_X_FORWARDED_FOR, so names with '_' are dropped. */
+        if (memchr(h->name, '_', h->name_len))
+            continue;
+        if (c->fwd_allowed)
+            see_scheme(s, r, h, seen);
+        PyObject *key = fw_strcache_get(&keys, h->name, h->name_len, make_key);
+        if (!key)
+            return -1;
+        int rc = add_header(env, key, h);
+        Py_DECREF(key);
+        if (rc < 0)
+            return -1;
+    }
+    /* An absolute-form target names the host: a Host header says nothing
+     * more (RFC 9112 3.2.2: the origin server ignores it). */
+    if (r->form == FW_TARGET_ABSOLUTE && set_new(env, k_http_host, cached(r->authority, r->authority_len)) < 0)
+        return -1;
+    return 0;
 }
 
 /* Two of the scheme headers disagree: the answer is 400, as in gunicorn. */
@@ -274,44 +382,20 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
         m = latin1(r->method, r->method_len);
     if (set_new(env, k_method, m) < 0)
         goto fail;
-    if (set_new(env, k_path, decode_path(r->path, r->path_len)) < 0 ||
-        set_new(env, k_query, cached(r->query, r->query_len)) < 0 ||
-        set_new(env, k_raw_uri, cached(r->target, r->target_len)) < 0 ||
+    if (set_new(env, k_raw_uri, cached(r->target, r->target_len)) < 0 ||
         PyDict_SetItem(env, k_proto, r->minor ? v_http11 : v_http10) < 0)
         goto fail;
     if (set_remote(env, c) < 0)
         goto fail;
-    int scheme = SCHEME_NONE, conflict = 0;
-    const fw_header *forwarded = NULL;
-    for (size_t i = 0; i < r->num_headers; i++) {
-        const fw_header *h = &r->headers[i];
-        /* X_Forwarded_For must never pose as X-Forwarded-For: both map to
-         * HTTP_X_FORWARDED_FOR, so names with '_' are dropped. */
-        if (memchr(h->name, '_', h->name_len))
-            continue;
-        if (c->fwd_allowed) {
-            int said = scheme_header(s, h);
-            if (said) {
-                conflict |= scheme && said != scheme;
-                scheme = said;
-            } else if (h->name_len == 9 && fw_http_token_eq(h->name, 9, "forwarded")) {
-                forwarded = h;        /* the last line holds the last element */
-            }
-        }
-        PyObject *key = fw_strcache_get(&keys, h->name, h->name_len, make_key);
-        if (!key)
-            goto fail;
-        int rc = add_header(env, key, h);
-        Py_DECREF(key);
-        if (rc < 0)
-            goto fail;
-    }
-    /* An absolute-form target names the host: a Host header says nothing
-     * more (RFC 9112 3.2.2: the origin server ignores it). */
-    if (r->form == FW_TARGET_ABSOLUTE && set_new(env, k_http_host, cached(r->authority, r->authority_len)) < 0)
+    scheme_seen seen = { SCHEME_NONE, 0, NULL };
+    if ((r->uwsgi ? add_vars(s, c, env, &seen) : add_headers(s, c, env, &seen)) < 0)
         goto fail;
-    if (forwarded) {
-        int said = forwarded_proto(forwarded->value, forwarded->value_len);
+    if (set_new(env, k_path, r->path_decoded ? cached(r->path, r->path_len) : decode_path(r->path, r->path_len)) < 0 ||
+        set_new(env, k_query, cached(r->query, r->query_len)) < 0)
+        goto fail;
+    int scheme = seen.scheme, conflict = seen.conflict;
+    if (seen.forwarded) {
+        int said = forwarded_proto(seen.forwarded->value, seen.forwarded->value_len);
         conflict |= scheme && said && said != scheme;
         scheme = said ? said : scheme;
     }
@@ -321,6 +405,8 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
         Py_DECREF(env);
         return NULL;
     }
+    if (!scheme && r->uwsgi)
+        scheme = uwsgi_scheme(r);
     if (scheme && PyDict_SetItem(env, k_url_scheme, scheme == SCHEME_HTTPS ? v_https : v_http) < 0)
         goto fail;
     return env;

@@ -1,11 +1,11 @@
 """The C-level tests, run through pytest so CI runs them with the rest.
 
 - `make ctest`: tests/c/test_http.c (parser, chunked decoder, split
-  equivalence, fw_buf) and tests/c/test_proxy.c (PROXY protocol parser,
-  address lists) under ASan + UBSan;
+  equivalence, fw_buf), tests/c/test_proxy.c (PROXY protocol parser,
+  address lists) and tests/c/test_uwsgi.c (uwsgi packets) under ASan + UBSan;
 - `make fuzz-smoke`: the fuzz targets tests/fuzz/fuzz_http.c (seed corpus and
-  200k seeded random inputs) and tests/fuzz/fuzz_proxy.c (40k), under ASan +
-  UBSan, without libFuzzer;
+  200k seeded random inputs), tests/fuzz/fuzz_proxy.c and
+  tests/fuzz/fuzz_uwsgi.c (40k each), under ASan + UBSan, without libFuzzer;
 - `make fuzz-offload-smoke`: the same for the offload record parser
   (tests/fuzz/fuzz_offload.c), and `make fuzz-ring-smoke` for the offload
   ring's reader over damaged ring files (tests/fuzz/fuzz_ring.c); the ring's
@@ -53,7 +53,8 @@ def make(target, timeout, *variables):
 def test_c_unit_tests():
     out = make("ctest", timeout=240)
     results = re.findall(r"^(\d+) passed, (\d+) failed$", out, re.M)
-    assert len(results) == 3, out[-5000:]       # test_http, test_proxy, test_ring (test_alog prints its name first)
+    assert len(results) == 4, out[-5000:]       # test_http, test_proxy, test_uwsgi, test_ring (test_alog prints
+    #                                             its name first)
     for passed, failed in results:
         assert int(passed) > 0 and int(failed) == 0, out[-5000:]
 
@@ -82,9 +83,9 @@ def test_rdkafka_abi_matches_librdkafkas_header():
 
 def test_fuzz_smoke():
     out = make("fuzz-smoke", timeout=400)
-    # the HTTP parser's target, then the PROXY protocol parser's
-    assert len(re.findall(r"^standalone: \d+ files and \d+ random inputs .* no crash$", out, re.M)) == 2, \
-        out[-5000:]
+    # the HTTP parser's target, then the PROXY protocol parser's, then the uwsgi parser's (with its corpus)
+    runs = re.findall(r"^standalone: (\d+) files and \d+ random inputs .* no crash$", out, re.M)
+    assert len(runs) == 3 and int(runs[2]) > 0, out[-5000:]
 
 
 def test_fuzz_offload_smoke():

@@ -75,6 +75,7 @@ class Server:
     settings: dict[str, Any]
     log: logging.Logger
     sockets: list[socket.socket]
+    protocols: list[str]        # what each socket speaks: "http" or "uwsgi"
     urls: list[str]
     def __init__(
         self,

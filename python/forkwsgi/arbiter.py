@@ -108,6 +108,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         self.sig_queue = []
         self.app = None
         self.sockets = []
+        self.protocols = []          # what each of them speaks: http or uwsgi (binding.listeners)
         self.backoff = process.Backoff()
         self.stopping = False
         self.pid = os.getpid()
@@ -156,21 +157,26 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         st = self.inherited
         if st:
             self.sockets = [socket.socket(fileno=fd) for fd in st["sockets"]]
-            was = st.get("bind") or []
-            if self.cfg["bind"] != was and not all(b.startswith("fd://") for b in was):
+            self.protocols = st.get("protocols") or ["http"] * len(self.sockets)
+            was = {"bind": st.get("bind") or [], "uwsgi_socket": st.get("uwsgi_socket", []),
+                   "protocol": st.get("protocol", "http")}
+            if any(self.cfg[k] != v for k, v in was.items()) and not all(b.startswith("fd://") for b in was["bind"]):
                 # The workers that serve on, and the hand-offs between them,
                 # number the listening sockets: they stay as they are.
                 self.log.warning("reload: --bind changed to %s; a reload keeps the listening sockets (%s): "
-                                 "a restart applies it", ", ".join(self.cfg["bind"]),
-                                 ", ".join(binding.describe(s)[2] for s in self.sockets))
-                self.cfg["bind"] = was
-        for addr in ([] if st else self.cfg["bind"]):
+                                 "a restart applies it",
+                                 ", ".join(a + (" (uwsgi)" if p == "uwsgi" else "") for a, p in
+                                           binding.listeners(self.cfg)),
+                                 ", ".join(self.urls()))
+                self.cfg.update(was)
+        for addr, proto in ([] if st else binding.listeners(self.cfg)):
             # reuseport: the master only holds the port (bound, not
             # listening, so no connection queues on it); each worker gets a
             # listening socket of its own in the group.
             self.sockets.append(binding.create(addr, self.cfg["backlog"], reuseport=self.balance == "reuseport",
                                                umask=binding.unix_umask(self.cfg["umask"]),
                                                mode=self.cfg["chmod_socket"]))
+            self.protocols.append(proto)
             if self.owner and binding.parse(addr)[0] == "unix":
                 # gunicorn's: a socket it made is the user's, whose clients
                 # may be the user's too (the mode: binding.unix_umask); one
@@ -262,8 +268,8 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         # Held across an in-place reload's exec: what arrived meanwhile is
         # delivered now, to the handlers above.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
-        for s in self.sockets:
-            self.log.info("Listening at: %s", binding.describe(s)[2])
+        for url in self.urls():
+            self.log.info("Listening at: %s", url)
         self.log.info("Master %d: %d worker(s) x %d thread(s), balance %s, %s", self.pid,
                       self.num_workers, self.threads, self.balance,
                       "app loaded per worker (--lazy-apps)" if self.lazy else "app preloaded")
@@ -290,6 +296,10 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                              "the app there: --lazy-apps (gunicorn: preload_app = False)", len(started),
                              ", ".join(repr(t.name) for t in started))
         return app
+
+    def urls(self):
+        """The listening sockets, printable (binding.describe)."""
+        return [binding.describe(s, p)[2] for s, p in zip(self.sockets, self.protocols)]
 
     def discard(self):
         """start() failed: remove what it made that would outlive us (the
@@ -444,7 +454,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         current = [w for w in self.workers.values() if not w.old and not w.retiring]
         if self.announce and len(current) >= self.num_workers and all(w.ready for w in current):
             self.announce = False
-            urls = ", ".join(binding.describe(s)[2] for s in self.sockets)
+            urls = ", ".join(self.urls())
             self.notifier.ready(f"{len(current)} worker(s) serving {urls}")
 
     # ---- workers -------------------------------------------------------------
@@ -550,6 +560,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         self.hooks.call("post_fork", self, hw.in_child())
         # wsgi.multiprocess: true when the app may run in several processes at once.
         worker.run(worker.Setup(index, self.pid, sockets, self.app, self.app_spec, options, ready_fd,
+                                protocols=self.protocols,
                                 nice=self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
                                 status=status, stats=counters, balance=balance, offload=ofl,
                                 hooks=self.hooks, hook_worker=hw, master=self, owner=self.owner,

@@ -12,6 +12,12 @@ class BindError(Exception):
     pass
 
 
+def listeners(cfg):
+    """What to listen on: (address, protocol) for the --bind addresses (they
+    speak --protocol, http unless told), then the --uwsgi-socket ones."""
+    return [(a, cfg["protocol"]) for a in cfg["bind"]] + [(a, "uwsgi") for a in cfg["uwsgi_socket"]]
+
+
 def parse(addr, any_host="0.0.0.0"):
     """'HOST:PORT', '[::1]:PORT', ':PORT', 'PORT', 'unix:/path' or 'fd://N' -> (kind, value).
     A port without a host listens on any_host (every address, for --bind)."""
@@ -148,12 +154,13 @@ def reuseport_peer(sock, backlog):
     return peer
 
 
-def describe(sock):
-    """(SERVER_NAME, SERVER_PORT, printable URL) for a listening socket."""
+def describe(sock, protocol="http"):
+    """(SERVER_NAME, SERVER_PORT, printable URL) for a listening socket that
+    speaks `protocol` (http or uwsgi)."""
     name = sock.getsockname()
     if sock.family == socket.AF_UNIX:
         path = name if isinstance(name, str) else name.decode("latin-1")
-        return path, "", f"unix:{path}"
+        return path, "", f"unix:{path}" + (" (uwsgi)" if protocol == "uwsgi" else "")
     host, port = name[0], name[1]
-    url = f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
-    return host, str(port), url
+    netloc = f"[{host}]:{port}" if sock.family == socket.AF_INET6 else f"{host}:{port}"
+    return host, str(port), f"{protocol}://{netloc}"

@@ -117,7 +117,7 @@ def check(app_spec, cfg, origins, problems, ignored=(), refused=()):
     accepts it too). Names the config file read, as the server logs it."""
     problems = [*refused, *problems]
     problems += filter(None, [log_file_problem(cfg)])
-    for addr in cfg["bind"]:
+    for addr, _ in binding.listeners(cfg):
         try:
             binding.parse(addr)
         except binding.BindError as e:

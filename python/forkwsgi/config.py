@@ -340,6 +340,15 @@ SETTINGS = [
     Setting("chmod_socket", ["--chmod-socket"], None, _socket_mode, metavar="MODE",
             help="the mode of the unix sockets --bind makes, octal (uWSGI's chmod-socket: 660); "
                  "default: what the umask leaves"),
+    Setting("uwsgi_socket", ["--uwsgi-socket"], [], multiple=True, metavar="ADDR",
+            help="also listen here for the uwsgi protocol (nginx uwsgi_pass, uWSGI's socket =), repeatable: "
+                 "HOST:PORT, [::1]:PORT, unix:/path, fd://N. Given alone, no --bind default is opened"),
+    Setting("protocol", ["--protocol"], "http", _choice(("http", "uwsgi")), metavar="http|uwsgi",
+            help="what the --bind addresses speak: http, or uwsgi (gunicorn's protocol setting)"),
+    Setting("uwsgi_allow_ips", ["--uwsgi-allow-from"], ["127.0.0.1", "::1"], _addresses, metavar="ADDRS",
+            help="the peers (comma-separated IPs and CIDR networks, '*' for any) that may connect to a uwsgi "
+                 "socket: a uwsgi request says who the client is and how it came (REMOTE_ADDR, HTTPS); others "
+                 "are closed and logged. Unix-socket peers always may (gunicorn's uwsgi_allow_ips)"),
     Setting("backlog", ["--backlog"], 2048, _positive_int, "listen() backlog (capped by net.core.somaxconn)"),
     Setting("workers", ["-w", "--workers"], 1, _non_negative_int,
             "worker processes under a master; 0 serves from this process, with no master", section="Processes"),
@@ -647,7 +656,7 @@ def build_parser():
     for action in p._actions:
         if action.dest in BY_NAME and action.help != argparse.SUPPRESS:
             d = BY_NAME[action.dest].default
-            shown = ", ".join(d) if isinstance(d, list) else \
+            shown = (", ".join(d) or "none") if isinstance(d, list) else \
                 ",".join(f"{k}={v}" for k, v in d.items()) if isinstance(d, dict) else d
             action.help = f"{action.help} (default: {shown})"
     p.formatter_class = argparse.HelpFormatter
@@ -847,6 +856,8 @@ def load(argv, environ=None, origins=None, warnings=None, hook_fns=None, ignored
         _apply_flags(where, by_where[where], cfg, origins, gunicorn_given)
     _judge_gunicorn(gunicorn_given, warnings, ignored, refused)
     origins["preload"] = settle_preload(cfg, origins, gunicorn_file)
+    if cfg["uwsgi_socket"] and "bind" not in origins:
+        cfg["bind"] = []          # uwsgi sockets alone: no HTTP address nobody asked for
     unknown_atoms = accesslog.unknown_atoms(cfg["access_logformat"])
     if unknown_atoms:
         # gunicorn starts with them (and writes '-'): a warning, not an error.

@@ -68,8 +68,6 @@ NO_COUNTERPART = {
     "enable_backlog_metric": "--metrics reports forkwsgi_listen_queue, --stats the listen queue",
     "permit_obsolete_folding": "folded (obs-fold) header lines are refused (400), as RFC 9112 allows",
     "ssl_context": "terminate TLS in the proxy in front (nginx, HAProxy)",
-    "protocol": "HTTP/1.x only: put nginx's proxy_pass, not uwsgi_pass, in front",
-    "uwsgi_allow_ips": "HTTP/1.x only: put nginx's proxy_pass, not uwsgi_pass, in front",
     "http_protocols": "HTTP/1.x only: the proxy in front speaks HTTP/2 to the clients",
     "http2_cleartext": "HTTP/1.x only: the proxy in front speaks HTTP/2 to the clients",
     "http2_max_concurrent_streams": "HTTP/1.x only: the proxy in front speaks HTTP/2 to the clients",

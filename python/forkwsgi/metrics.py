@@ -153,9 +153,9 @@ def exposition(master):
 
     o.family("forkwsgi_listen_queue", "gauge", "Connections waiting in the kernel's accept queue.")
     o.family("forkwsgi_listen_queue_max", "gauge", "Size of the accept queue (--backlog, capped by somaxconn).")
-    for s in master.sockets:
+    for s, proto in zip(master.sockets, master.protocols):
         queued, size = stats.listen_queue(s)
-        name = binding.describe(s)[2]
+        name = binding.describe(s, proto)[2]
         o.sample("forkwsgi_listen_queue", queued, listener=name)
         o.sample("forkwsgi_listen_queue_max", size or master.cfg["backlog"], listener=name)
 

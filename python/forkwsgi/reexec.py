@@ -137,7 +137,8 @@ class InPlaceReload:
         """What a re-executed master takes over (JSON), and its descriptors."""
         slots, fds = self.slots.state()
         state = {"pid": self.pid, "balance": self.balance, "sockets": [s.fileno() for s in self.sockets],
-                 "bind": self.cfg["bind"],
+                 "bind": self.cfg["bind"], "uwsgi_socket": self.cfg["uwsgi_socket"], "protocol": self.cfg["protocol"],
+                 "protocols": self.protocols,
                  "slots": slots, "offload": None, "reloads": self.reloads + 1, "code_image": self.code_image,
                  "spawns": dict(self.spawns), "timeouts": dict(self.timeouts), "restarts": dict(self.restarts),
                  "retired_requests": dict(self.retired_requests),

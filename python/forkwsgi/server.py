@@ -43,7 +43,7 @@ class Server:
     def __init__(self, app, bind=None, *, host=None, port=None, sockets=None, logger=None,
                  _multiprocess=False, _status=None, _stats=None, _balance=None, _offload=False, _offload_host=None,
                  _release_listeners=False, _access_log_fd=None, _name="forkwsgi", _unix_umask=None,
-                 _access_logger=None, **options):
+                 _access_logger=None, _protocols=None, **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
         if bind is not None and isinstance(bind, str):
@@ -53,6 +53,8 @@ class Server:
         self.settings = config.resolve(options)
         if bind:
             self.settings["bind"] = list(bind)
+        elif self.settings["uwsgi_socket"]:
+            self.settings["bind"] = []          # the uwsgi sockets alone: no default HTTP address
         if self.settings["root_path"]:
             app = mounted(app, self.settings["root_path"])
         self.log = logger or log
@@ -67,8 +69,9 @@ class Server:
         _offload = _offload or _offload_host is not None or self._offload_host is not None
         if sockets is None:
             sockets = []
+            _protocols = [proto for _, proto in binding.listeners(self.settings)]
             try:
-                for addr in self.settings["bind"]:
+                for addr, _ in binding.listeners(self.settings):
                     sockets.append(binding.create(addr, self.settings["backlog"], umask=_unix_umask,
                                                   mode=self.settings["chmod_socket"]))
             except Exception:
@@ -77,7 +80,13 @@ class Server:
                 self._stop_offload()
                 raise
         self.sockets = list(sockets)
-        described = [binding.describe(s) for s in self.sockets]
+        # What each socket speaks: given with the sockets (a worker's, from
+        # its master), else what --protocol says.
+        self.protocols = list(_protocols) if _protocols is not None else [self.settings["protocol"]] * len(sockets)
+        if len(self.protocols) != len(self.sockets):
+            self.close()
+            raise ValueError("_protocols: one protocol per socket")
+        described = [binding.describe(s, p) for s, p in zip(self.sockets, self.protocols)]
         self.urls = [d[2] for d in described]
         base = {
             "wsgi.version": (1, 0),
@@ -127,7 +136,8 @@ class Server:
                 core["access_log"] = accesslog.spec(self.settings, access_fd)
             self._core = _forkwsgi.Server(
                 app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],
-                self.log, status=_status, stats=_stats, thread_name=_name, **core)
+                self.log, status=_status, stats=_stats, thread_name=_name,
+                uwsgi=[i for i, p in enumerate(self.protocols) if p == "uwsgi"], **core)
         except BaseException:
             self.close()
             raise
@@ -245,11 +255,10 @@ def run(app, host=None, port=None, *, bind=None, reuse_port=False, **options):
 
     bjoern's forms work as they are: run(app, host, port) and
     run(app, "unix:/path"). bind= (one address or a list) serves those and
-    nothing else; with neither, 127.0.0.1:8000. reuse_port is bjoern's
+    nothing else; with neither, 127.0.0.1:8000 (none with uwsgi_socket=). reuse_port is bjoern's
     flag: one process has no peers to share a port with, so it changes
     nothing here (forkwsgi --balance reuseport is the pre-forked form)."""
-    server = Server(app, bind, host=host, port=port, **options) if bind is not None or host is not None or \
-        port is not None else Server(app, host="127.0.0.1", port=8000, **options)
+    server = Server(app, bind, host=host, port=port, **options)
     with server:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: server.stop(graceful=True))

@@ -163,10 +163,10 @@ def uwsgi_document(master, previous):
     previous.clear()
     previous.update({w["pid"]: w["requests"] - inherited.get(w["pid"], 0) for w in workers})
     sockets, queued_total = [], 0
-    for s in master.sockets:
+    for s, proto in zip(master.sockets, master.protocols):
         queued, size = listen_queue(s)
         queued_total += queued
-        sockets.append({"name": binding.describe(s)[2], "proto": "http", "queue": queued,
+        sockets.append({"name": binding.describe(s, proto)[2], "proto": proto, "queue": queued,
                         "max_queue": size or master.cfg["backlog"], "shared": 0, "can_offload": 0})
     return {
         "version": f"{__version__} (forkwsgi)", "listen_queue": queued_total, "listen_queue_errors": 0,

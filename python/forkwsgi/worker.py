@@ -27,10 +27,11 @@ class Setup:
 
     def __init__(self, index, master_pid, sockets, app, app_spec, options, ready_fd, nice=0,
                  multiprocess=True, status=None, stats=None, balance=None, offload=None, hooks=None,
-                 hook_worker=None, master=None, owner=None, access_logger=None):
+                 hook_worker=None, master=None, owner=None, access_logger=None, protocols=None):
         self.index = index              # 1..N, for titles and logs
         self.master_pid = master_pid
         self.sockets = sockets          # the listening sockets it serves
+        self.protocols = protocols      # what each speaks (http, uwsgi); None: all --protocol
         self.app = app                  # preloaded, or None: loaded here from app_spec (--lazy-apps)
         self.app_spec = app_spec
         self.options = options          # the Server's settings
@@ -93,7 +94,8 @@ def run(setup, log):
             hw.count_requests(lambda: _forkwsgi.stats_read(setup.stats, 0)["requests"])      # worker.nr
         if "pre_request" in hooks or "post_request" in hooks:
             app = hooks_mod.wrap(app, hooks, hw)          # only then: no cost otherwise
-        server = Server(app, sockets=setup.sockets, logger=log, _multiprocess=setup.multiprocess,
+        server = Server(app, sockets=setup.sockets, _protocols=setup.protocols, logger=log,
+                        _multiprocess=setup.multiprocess,
                         _status=setup.status, _stats=setup.stats, _balance=setup.balance,
                         _offload=bool(setup.offload), _access_log_fd=access_fd,
                         _release_listeners=True, _name=f"forkwsgi worker {setup.index}",
