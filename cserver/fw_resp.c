@@ -226,7 +226,9 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     const char *conn = keep ? (c->req.minor == 0 ? "Connection: keep-alive\r\n" : "")
                             : "Connection: close\r\n";
     if (append_str(&c->out, conn) != 0 ||
-        (!r->app_server && fw_buf_append(&c->out, SERVER, sizeof(SERVER) - 1) != 0) ||
+        /* Behind uwsgi_pass nginx passes an upstream's Server on, and
+         * server_tokens would no longer decide: none, as uWSGI sends. */
+        (!r->app_server && !c->req.uwsgi && fw_buf_append(&c->out, SERVER, sizeof(SERVER) - 1) != 0) ||
         (!r->app_date && append_date(c) != 0) ||
         fw_buf_append(&c->out, "\r\n", 2) != 0)
         return -1;

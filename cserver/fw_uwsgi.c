@@ -195,9 +195,12 @@ int fw_uwsgi_request(const fw_uwsgi_packet *p, const fw_http_limits *lim, fw_req
         req->path_len = path->value_len;
         req->path_decoded = 1;
         /* modifier1 30: PATH_INFO has SCRIPT_NAME in front (uWSGI's
-         * UWSGI_MODIFIER_MANAGE_PATH_INFO); taken off only where it is. */
+         * UWSGI_MODIFIER_MANAGE_PATH_INFO); taken off only where it is,
+         * as whole path segments (/app off /app/x, never off /application). */
         if (p->modifier1 == FW_UWSGI_MANAGE_PATH_INFO && script && script->value_len <= path->value_len &&
-            memcmp(path->value, script->value, script->value_len) == 0) {
+            memcmp(path->value, script->value, script->value_len) == 0 &&
+            (script->value_len == path->value_len || path->value[script->value_len] == '/' ||
+             (script->value_len > 0 && script->value[script->value_len - 1] == '/'))) {
             req->path += script->value_len;
             req->path_len -= script->value_len;
         }

@@ -52,7 +52,7 @@ def test_help_lists_every_setting_with_default():
     (["apps:echo", "--no-such-option"], "unrecognized arguments: --no-such-option"),
     (["apps:echo", "--keep-alive", "soon"], "invalid value for --keep-alive"),
     (["apps:echo", "--backlog", "0"], "invalid value for --backlog"),
-    (["apps:echo", "--bind", "nonsense"], "invalid bind address"),
+    (["apps:echo", "--bind", "nonsense"], "bind address 'nonsense'"),
     (["apps:echo", "--bind", "127.0.0.1:99999"], "invalid port"),
     (["apps:echo", "--bind", "fd://notanumber"], "fd://N needs a number"),
     (["apps:echo", "--chdir", "/no/such/dir"], "cannot change to /no/such/dir"),

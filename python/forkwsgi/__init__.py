@@ -10,6 +10,6 @@ from . import config  # noqa: F401 - forkwsgi.config.ConfigError for embedders
 from ._forkwsgi import offload
 from ._version import __version__
 from .offload.counters import stats as offload_stats
-from .server import Server, run
+from .server import Server, listen, run
 
-__all__ = ["Server", "run", "config", "offload", "offload_stats", "__version__"]
+__all__ = ["Server", "listen", "run", "config", "offload", "offload_stats", "__version__"]

@@ -20,7 +20,7 @@ from . import config as config
 
 __version__: str
 
-__all__ = ["Server", "run", "config", "offload", "offload_stats", "__version__"]
+__all__ = ["Server", "listen", "run", "config", "offload", "offload_stats", "__version__"]
 
 # What offload() takes as a record's value or key (str is sent as UTF-8).
 _Payload: TypeAlias = str | bytes | bytearray | memoryview
@@ -98,11 +98,15 @@ class Server:
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
 
-def run(app: WSGIApplication, host: str | None = None, port: int | None = None, *,
+def listen(app: WSGIApplication, host: str | None = None, port: int | None = None, reuse_port: bool = False,
+           **options: Any) -> Server:
+    """bjoern's listen(): bind now; run() with no app serves it."""
+
+def run(app: WSGIApplication | None = None, host: str | None = None, port: int | None = None, *,
         bind: str | Sequence[str] | None = None, reuse_port: bool = False, **options: Any) -> None:
     """Serve `app` until SIGTERM (graceful) or SIGINT (immediate): bjoern's
-    forms (host, port; "unix:/path"), or bind= alone; 127.0.0.1:8000 when
-    given nothing."""
+    forms (host, port; "unix:/path"; listen() then run()), or bind= alone;
+    127.0.0.1:8000 when given nothing."""
 
 def offload(topic: str, value: _Payload, key: _Payload | None = None) -> bool:
     """Hand a record to the offload sibling: True if queued or spilled, False

@@ -19,9 +19,12 @@ def listeners(cfg):
 
 
 def parse(addr, any_host="0.0.0.0"):
-    """'HOST:PORT', '[::1]:PORT', ':PORT', 'PORT', 'unix:/path' or 'fd://N' -> (kind, value).
+    """'HOST:PORT' (or gunicorn's tcp://HOST:PORT, or HOST alone: port
+    8000), '[::1]:PORT', ':PORT', 'PORT', 'unix:/path' or 'fd://N' -> (kind, value).
     A port without a host listens on any_host (every address, for --bind)."""
     a = addr.strip()
+    if a.startswith("tcp://"):            # gunicorn's spelling of HOST:PORT
+        a = a[6:]
     if a.startswith("unix:"):
         path = a[5:]
         if path.startswith("//"):
@@ -46,6 +49,8 @@ def parse(addr, any_host="0.0.0.0"):
         family = socket.AF_INET
     elif a.isdigit():
         host, port, family = any_host, a, socket.AF_INET
+    elif a and ":" not in a and "/" not in a:
+        host, port, family = a, "8000", socket.AF_INET    # a host alone: port 8000, as gunicorn
     else:
         raise BindError(f"invalid bind address {addr!r}: use HOST:PORT, [ADDR]:PORT, unix:/path or fd://N")
     try:
@@ -92,6 +97,12 @@ def create(addr, backlog, reuseport=False, any_host="0.0.0.0", umask=None, mode=
                 raise BindError(f"fd://{value} is not a usable socket: {e.strerror}") from None
             if sock.type != socket.SOCK_STREAM:
                 raise BindError(f"fd://{value} is not a stream socket")
+            sock.listen(backlog)
+        elif kind == "unix" and value.startswith("@"):
+            # Linux's abstract namespace (bjoern's and uWSGI's unix:@name):
+            # no file, so no mode, no owner and nothing to remove.
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.bind("\0" + value[1:])
             sock.listen(backlog)
         elif kind == "unix":
             try:
@@ -160,6 +171,8 @@ def describe(sock, protocol="http"):
     name = sock.getsockname()
     if sock.family == socket.AF_UNIX:
         path = name if isinstance(name, str) else name.decode("latin-1")
+        if path.startswith("\0"):
+            path = "@" + path[1:]          # abstract, as it was written
         return path, "", f"unix:{path}" + (" (uwsgi)" if protocol == "uwsgi" else "")
     host, port = name[0], name[1]
     netloc = f"[{host}]:{port}" if sock.family == socket.AF_INET6 else f"{host}:{port}"

@@ -28,6 +28,11 @@ def main(argv=None):
         app_spec, cfg = config.load(argv, origins=origins, warnings=unknown, hook_fns=hook_fns,
                                     ignored=ignored, refused=refused)
     except config.ConfigError as e:
+        if isinstance(e, config.ConfigFileError) and "--check-config" in argv:
+            # The verdict gunicorn's --check-config gives a config file that
+            # cannot be read or raises: 1, as for any other failed check.
+            print(f"forkwsgi: error: {e}", file=sys.stderr)
+            return 1
         return fail(e)
     unknown += config.unknown_env()
     if cfg["print_config"]:

@@ -28,6 +28,11 @@ class ConfigError(Exception):
     """A bad setting value: reported as one line, never a traceback."""
 
 
+class ConfigFileError(ConfigError):
+    """The config file cannot be read, or raises: --check-config says 1,
+    as gunicorn's does, where other usage errors are 2."""
+
+
 def _positive_int(v):
     n = int(v)
     if n < 1:
@@ -55,7 +60,13 @@ def _umask(v):
 
 
 def _socket_mode(v):
-    """A unix socket's mode: three octal digits (uWSGI's chmod-socket: 660, 666)."""
+    """A unix socket's mode: three octal digits (uWSGI's chmod-socket: 660,
+    666), or the number itself (0o666 in a config file; what the master
+    passes a worker)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        if not 0 <= v <= 0o7777:
+            raise ValueError("a file mode, e.g. 0o660")
+        return v
     s = str(v).strip().removeprefix("0o")
     if not (1 <= len(s) <= 4 and set(s) <= set("01234567")):
         raise ValueError("octal digits, e.g. 660")
@@ -382,8 +393,9 @@ SETTINGS = [
     Setting("chdir", ["--chdir"], None, help="change to this directory before loading the app", metavar="DIR", section="General"),
     Setting("pythonpath", ["--pythonpath"], None, metavar="DIRS", section="General",
             help="comma-separated directories put first on the import path before the app is loaded"),
-    Setting("raw_env", ["-e", "--env"], [], _env_pair, multiple=True, metavar="KEY=VALUE", section="General",
-            help="set an environment variable for the app (repeatable)"),
+    Setting("raw_env", ["-e", "--env"], [], _env_pair, multiple=True, split=False, metavar="KEY=VALUE",
+            section="General", help="set an environment variable for the app (repeatable; the value may "
+                                    "hold commas, as gunicorn's)"),
     Setting("pidfile", ["--pid"], None, metavar="FILE", section="General",
             help="write the master's PID to FILE once the sockets are bound (removed at exit)"),
     Setting("umask", ["--umask"], None, _umask, metavar="MASK", section="General",
@@ -780,9 +792,9 @@ def read_config_file(location):
             return dict(vars(importlib.import_module(location[len("python:"):])))
         return runpy.run_path(location.removeprefix("file:"))
     except OSError as e:
-        raise ConfigError(f"cannot read config file {location}: {e.strerror}") from None
+        raise ConfigFileError(f"cannot read config file {location}: {e.strerror}") from None
     except Exception as e:  # the file is user code
-        raise ConfigError(f"error in config file {location}: {type(e).__name__}: {e}") from None
+        raise ConfigFileError(f"error in config file {location}: {type(e).__name__}: {e}") from None
 
 
 def load(argv, environ=None, origins=None, warnings=None, hook_fns=None, ignored=None, refused=None):
@@ -936,7 +948,9 @@ def _take(name, value, where, cfg, origins, gunicorn_given):
     _judge_gunicorn."""
     ours = gunicorn_compat.ALIASES.get(name, name)
     if ours in BY_NAME:
-        cfg[ours] = BY_NAME[ours].parse(value, where)
+        # None is "not set" (gunicorn's example config assigns user = None,
+        # pidfile = None): the default, not the text "None".
+        cfg[ours] = BY_NAME[ours].default if value is None else BY_NAME[ours].parse(value, where)
         origins[ours] = where
         return True
     if name in gunicorn_compat.NO_COUNTERPART or name in gunicorn_compat.GUNICORN_FLAGS:

@@ -102,8 +102,14 @@ def setup(cfg):
             log.propagate = False
             log.disabled = False
             log.setLevel(target.getEffectiveLevel())
-        elif not log.level:
-            log.setLevel(level)
+        else:
+            if not log.level:
+                log.setLevel(level)
+            # disable_existing_loggers: True in the user's configuration
+            # would silence the server (its errors included); a logger the
+            # configuration does not name is not the user's to turn off.
+            if "forkwsgi" not in names:
+                log.disabled = False
         _say_where_access_goes(cfg)
         return
     path = cfg.get("error_logfile") or "-"

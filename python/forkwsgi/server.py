@@ -250,15 +250,44 @@ def address(host, port):
     return f"[{h}]:{p}" if ":" in h and not h.startswith("[") else f"{h}:{p}"
 
 
-def run(app, host=None, port=None, *, bind=None, reuse_port=False, **options):
+# bjoern's listen(app, host, port) then run(): the server listen() bound,
+# which run() without an app serves (bjoern has one such, module-wide).
+_listened = []
+
+
+def listen(app, host=None, port=None, reuse_port=False, **options):
+    """bjoern.listen: bind now (errors show here); run() serves it."""
+    server = Server(app, host=host, port=port, **_bjoern_options(options))
+    _listened[:] = [server]
+    return server
+
+
+def _bjoern_options(options):
+    """bjoern's statsd={...} needs a master here (forkwsgi --workers N
+    --statsd-host HOST:PORT): said, then left out."""
+    statsd = options.pop("statsd", None)
+    if statsd and statsd.get("enable", True):
+        log.warning("statsd=: forkwsgi sends statsd metrics from its master: run forkwsgi --workers N "
+                    "--statsd-host %s:%s; ignored here", statsd.get("host", "127.0.0.1"), statsd.get("port", 8125))
+    return options
+
+
+def run(app=None, host=None, port=None, *, bind=None, reuse_port=False, **options):
     """Serve `app` until SIGTERM (graceful) or SIGINT (immediate).
 
-    bjoern's forms work as they are: run(app, host, port) and
-    run(app, "unix:/path"). bind= (one address or a list) serves those and
-    nothing else; with neither, 127.0.0.1:8000 (none with uwsgi_socket=). reuse_port is bjoern's
-    flag: one process has no peers to share a port with, so it changes
-    nothing here (forkwsgi --balance reuseport is the pre-forked form)."""
-    server = Server(app, bind, host=host, port=port, **options)
+    bjoern's forms work as they are: run(app, host, port),
+    run(app, "unix:/path") (and unix:@name, an abstract socket), and
+    listen(app, host, port) then run(). bind= (one address or a list)
+    serves those and nothing else; with neither, 127.0.0.1:8000 (none with
+    uwsgi_socket=). reuse_port is bjoern's flag: one process has no peers
+    to share a port with, so it changes nothing here (forkwsgi --balance
+    reuseport is the pre-forked form)."""
+    if app is None:
+        if not _listened:
+            raise TypeError("run() needs an app, or listen(app, host, port) before it")
+        server = _listened.pop()
+    else:
+        server = Server(app, bind, host=host, port=port, **_bjoern_options(options))
     with server:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: server.stop(graceful=True))

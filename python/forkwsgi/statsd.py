@@ -29,6 +29,7 @@ is counted and dropped, never retried and never waited for.
 import logging
 import math
 import socket
+import threading
 import time
 
 from . import _forkwsgi
@@ -124,6 +125,8 @@ class Statsd:
         self.workers = None          # the last gauge sent
         self.next_at = 0.0
         self.sock = None
+        self.ready = None            # a socket a lookup aside has made (_connect_aside)
+        self.connecting = False
         self.retry_at = 0.0
         self.failed = 0              # datagrams that could not be sent
         self._connect(quiet=False)
@@ -139,6 +142,24 @@ class Statsd:
             self.retry_at = time.monotonic() + RETRY
             if not quiet:
                 self.log.warning("statsd %s: %s; tried again every %g s", self.addr, e.strerror or e, RETRY)
+
+    def _connect_aside(self):
+        """Try again on a thread of its own: a name lookup may take seconds
+        (a DNS server that does not answer), which the master's loop must
+        never wait for. The socket is taken up at a later flush."""
+        self.retry_at = time.monotonic() + RETRY
+        if self.connecting:
+            return
+        self.connecting = True
+
+        def attempt():
+            try:
+                self.ready = open_socket(self.addr)
+            except (OSError, UnicodeError):
+                pass
+            finally:
+                self.connecting = False
+        threading.Thread(target=attempt, name="forkwsgi statsd lookup", daemon=True).start()
 
     def line(self, name, value, kind, rate=None):
         return f"{self.prefix}{name}:{value}|{kind}" + (f"|@{round(rate, 6)}" if rate is not None else "") + self.tags
@@ -167,8 +188,10 @@ class Statsd:
     def flush(self, master, gauge=True):
         """Send what changed. gauge=False: not the number of workers (at
         the stop, when none is left: gunicorn sends no 0 either)."""
+        if self.sock is None:
+            self.sock, self.ready = self.ready, None
         if self.sock is None and time.monotonic() >= self.retry_at:
-            self._connect()
+            self._connect_aside()
         totals = current_totals(master)
         if self.sent is None:           # started now: count from here
             self.sent = totals
