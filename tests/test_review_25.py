@@ -44,6 +44,15 @@ def get(port, path="/"):
         return c.read_response()
 
 
+def read_to_close(sock):
+    data = b""
+    while True:
+        d = sock.recv(65536)
+        if not d:
+            return data
+        data += d
+
+
 def forkwsgi(*args, cwd=HERE, timeout=30, env=None):
     e = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     e.update(env or {})
@@ -163,12 +172,7 @@ def test_bjoern_listen_then_run_and_abstract_sockets(tmp_path, form):
                     c.connect("\0" + name)
                 with c:
                     c.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-                    data = b""
-                    while True:
-                        d = c.recv(4096)
-                        if not d:
-                            return data
-                        data += d
+                    return read_to_close(c)
             except OSError:
                 return b""
         assert wait_for(lambda: ask().endswith(b"bjoern"), 15)
@@ -218,12 +222,7 @@ def uwsgi_ask(s, variables, modifier1=0):
     port = int(s.log().split("uwsgi://127.0.0.1:")[1].split()[0])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
         c.sendall(packet(variables, modifier1=modifier1))
-        data = b""
-        while True:
-            d = c.recv(65536)
-            if not d:
-                return data
-            data += d
+        return read_to_close(c)
 
 
 def test_modifier30_takes_whole_segments_only(uwsgi_server):
