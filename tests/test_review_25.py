@@ -128,7 +128,12 @@ def test_a_statsd_name_that_does_not_resolve_never_holds_the_master(servers, tmp
                    "--metrics", f"127.0.0.1:{mport}",
                    env={"PYTHONPATH": os.pathsep.join([str(tmp_path), HERE, os.environ.get("PYTHONPATH", "")])})
     servers.append(s)
-    assert wait_for(lambda: len(s.worker_pids()) == 1, 20)
+    def serving():
+        try:
+            return healthz(mport) < 1.0           # the master has the worker ready
+        except (OSError, AssertionError):
+            return False
+    assert wait_for(serving, 20)
     worst, end = 0.0, time.monotonic() + 7
     while time.monotonic() < end:
         worst = max(worst, healthz(mport, timeout=10))
