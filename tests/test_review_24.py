@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from conftest import ServerProc
+from conftest import HERE, ServerProc
 from httpraw import Conn, wait_for
 from test_reload import APP, workers, write_app
 from test_supervision import free_port, healthz
@@ -295,3 +295,36 @@ def test_log_rotation_under_user_gives_the_new_files_to_the_user():
     finally:
         s.stop()
         shutil.rmtree(d, ignore_errors=True)
+
+
+# ---- an upgrade of forkwsgi itself under a running server --------------------------
+
+OTHER_BUILD = """
+# Only in the reload's check (python -m forkwsgi.preflight): a forkwsgi
+# build whose shared memory is laid out otherwise, as after an upgrade.
+with open("/proc/self/cmdline", "rb") as _f:
+    if b"forkwsgi.preflight" in _f.read():
+        import forkwsgi.slots
+        forkwsgi.slots.LAYOUT = "status 512, stats 9999, scoreboard 128"
+"""
+
+
+def test_a_reload_into_a_build_with_another_memory_layout_is_refused(tmp_path):
+    """The master would exec into the new build and read the running
+    workers' shared memory wrongly: the check reports its layout, and a
+    different one keeps the workers serving, with an error that says a
+    restart is needed."""
+    (tmp_path / "sitecustomize.py").write_text(OTHER_BUILD)
+    s = ServerProc("apps:pid", "--workers", "2",
+                   env={"PYTHONPATH": os.pathsep.join([str(tmp_path), HERE, os.environ.get("PYTHONPATH", "")])})
+    try:
+        assert wait_for(lambda: len(workers(s)) == 2)
+        before = set(workers(s))
+        s.signal(signal.SIGHUP)
+        assert wait_for(lambda: "an upgrade of forkwsgi itself takes a restart" in s.log(), 30), s.log()[-3000:]
+        time.sleep(1.0)
+        assert "Reloaded in place" not in s.log()
+        assert set(workers(s)) == before
+        assert get(s.port).status == 200
+    finally:
+        s.stop()

@@ -714,6 +714,9 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
             self.log.error("the app still does not import (try %d): %s; the workers of the code before serve "
                            "on; next try in %.0f s", self.import_attempts, self.no_app, self.import_delay)
             return
+        if not self.same_layout(output):
+            self.import_retry_at = time.monotonic() + self.IMPORT_RETRY_MAX
+            return
         # Not imported here: modules of the failed tries are still in
         # sys.modules, and would mix old code with new. A fresh image
         # imports it all, as on any reload.

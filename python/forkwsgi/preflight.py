@@ -12,7 +12,7 @@ config.load raises it.
 """
 import sys
 
-from . import appload, config, process
+from . import appload, config, process, slots
 
 
 def main(argv):
@@ -49,7 +49,12 @@ def main(argv):
     except BaseException as e:  # noqa: BLE001 - the app's own error, reported
         print(f"error while importing the app {app_spec!r}: {appload.describe_error(e)}", file=sys.stderr)
         return 1
+    # The running master compares it with its own (reexec.layout_of).
+    print(f"{LAYOUT_SAYS}{slots.LAYOUT}")
     return 0
+
+
+LAYOUT_SAYS = "shared memory layout: "
 
 
 if __name__ == "__main__":

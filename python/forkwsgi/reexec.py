@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 
+from . import preflight, slots
+
 ENV = "FORKWSGI_REEXEC"
 log = logging.getLogger("forkwsgi")
 
@@ -186,7 +188,23 @@ class InPlaceReload:
                            "have: %s", len(self.workers), output or "(no output)")
             self.announce_ready()
             return
+        if not self.same_layout(output):
+            self.announce_ready()
+            return
         self.re_execute()
+
+    def same_layout(self, output):
+        """Does the build the check ran lay out the shared memory as this
+        one (slots.LAYOUT)? If not (forkwsgi was upgraded in place), an
+        exec would read the running workers' memory wrongly: said, and the
+        workers serve on until a restart."""
+        said = layout_of(output)
+        if said is None or said == slots.LAYOUT:
+            return True          # (a build before the check said it: as before)
+        self.log.error("reload: the forkwsgi now installed lays out the memory shared with the workers "
+                       "differently (%s; running: %s): an upgrade of forkwsgi itself takes a restart; the %d "
+                       "worker(s) serve on", said, slots.LAYOUT, len(self.workers))
+        return False
 
     def re_execute(self):
         """exec() into a new image of this master, which takes over the
@@ -198,6 +216,14 @@ class InPlaceReload:
         err = execute(state, fds, self.argv, self.cwd, self.SIGNALS, self.notifier.environ())
         self.log.error("reload: cannot re-execute %s: %s; the workers serve on", sys.executable, err)
         self.announce_ready()
+
+
+def layout_of(output):
+    """The shared-memory layout a preflight check reported, or None."""
+    for line in (output or "").splitlines():
+        if line.startswith(preflight.LAYOUT_SAYS):
+            return line[len(preflight.LAYOUT_SAYS):].strip()
+    return None
 
 
 def execute(state, fds, argv, cwd, signals, extra_env):

@@ -31,6 +31,10 @@ log = logging.getLogger("forkwsgi")
 
 STATUS_SIZE = _forkwsgi.STATUS_SIZE
 STATS_SIZE = _forkwsgi.STATS_SIZE
+# How this build lays out the memory it shares with the workers: a master
+# re-executing itself into a build with another layout would read the
+# running workers' memory wrongly (reexec.py checks it before the exec).
+LAYOUT = f"status {STATUS_SIZE}, stats {STATS_SIZE}, scoreboard {_forkwsgi.SB_SLOT_SIZE}"
 # A connection stranded in a dead worker's hand-off queue waits at most this
 # long in the master for a live worker to take it.
 STRANDED_SECONDS = 10.0
