@@ -239,7 +239,7 @@ def test_reload_checks_leave_no_app_metrics_behind(tmp_path):
         # worker's counts stay, as prometheus_client's multiprocess mode
         # keeps them); the import checks count nothing.
         assert before == ["review_loads_total 1.0"], before
-        assert wait_for(lambda: loads() == ["review_loads_total 4.0"], 10), loads()
+        assert wait_for(lambda: loads() == ["review_loads_total 4.0"], 30), loads()
     finally:
         s.stop()
 

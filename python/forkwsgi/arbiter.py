@@ -247,15 +247,11 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
                     raise
                 # The check before the exec passed, the import now fails (the
                 # code changed again meanwhile): the workers serve on.
-                self.no_app = appload.describe_error(e)
+                self.hold_for_import(appload.describe_error(e))
                 self.log.error("reload: the app does not import: %s; the %d running worker(s) serve on with "
                                "the code they have and do not retire by themselves (--max-requests, --max-rss) "
                                "meanwhile; the import is tried again in %.0f s (or fix it and send SIGHUP)",
                                self.no_app, len(self.workers), self.import_delay)
-                for w in self.workers.values():
-                    w.old = False
-                self.hold_workers(True)
-                self.import_retry_at = time.monotonic() + self.import_delay
             # Objects made so far (the app, its imports) stay out of the
             # collector's reach, so the workers share their pages instead of
             # copying them when a collection touches them.
@@ -668,13 +664,19 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         running workers down too: they serve on, none retires by itself,
         and the import is tried again (retry_import), as after a reload
         whose new image does not import."""
-        if not self.no_app:
-            self.import_retry_at = time.monotonic() + self.import_delay
-        self.no_app = f"worker {w.index} could not import the app {self.app_spec!r} (its error is above)"
+        self.hold_for_import(f"worker {w.index} could not import the app {self.app_spec!r} (its error is above)")
         serving = sum(1 for x in self.workers.values() if x.ready and not x.retiring)
         self.log.error("%s: the %d running worker(s) serve on with the code they have and do not retire by "
                        "themselves meanwhile; the import is tried again in %.0f s (or fix it and send SIGHUP)",
                        self.no_app, serving, max(0.0, self.import_retry_at - time.monotonic()))
+
+    def hold_for_import(self, why):
+        """No app to fork from (why): the workers that serve keep serving
+        (none is replaced as old, none retires by itself) and the import is
+        tried again (retry_import), from now on if not already."""
+        if not self.no_app:
+            self.import_retry_at = time.monotonic() + self.import_delay
+        self.no_app = why
         for x in self.workers.values():
             if not x.retiring:
                 x.old = False
