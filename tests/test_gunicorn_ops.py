@@ -21,6 +21,7 @@ import pytest
 
 from conftest import HERE, ServerProc
 from httpraw import Conn, wait_for
+from nginx_conf import nginx_conf
 
 APP_MODES = ("inline",)
 
@@ -332,26 +333,11 @@ def test_statsd_to_a_unix_socket_and_a_bad_address(tmp_path, servers):
 
 NGINX = shutil.which("nginx") or (os.path.exists("/usr/sbin/nginx") and "/usr/sbin/nginx")
 
-NGINX_AS_WWW_DATA = """
-user www-data;
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-daemon off;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
+NGINX_HTTP = """
     server {{
         listen 127.0.0.1:{port};
         location / {{ proxy_pass http://unix:{sock}; }}
-    }}
-}}
-"""
+    }}"""
 
 
 @pytest.fixture
@@ -382,7 +368,7 @@ def test_unix_socket_mode_is_gunicorns_so_nginx_as_www_data_connects(open_dir, s
     port = free_port()
     conf = os.path.join(open_dir, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(NGINX_AS_WWW_DATA.format(dir=open_dir, port=port, sock=sock))
+        f.write(nginx_conf(open_dir, NGINX_HTTP.format(port=port, sock=sock), user="www-data", connections=64))
     out = open(os.path.join(open_dir, "nginx.out"), "w")
     nginx = subprocess.Popen([NGINX, "-p", open_dir, "-e", os.path.join(open_dir, "error.log"), "-c", conf],
                              stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

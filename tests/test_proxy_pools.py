@@ -20,6 +20,7 @@ import pytest
 
 from conftest import ServerProc
 from httpraw import wait_for
+from nginx_conf import nginx_conf
 from test_handover import error_lines, pinned, wrk
 
 APP_MODES = ("inline",)
@@ -31,19 +32,7 @@ pytestmark = pytest.mark.skipif(not (NGINX and HAPROXY and shutil.which("wrk")),
 
 # The proxies close idle upstream connections after 60 s; forkwsgi keeps
 # them 75 s (its default): the proxy, never the server, ends an idle one.
-NGINX_CONF = """
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-daemon off;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
+NGINX_HTTP = """
     upstream app {{
         server 127.0.0.1:{upstream};
         keepalive 32;
@@ -57,7 +46,6 @@ http {{
             proxy_set_header Connection "";
         }}
     }}
-}}
 """
 
 HAPROXY_CONF = """
@@ -94,8 +82,10 @@ class Proxy:
         self.kind, self.port, self.dir = kind, free_port(), str(tmp)
         conf = os.path.join(self.dir, kind + ".conf")
         with open(conf, "w") as f:
-            f.write((NGINX_CONF if kind == "nginx" else HAPROXY_CONF).format(
-                dir=self.dir, upstream=upstream_port, port=self.port))
+            if kind == "nginx":
+                f.write(nginx_conf(self.dir, NGINX_HTTP.format(upstream=upstream_port, port=self.port)))
+            else:
+                f.write(HAPROXY_CONF.format(dir=self.dir, upstream=upstream_port, port=self.port))
         cmd = [NGINX, "-p", self.dir, "-e", os.path.join(self.dir, "error.log"), "-c", conf] \
             if kind == "nginx" else [HAPROXY, "-f", conf, "-db"]
         self.log = open(os.path.join(self.dir, kind + ".out"), "w")

@@ -27,6 +27,7 @@ import pytest
 import uwsgi_apps
 from conftest import ServerProc, mode_env
 from httpraw import Closed, Conn, wait_for
+from nginx_conf import nginx_conf
 
 NGINX = shutil.which("nginx") or (os.path.exists("/usr/sbin/nginx") and "/usr/sbin/nginx")
 UWSGI_PARAMS = "/etc/nginx/uwsgi_params"
@@ -311,21 +312,8 @@ def test_bad_protocol_is_a_one_line_error():
 
 # Workers as root (this test runs as root): the unix socket lives in the
 # test's private temp dir. nginx as www-data on a socket is item 8's test.
-NGINX_CONF = """
-{user}
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-daemon off;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
+NGINX_HTTP = """
     client_max_body_size 20m;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
     server {{
         listen 127.0.0.1:{tcp_port};
         location / {{
@@ -340,7 +328,6 @@ http {{
             uwsgi_pass unix:{path};
         }}
     }}
-}}
 """
 
 
@@ -358,9 +345,9 @@ def nginx(srv, tmp_path_factory):
     shutil.copy(UWSGI_PARAMS, d / "uwsgi_params")       # `include uwsgi_params;` as users write it
     ports = {"tcp": free_port(), "unix": free_port()}
     conf = d / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(user="user root;" if os.geteuid() == 0 else "", dir=d, tcp_port=ports["tcp"],
-                                      unix_port=ports["unix"],
-                                      upstream=srv.uwsgi_port, path=srv.uwsgi_path))
+    conf.write_text(nginx_conf(d, NGINX_HTTP.format(tcp_port=ports["tcp"], unix_port=ports["unix"],
+                                                    upstream=srv.uwsgi_port, path=srv.uwsgi_path),
+                               user="root" if os.geteuid() == 0 else None, connections=256))
     out = open(d / "nginx.out", "w")
     proc = subprocess.Popen([NGINX, "-p", str(d), "-e", str(d / "error.log"), "-c", str(conf)], stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True)
