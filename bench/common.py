@@ -75,6 +75,26 @@ def write_section(path, title, section):
         f.write(text.rstrip() + "\n")
 
 
+def nginx_conf(dir, http, connections=1024):
+    """An nginx.conf for a run: in the foreground, its pid, error log and
+    temp files in `dir`, around `http` (the inside of the http block)."""
+    return f"""worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+daemon off;
+events {{ worker_connections {connections}; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+{http}
+}}
+"""
+
+
 def free_port(host="127.0.0.1"):
     """A port nobody listens on now (the kernel's pick for port 0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

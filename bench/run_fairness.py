@@ -39,7 +39,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import LIVE, ServerTree, free_port, log, write_section  # noqa: E402
+from common import LIVE, ServerTree, free_port, log, nginx_conf, write_section  # noqa: E402
 from run_balance import GUNICORN_EXTRA, VENV_PY, ensure_venv  # noqa: E402
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
@@ -150,23 +150,12 @@ def mixed(port, seconds=12.0):
             "share": len(lat["new"]) / total if total else 0.0, "errors": len(errors)}
 
 
-NGINX_CONF = """
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-daemon off;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy; fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi; scgi_temp_path {dir}/scgi;
+NGINX_HTTP = """
     upstream app {{ server 127.0.0.1:{upstream}; keepalive 32; keepalive_timeout 60s; }}
     server {{
         listen 127.0.0.1:{port};
         location / {{ proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }}
-    }}
-}}
-"""
+    }}"""
 
 
 def health(port, seconds=12.0):
@@ -174,7 +163,7 @@ def health(port, seconds=12.0):
     d = tempfile.mkdtemp(prefix="fairness-nginx-")
     nport = free_port()
     with open(os.path.join(d, "nginx.conf"), "w") as f:
-        f.write(NGINX_CONF.format(dir=d, upstream=port, port=nport))
+        f.write(nginx_conf(d, NGINX_HTTP.format(upstream=port, port=nport)))
     proxy = subprocess.Popen(["taskset", "-c", CLIENT_CPU, nginx, "-p", d, "-c", os.path.join(d, "nginx.conf")],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

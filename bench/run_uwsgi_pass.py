@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import ServerTree, free_port, log, run_quiet, wait_until_quiet, write_section  # noqa: E402
+from common import ServerTree, free_port, log, nginx_conf, run_quiet, wait_until_quiet, write_section  # noqa: E402
 
 SECTION = "## uwsgi_pass: forkwsgi --uwsgi-socket vs uWSGI behind nginx"
 BENCH = run_core.BENCH
@@ -53,19 +53,7 @@ WORKLOAD = "nginx-hello"
 run_core.WORKLOADS[WORKLOAD] = run_core.Workload("keep-alive to nginx, 50 connections, hello", "/", "stats.lua",
                                                  ["-t1", "-c50"], [])
 
-NGINX_CONF = """
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-daemon off;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
+NGINX_HTTP = """
     upstream http_app {{
         server 127.0.0.1:{upstream};
         keepalive 32;
@@ -75,9 +63,7 @@ http {{
         location / {{
 {location}
         }}
-    }}
-}}
-"""
+    }}"""
 UWSGI_LOCATION = "            include uwsgi_params;\n            uwsgi_pass 127.0.0.1:{upstream};"
 HTTP_LOCATION = ("            proxy_pass http://http_app;\n            proxy_http_version 1.1;\n"
                  "            proxy_set_header Connection \"\";")
@@ -124,8 +110,8 @@ def start_nginx(location, upstream, tag):
     port = free_port()
     conf = os.path.join(d, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(dir=d, port=port, upstream=upstream,
-                                  location=location.format(upstream=upstream)))
+        f.write(nginx_conf(d, NGINX_HTTP.format(port=port, upstream=upstream,
+                                                location=location.format(upstream=upstream))))
     tree = ServerTree([NGINX, "-p", d, "-e", os.path.join(d, "error.log"), "-c", conf], port,
                       os.path.join(d, "nginx.out"), dict(os.environ), NGINX_CPU, BENCH)
     tree.error_log = os.path.join(d, "error.log")
