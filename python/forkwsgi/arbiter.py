@@ -439,7 +439,9 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         self.served = True
         self.log.debug("worker %d (pid %d) ready", w.index, w.pid)
         old = [o for o in self.workers.values() if o.old and not o.retiring]
-        if old:           # rolling reload: one old worker out for each new one in
+        if old and not w.old:   # rolling reload: one old worker out for each new one in
+            # (not for an old one that comes ready late: a reload sent while
+            # it was still booting must not retire its peer for nothing)
             o = min(old, key=lambda o: (not o.due, o.index))
             self.retire(o, "max_requests" if o.due else "reload")
         self.announce_ready()
