@@ -30,7 +30,7 @@ import pytest
 
 from conftest import HERE, ServerProc
 from httpraw import Conn, wait_for
-from test_reload import APP, workers, write_app
+from test_reload import APP, ready_workers, workers, write_app
 from test_supervision import free_port, healthz
 
 APP_MODES = ("inline",)
@@ -52,9 +52,12 @@ def version_of(port):
 
 def test_lazy_apps_a_hup_to_code_that_does_not_import_keeps_the_server(tmp_path):
     write_app(str(tmp_path), "v1")
-    s = ServerProc("deployed:app", "--pythonpath", str(tmp_path), "--workers", "2", "--lazy-apps")
+    s = ServerProc("deployed:app", "--pythonpath", str(tmp_path), "--workers", "2", "--lazy-apps",
+                   "--log-level", "debug")
     try:
-        assert wait_for(lambda: len(workers(s)) == 2)
+        # both serve v1 (a lazy worker still importing would import the
+        # broken code below, and fail like the new ones)
+        assert wait_for(lambda: len(ready_workers(s)) == 2)
         first = set(workers(s))
         write_app(str(tmp_path), "v2", broken=True)
         s.signal(signal.SIGHUP)

@@ -568,6 +568,7 @@ class Arbiter(reexec.InPlaceReload, hooks.GunicornServer):
         """Retire w while the others serve on: it hands its idle connections
         to them (the scoreboard flag says so) instead of closing them.
         reason: reload, max_rss, or scale_down (SIGTTOU: not replaced)."""
+        self.log.debug("worker %d (pid %d) retires (%s)", w.index, w.pid, reason)
         w.retiring = True
         w.retire_reason = reason
         w.stopping_since = time.monotonic()

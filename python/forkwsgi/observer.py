@@ -216,6 +216,34 @@ def serve_for(observers, timeout, master, read_fds=(), write_fds=()):
     return others_r, others_w
 
 
+def finish(observers, master, budget):
+    """Before the master exec()s into a new image (a reload in place): the
+    clients already accepted get their answers, for up to budget seconds
+    (or until a stop signal), instead of a reset: a scrape that coincides
+    with a reload must not fail. Nobody new is accepted meanwhile: they
+    wait in the listening sockets' queues, which the new image inherits."""
+    pending = sum(len(obs.clients) for obs in observers)
+    if pending:
+        log.debug("reload: answering %d --metrics/--stats client(s) before the exec", pending)
+    end = time.monotonic() + budget
+    while not master.stop_pending():
+        rfds, wfds = [], []
+        for obs in observers:
+            rfds += [fd for fd, c in obs.clients.items() if c.answer is None]
+            wfds += obs.write_fds()
+        left = end - time.monotonic()
+        if not (rfds or wfds) or left <= 0:
+            return
+        try:
+            readable, writable = select_fds(rfds, wfds, min(left, 0.05))
+        except InterruptedError:
+            continue
+        for fd in set(readable) | set(writable):
+            obs = next((o for o in observers if o.owns(fd)), None)
+            if obs is not None:
+                obs.ready(fd, master)
+
+
 def select_fds(rfds, wfds, timeout):
     """select() without its FD_SETSIZE limit (poll underneath)."""
     p = select.poll()

@@ -30,9 +30,10 @@ import subprocess
 import sys
 import tempfile
 
-from . import preflight, slots
+from . import observer, preflight, slots
 
 ENV = "FORKWSGI_REEXEC"
+FINISH_OBSERVERS = 1.0      # seconds, at most, to answer the --metrics/--stats clients already accepted
 log = logging.getLogger("forkwsgi")
 
 # Variables that belong to the master, not to the preflight check.
@@ -211,9 +212,13 @@ class InPlaceReload:
         workers; returns only if that failed (said in the log)."""
         if self.statsd:
             self.statsd.flush(self)     # what was counted so far goes now: the new image starts from there
+        observer.finish(self.observers, self, FINISH_OBSERVERS)
+        if self.stop_pending():
+            self.log.info("reload: a stop came first; no re-execution")
+            return
         state, fds = self._state()
         self.hooks.call("pre_exec", self)
-        err = execute(state, fds, self.argv, self.cwd, self.SIGNALS, self.notifier.environ())
+        err = execute(state, fds, self.argv, self.cwd, self.SIGNALS, self.notifier.environ(), self.sig_queue)
         self.log.error("reload: cannot re-execute %s: %s; the workers serve on", sys.executable, err)
         self.announce_ready()
 
@@ -226,10 +231,12 @@ def layout_of(output):
     return None
 
 
-def execute(state, fds, argv, cwd, signals, extra_env):
+def execute(state, fds, argv, cwd, signals, extra_env, queued):
     """exec() this process into a new forkwsgi master with `argv`, handing
     it `state` (JSON), the descriptors `fds` and extra_env (what was taken
-    out of the environment at start: systemd's NOTIFY_SOCKET). Returns only
+    out of the environment at start: systemd's NOTIFY_SOCKET). The signals
+    received but not yet handled (`queued`, emptied) are raised again while
+    blocked: pending across exec, the new image handles them. Returns only
     if exec failed (after undoing what it did), with the OSError."""
     for fd in fds:
         os.set_inheritable(fd, True)
@@ -240,6 +247,9 @@ def execute(state, fds, argv, cwd, signals, extra_env):
         h.flush()
     sys.stdout.flush()
     sys.stderr.flush()
+    for sig in dict.fromkeys(queued):
+        os.kill(os.getpid(), sig)
+    queued.clear()
     here = os.getcwd()
     try:
         os.chdir(cwd)
