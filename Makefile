@@ -31,8 +31,8 @@ SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 SAN_ENV  := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
-HTTP_SRC := cserver/fw_http.c cserver/fw_buf.c
-HTTP_HDR := cserver/fw_http.h cserver/fw_buf.h tests/c/http_sim.h
+HTTP_SRC := cserver/fw_http.c cserver/fw_reqread.c cserver/fw_buf.c
+HTTP_HDR := cserver/fw_http.h cserver/fw_reqread.h cserver/fw_buf.h tests/c/http_sim.h
 
 CBUILD   := tests/c/build
 FBUILD   := tests/fuzz/build

@@ -51,8 +51,7 @@ int fw_body_setup(fw_conn *c)
         return FW_BODY_NONE;
     }
     b->src = FW_B_MEM;
-    b->chunked = r->chunked;
-    b->cl_left = r->chunked ? 0 : r->content_length;
+    fw_bodydec_init(&b->dec, r);
     /* Expect: 100-continue: 100 Continue at once and the body is read
      * before the app runs (PEP 3333's first way, gunicorn's), so no thread
      * ever waits for a client's body. */
@@ -98,28 +97,12 @@ int fw_body_arrived(const fw_conn *c)
 static int decode_step(fw_conn *c, const char **p, size_t *n)
 {
     fw_body *b = &c->body;
-    size_t used = fw_buf_used(&c->in);
-    if (b->chunked) {
-        if (used == 0)
-            return FW_HTTP_INCOMPLETE;
-        size_t u;
-        int rc = fw_chunked_feed(&b->ck, fw_buf_head(&c->in), used, &u, p, n, &c->srv->cfg.limits);
-        fw_buf_consume(&c->in, u);
-        if (rc == FW_CHUNK_DATA)
-            b->total += *n;
-        return rc;
-    }
-    if (b->cl_left == 0)
-        return FW_CHUNK_DONE;
-    if (used == 0)
-        return FW_HTTP_INCOMPLETE;
-    size_t k = used < b->cl_left ? used : (size_t)b->cl_left;
-    *p = fw_buf_head(&c->in);
-    *n = k;
-    fw_buf_consume(&c->in, k);
-    b->cl_left -= k;
-    b->total += k;
-    return FW_CHUNK_DATA;
+    size_t u;
+    int rc = fw_bodydec_next(&b->dec, fw_buf_head(&c->in), fw_buf_used(&c->in), &u, p, n, &c->srv->cfg.limits);
+    fw_buf_consume(&c->in, u);
+    if (rc == FW_CHUNK_DATA)
+        b->total += *n;
+    return rc;
 }
 
 static int spool_open(fw_conn *c)

@@ -723,24 +723,12 @@ static void head_parsed(fw_conn *c, const char *buf, size_t len)
  * driving, 0 to wait. */
 static int http_head(fw_conn *c, const char *buf, size_t used)
 {
-    fw_server *srv = c->srv;
-    size_t end = fw_http_head_end(buf, used, &c->head_scan);
-    int rc;
-    if (!end) {
-        rc = fw_http_check_partial(buf, used, &srv->cfg.limits);
-        if (rc == FW_HTTP_INCOMPLETE)
-            return 0;
-        conn_fail(c, rc);
-        return 1;
-    }
-    if (end > srv->cfg.limits.max_head) {
-        /* The request line alone may be what is too long. */
-        rc = fw_http_check_partial(buf, end, &srv->cfg.limits);
-        conn_fail(c, rc == 414 ? 414 : 431);
-        return 1;
-    }
+    size_t end;
+    int stage;
     c->req.headers = c->hdrs;
-    rc = fw_http_parse_head(buf, end, &srv->cfg.limits, &c->req);
+    int rc = fw_reqread_head(buf, used, &c->head_scan, &c->srv->cfg.limits, &c->req, &end, &stage);
+    if (rc == FW_HTTP_INCOMPLETE)
+        return 0;
     if (rc != 0) {
         conn_fail(c, rc);
         return 1;

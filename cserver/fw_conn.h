@@ -52,6 +52,7 @@
 
 #include "fw_buf.h"
 #include "fw_http.h"
+#include "fw_reqread.h"
 #include "fw_server.h"
 #include "fw_timer.h"
 
@@ -86,9 +87,7 @@ typedef struct fw_body {
     int src;                 /* enum fw_body_src */
     const char *span;        /* decoded bytes ready for the reader (into in/mem/fbuf) */
     size_t span_len;
-    uint64_t cl_left;        /* Content-Length bytes not yet decoded */
-    int chunked;
-    fw_chunked ck;
+    fw_bodydec dec;          /* Content-Length or chunked: what is left to decode */
     int done;                /* every body byte has been decoded (pre-read complete) */
     int continue_wanted;     /* answer 100 Continue before waiting for the body */
     int continue_sent;

@@ -1,17 +1,15 @@
-/* http_sim.h: replay a byte stream through the fw_http API the way the
- * server's connection loop does, delivered in arbitrary pieces.
+/* http_sim.h: replay a byte stream through the steps the server's
+ * connection loop takes, delivered in arbitrary pieces.
  *
  * Shared by tests/c/test_http.c and tests/fuzz/fuzz_http.c (header-only, all
- * functions static). The model follows step_head() in cserver/fw_conn.c and
- * decode_step() in cserver/fw_body.c:
+ * functions static). The steps are the server's own (cserver/fw_reqread.c,
+ * called by step_head() in fw_conn.c and decode_step() in fw_body.c); what
+ * this file adds is only what the socket does there:
  *
  *   head:  (only before the first byte of a head was scanned) drop leading
- *          CRLF/LF with fw_http_skip_crlf; fw_http_head_end with a scan
- *          position kept across arrivals; a head that has not ended goes to
- *          fw_http_check_partial; a head longer than max_head is 414/431;
- *          otherwise fw_http_parse_head.
- *   body:  Content-Length bytes as they come, or fw_chunked_feed called
- *          repeatedly, consuming *used each time.
+ *          CRLF/LF with fw_http_skip_crlf; then fw_reqread_head with a scan
+ *          position kept across arrivals.
+ *   body:  fw_bodydec_next called repeatedly, consuming *consumed each time.
  *
  * Every time the simulated connection looks at its buffer, the unconsumed
  * bytes are copied into a fresh heap block of exactly that size, so ASan
@@ -27,6 +25,7 @@
 #define HTTP_SIM_H
 
 #include "fw_http.h"
+#include "fw_reqread.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -223,10 +222,9 @@ SIM_FN void sim_fail(sim_result *res, int status, int stage, size_t at)
 SIM_FN void sim_run(const char *in, size_t n, const size_t *cuts, size_t ncuts,
                     const fw_http_limits *lim, sim_result *res)
 {
-    enum { HEAD, CL_BODY, CHUNKED_BODY, STOP } state = HEAD;
+    enum { HEAD, BODY, STOP } state = HEAD;
     size_t off = 0, avail = 0, scan = 0;
-    uint64_t cl_left = 0;
-    fw_chunked ck;
+    fw_bodydec dec;
     sim_req *cur = NULL;
     size_t nh = lim->max_headers ? lim->max_headers : 1;
     fw_header *hdrs = malloc(nh * sizeof(*hdrs));
@@ -266,46 +264,31 @@ SIM_FN void sim_run(const char *in, size_t n, const size_t *cuts, size_t ncuts,
                 if (used == 0)
                     break;
                 char *b = sim_copy(in, off, used);
-                size_t end = fw_http_head_end(b, used, &scan);
-                if (end > used || scan > used) {
-                    sim_violate(res, "head_end past the end", "end %zu scan %zu len %zu", end, scan, used);
-                    free(b);
-                    state = STOP;
-                    break;
-                }
-                if (!end) {
-                    int rc = fw_http_check_partial(b, used, lim);
-                    int lone_cr = b[0] == '\r';
-                    free(b);
-                    if (!sim_partial_status_ok(rc)) {
-                        sim_violate(res, "check_partial status", "%d", rc);
-                        state = STOP;
-                    } else if (rc != FW_HTTP_INCOMPLETE) {
-                        sim_fail(res, rc, SIM_STAGE_PARTIAL, off);
-                        res->lone_cr = lone_cr;
-                        state = STOP;
-                    }
-                    break;
-                }
-                if (end > lim->max_head) {
-                    int rc = fw_http_check_partial(b, end, lim);
-                    free(b);
-                    sim_fail(res, rc == 414 ? 414 : 431, SIM_STAGE_TOO_BIG, off);
-                    state = STOP;
-                    break;
-                }
                 fw_request r;
                 r.headers = hdrs;
-                int rc = fw_http_parse_head(b, end, lim, &r);
-                if (!sim_head_status_ok(rc)) {
-                    sim_violate(res, "parse_head status", "%d", rc);
+                size_t end;
+                int stage = 0;
+                int rc = fw_reqread_head(b, used, &scan, lim, &r, &end, &stage);
+                if (scan > used || end > used) {
+                    sim_violate(res, "reqread_head past the end", "end %zu scan %zu len %zu", end, scan, used);
                     free(b);
                     state = STOP;
+                    break;
+                }
+                if (rc == FW_HTTP_INCOMPLETE) {
+                    free(b);
                     break;
                 }
                 if (rc != 0) {
+                    int lone_cr = b[0] == '\r';
                     free(b);
-                    sim_fail(res, rc, SIM_STAGE_PARSE, off);
+                    if (stage == FW_HEAD_PARSE ? !sim_head_status_ok(rc) : !sim_partial_status_ok(rc)) {
+                        sim_violate(res, "reqread_head status", "%d at stage %d", rc, stage);
+                    } else {
+                        sim_fail(res, rc, stage == FW_HEAD_PARTIAL ? SIM_STAGE_PARTIAL :
+                                          stage == FW_HEAD_TOO_BIG ? SIM_STAGE_TOO_BIG : SIM_STAGE_PARSE, off);
+                        res->lone_cr = stage == FW_HEAD_PARTIAL && lone_cr;
+                    }
                     state = STOP;
                     break;
                 }
@@ -321,12 +304,9 @@ SIM_FN void sim_run(const char *in, size_t n, const size_t *cuts, size_t ncuts,
                 scan = 0;
                 if (!r.has_body) {
                     cur->end = off;
-                } else if (r.chunked) {
-                    memset(&ck, 0, sizeof(ck));
-                    state = CHUNKED_BODY;
                 } else {
-                    cl_left = r.content_length;
-                    state = CL_BODY;
+                    fw_bodydec_init(&dec, &r);
+                    state = BODY;
                 }
                 if (res->violation)
                     state = STOP;
@@ -334,18 +314,7 @@ SIM_FN void sim_run(const char *in, size_t n, const size_t *cuts, size_t ncuts,
             }
             if (used == 0)
                 break;
-            if (state == CL_BODY) {
-                size_t k = used < cl_left ? used : (size_t)cl_left;
-                sim_body_append(cur, in + off, k);
-                off += k;
-                cl_left -= k;
-                if (cl_left == 0) {
-                    cur->end = off;
-                    state = HEAD;
-                }
-                continue;
-            }
-            /* CHUNKED_BODY: feed the whole buffer, call by call. */
+            /* BODY: decode the whole buffer, call by call. */
             char *b = sim_copy(in, off, used);
             size_t pos = 0;
             int rc;
@@ -353,18 +322,18 @@ SIM_FN void sim_run(const char *in, size_t n, const size_t *cuts, size_t ncuts,
                 size_t u = (size_t)-1;
                 const char *d = NULL;
                 size_t dl = 0;
-                rc = fw_chunked_feed(&ck, b + pos, used - pos, &u, &d, &dl, lim);
+                rc = fw_bodydec_next(&dec, b + pos, used - pos, &u, &d, &dl, lim);
                 if (!sim_chunk_status_ok(rc)) {
-                    sim_violate(res, "chunked_feed status", "%d", rc);
+                    sim_violate(res, "bodydec_next status", "%d", rc);
                 } else if (u > used - pos) {
-                    sim_violate(res, "chunked_feed used past the end", "%zu > %zu", u, used - pos);
+                    sim_violate(res, "bodydec_next used past the end", "%zu > %zu", u, used - pos);
                 } else if (rc == FW_CHUNK_DATA &&
                            (dl == 0 || d < b + pos || d + dl > b + pos + u)) {
-                    sim_violate(res, "chunked_feed data span", "len %zu", dl);
+                    sim_violate(res, "bodydec_next data span", "len %zu", dl);
                 } else if (rc == FW_HTTP_INCOMPLETE && u != used - pos) {
-                    sim_violate(res, "chunked_feed INCOMPLETE left bytes", "%zu of %zu", u, used - pos);
-                } else if (ck.total > lim->max_body) {
-                    sim_violate(res, "chunked body past max_body", "%llu", (unsigned long long)ck.total);
+                    sim_violate(res, "bodydec_next INCOMPLETE left bytes", "%zu of %zu", u, used - pos);
+                } else if (dec.ck.total > lim->max_body) {
+                    sim_violate(res, "chunked body past max_body", "%llu", (unsigned long long)dec.ck.total);
                 }
                 if (res->violation) {
                     state = STOP;
@@ -378,9 +347,8 @@ SIM_FN void sim_run(const char *in, size_t n, const size_t *cuts, size_t ncuts,
             free(b);
             if (state == STOP)
                 break;
-            if (rc == FW_CHUNK_DATA || rc == FW_CHUNK_DONE || rc == FW_HTTP_INCOMPLETE)
-                off += pos;
-            if (rc == FW_CHUNK_DONE) {
+            off += pos;
+            if (rc == FW_CHUNK_DONE || (rc == FW_CHUNK_DATA && !dec.chunked && dec.cl_left == 0)) {
                 cur->end = off;
                 state = HEAD;
                 continue;
