@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 from . import observer, preflight, slots
 
@@ -248,7 +249,9 @@ def execute(state, fds, argv, cwd, signals, extra_env, queued):
     sys.stdout.flush()
     sys.stderr.flush()
     for sig in dict.fromkeys(queued):
-        os.kill(os.getpid(), sig)
+        # To this thread, which blocks it: its pending set survives exec
+        # (a signal to the process could go to another thread, unblocked).
+        signal.pthread_kill(threading.get_ident(), sig)
     queued.clear()
     here = os.getcwd()
     try:
