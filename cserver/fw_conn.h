@@ -263,15 +263,13 @@ int fw_body_ready(const fw_conn *c);
 /* ---- for the app layer: response ---------------------------------------- */
 
 /* Queue the status line and headers. status_line is "200 OK" (validated by
- * the caller); headers come in pairs. fw_resp_header returns 0 (a
- * hop-by-hop header is dropped, not queued), or -1 when the header is
- * malformed (a name not a token, a CTL in the value), a second or bad
- * Content-Length, or out of memory: nothing is queued then.
- * fw_resp_header_checked is the same for a caller that has already checked
- * the name is a token and the value has no CTL (the WSGI layer does, in
- * start_response). */
+ * the caller); headers come in pairs. The caller has checked that the name
+ * is a token and the value has no CTL (the WSGI layer does, in
+ * start_response). fw_resp_header_checked returns 0 (queued, or dropped:
+ * a hop-by-hop header, a second Date or Server, a Content-Length on a 1xx
+ * or 204), or -1 for a second or bad Content-Length, or out of memory:
+ * nothing is queued then. */
 int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len);
-int fw_resp_header(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen);
 int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen);
 /* known_len >= 0: the whole body size is known (used when the app gave no
  * Content-Length), -1 otherwise. */

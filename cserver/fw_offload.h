@@ -122,7 +122,7 @@ void fw_offload_destroy(fw_offload *o);
 int fw_offload_topic_ok(const char *topic, size_t len);
 
 /* Frame and hand over one record. Never blocks longer than block_ms; call
- * without holding an interpreter lock. key NULL: no key.
+ * without holding an interpreter lock unless nowait. key NULL: no key.
  * nowait: only try the ring (a memcpy and a few atomics: fine under a
  * lock); FW_OFL_AGAIN, with nothing written or counted, when the record
  * needs the slow way (no room, too big for the ring, a damaged ring):

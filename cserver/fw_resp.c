@@ -121,19 +121,6 @@ static int header_kind(const char *n, size_t len)
     }
 }
 
-int fw_resp_header(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen)
-{
-    if (nlen == 0)
-        return -1;
-    for (size_t i = 0; i < nlen; i++)
-        if (!fw_http_is_tchar((unsigned char)name[i]))
-            return -1;
-    for (size_t i = 0; i < vlen; i++)
-        if (!(fw_http_cls[(unsigned char)value[i]] & FW_HTTP_C_FVAL))
-            return -1;                   /* CR, LF, NUL: never a split response */
-    return fw_resp_header_checked(c, name, nlen, value, vlen);
-}
-
 int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen)
 {
     fw_resp *r = &c->resp;

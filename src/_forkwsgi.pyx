@@ -385,9 +385,11 @@ cdef object _take_error():
 cdef class Server:
     """Server(app, fds, base_environ, listener_info, logger, *, status=None,
     balance=BALANCE_LEAST_BUSY, scoreboard=None, slot=0, kick_fds=None,
-    pass_fds=None, pass_recv_fd=-1, release_listeners=False, accept_batch=16,
+    pass_fds=None, pass_recv_fd=-1, release_listeners=False, accept_batch=-1,
     uwsgi=(), **settings): the C HTTP/1.1 server loop over listening sockets;
     those whose indexes are in `uwsgi` speak the uwsgi protocol instead.
+    accept_batch: accepts per listener wake-up; -1 (or 0) keeps the core's
+    default, 64 (fw_config_defaults).
     settings: the registry's names in CORE_SETTINGS, plus spool_dir and
     secure_scheme_headers (a dict, for the environ)."""
 

@@ -1,9 +1,12 @@
 /* offload: forkwsgi.offload(topic, value, key=None) and its set-up in a
  * worker; and the sibling's reading of the ring. The record is framed
- * straight into the ring by cserver/fw_offload.c with the GIL released: no
- * pickling, no helper thread, no syscall. One producer per process (the
- * module state below): a worker process has one queue, shared by all its
- * threads; and one reader in the sibling. */
+ * straight into the ring by cserver/fw_offload.c with the GIL held (a copy
+ * costs less than giving the GIL up and taking it back): no pickling, no
+ * helper thread, no syscall unless the sibling sleeps. Only when the ring
+ * has no room for it (or it is too big for the ring) is the GIL released,
+ * for the slow way: a spill file, a wait for room, or a drop. One producer
+ * per process (the module state below): a worker process has one queue,
+ * shared by all its threads; and one reader in the sibling. */
 #include "glue.h"
 #include "fw_offload.h"
 
