@@ -40,7 +40,7 @@ void fw_config_defaults(fw_config *cfg)
     cfg->header_timeout_ms = 10000;
     cfg->body_timeout_ms = 30000;
     cfg->body_min_rate = 500;            /* mod_reqtimeout's; a slow mobile link does 5,000+ */
-    cfg->keepalive_timeout_ms = 75000;   /* above proxies' upstream idle timeouts (README) */
+    cfg->keepalive_timeout_ms = 75000;   /* above proxies' upstream idle timeouts (docs/proxies.md) */
     cfg->write_timeout_ms = 30000;
     cfg->graceful_timeout_ms = 30000;
     cfg->spool_threshold = 1024 * 1024;
