@@ -164,13 +164,7 @@ class WorkerLifecycle:
 
     def _run_worker(self, index, slot, sockets, options, ready_fd, status, counters, balance, ofl, hw):
         """In the forked worker: close what belongs to the master, then run."""
-        for fd in (self.wake_r, self.wake_w):
-            os.close(fd)
-        for obs in self.observers:
-            obs.close()
-        for other in self.workers.values():
-            if other.ready_fd is not None:
-                os.close(other.ready_fd)
+        self._close_masters_own()
         self.slots.keep_only(slot)
         if self.offload:
             self.offload.queue.close_in_child()     # the hold on --offload-dir is the master's
@@ -185,6 +179,17 @@ class WorkerLifecycle:
                                 status=status, stats=counters, balance=balance, offload=ofl,
                                 hooks=self.hooks, hook_worker=hw, master=self, owner=self.owner,
                                 access_logger=self.access_logger), self.log)
+
+    def _close_masters_own(self):
+        """In a child it forks (a worker, the offload sibling): close the
+        master's wakeup pipe, --stats/--metrics sockets and readiness pipes."""
+        for fd in (self.wake_r, self.wake_w):
+            os.close(fd)
+        for obs in self.observers:
+            obs.close()
+        for w in self.workers.values():
+            if w.ready_fd is not None:
+                os.close(w.ready_fd)
 
     def retire(self, w, reason):
         """Retire w while the others serve on: it hands its idle connections

@@ -238,13 +238,7 @@ class StartUp:
 
     def _close_in_sibling(self):
         """In the forked sibling: close what belongs to the master."""
-        for fd in (self.wake_r, self.wake_w):
-            os.close(fd)
-        for obs in self.observers:
-            obs.close()
-        for w in self.workers.values():
-            if w.ready_fd is not None:
-                os.close(w.ready_fd)
+        self._close_masters_own()
         for s in self.sockets:
             s.close()
         self.slots.close_all()
