@@ -47,7 +47,7 @@ setup(
                 "forkwsgi._forkwsgi",
                 sources=["src/_forkwsgi.pyx"] + sorted(glob("cserver/*.c")) + glue,
                 include_dirs=["cserver", "src"],
-                depends=glob("cserver/*.h") + glob("src/*.h"),
+                depends=glob("cserver/*.h") + glob("src/*.h") + glob("src/*.pxi"),
                 extra_compile_args=cflags,
                 extra_link_args=ldflags,
             )

@@ -109,7 +109,7 @@ def speaks_gunicorn(path, names):
 
 
 # gunicorn 27's command-line flags (gunicorn/config.py, each setting's
-# `cli`), by the setting's name. The parser (config.build_parser) gives each
+# `cli`), by the setting's name. The parser (flags.build_parser) gives each
 # one forkwsgi does not define itself to the setting that name stands for
 # here (the registry, ALIASES), or else takes it as that gunicorn name,
 # judged as the same name in a config file is. One spelling is added:

@@ -78,8 +78,25 @@ class _Out:
 
 
 def exposition(master):
-    """The Prometheus text for the arbiter `master`."""
+    """The Prometheus text for the arbiter `master`: its families in a
+    fixed order, then the app's own (prometheus_client's, --metrics)."""
     o = _Out()
+    totals, live = _live_workers(master)
+    _request_totals(o, totals)
+    _per_worker(o, master, live)
+    _worker_counts(o, master, live)
+    _listen_queues(o, master)
+    if master.offload:
+        _offload(o, master.offload.queue)
+    text = o.text()
+    if master.app_metrics:
+        text += master.app_metrics.exposition()      # the app's own, over every worker
+    return text
+
+
+def _live_workers(master):
+    """(the server's counters: the ended workers' plus the live ones',
+    [(worker, its counters, its app threads)] of the live workers)."""
     totals = stats.dict_copy(master.slots.retired)
     live = []
     for w in sorted(master.workers.values(), key=lambda w: (w.index, w.pid)):
@@ -89,7 +106,11 @@ def exposition(master):
         add_counters(totals, c)
         threads = master.slots.threads_of(w.slot)
         live.append((w, c, threads))
+    return totals, live
 
+
+def _request_totals(o, totals):
+    """Requests, responses and their durations, since the server started."""
     o.family("forkwsgi_info", "gauge", "The server's version.")
     o.sample("forkwsgi_info", 1, version=__version__)
     o.family("forkwsgi_requests_total", "counter", "Responses completed, since the server started.")
@@ -107,6 +128,9 @@ def exposition(master):
     o.histogram("forkwsgi_app_duration_seconds", "Time inside the app, per call (the app and its response iterable).",
                 totals["app_hist"], totals["app_us"] / 1e6)
 
+
+def _per_worker(o, master, live):
+    """What each live worker is doing now, and the requests in flight."""
     o.family("forkwsgi_requests_in_flight", "gauge", "Requests being served (in an app thread or waiting for one).")
     o.family("forkwsgi_worker_requests_in_flight", "gauge", "Requests being served, per worker.")
     o.family("forkwsgi_worker_connections", "gauge", "Connections open, per worker.")
@@ -134,6 +158,9 @@ def exposition(master):
         o.sample("forkwsgi_worker_handoffs_total", board[w.slot]["handed_out"], direction="out", **label)
     o.sample("forkwsgi_requests_in_flight", in_flight_total)
 
+
+def _worker_counts(o, master, live):
+    """How many workers there are, and how many were replaced."""
     # Two gauges, not one with a state label: the accepting workers are
     # among the alive ones, and sum() over overlapping label values would
     # count them twice.
@@ -151,6 +178,9 @@ def exposition(master):
     o.family("forkwsgi_reloads_total", "counter", "Reloads in place (SIGHUP, SIGUSR2) since the first start.")
     o.sample("forkwsgi_reloads_total", master.reloads)
 
+
+def _listen_queues(o, master):
+    """Each listening socket's accept queue."""
     o.family("forkwsgi_listen_queue", "gauge", "Connections waiting in the kernel's accept queue.")
     o.family("forkwsgi_listen_queue_max", "gauge", "Size of the accept queue (--backlog, capped by somaxconn).")
     for s, proto in zip(master.sockets, master.protocols):
@@ -159,28 +189,25 @@ def exposition(master):
         o.sample("forkwsgi_listen_queue", queued, listener=name)
         o.sample("forkwsgi_listen_queue_max", size or master.cfg["backlog"], listener=name)
 
-    if master.offload:
-        q = master.offload.queue
-        off = read_counters(q.counters, q.nslots)
-        for name in ("queued", "spilled", "dropped", "bytes"):
-            o.family(f"forkwsgi_offload_{name}_total", "counter", f"Offload records {name} by the workers.")
-            o.sample(f"forkwsgi_offload_{name}_total", off["workers"][name])
-        for name in ("delivered", "retried", "rejected", "sink_errors", "disk_errors"):
-            o.family(f"forkwsgi_offload_{name}_total", "counter", f"Offload records {name} by the sibling.")
-            o.sample(f"forkwsgi_offload_{name}_total", off["sibling"][name])
-        o.family("forkwsgi_offload_queue_depth", "gauge", "Offload records queued, not yet taken by the sibling.")
-        o.sample("forkwsgi_offload_queue_depth", off["sibling"]["queue_depth"])
-        used, cap = q.usage()
-        o.family("forkwsgi_offload_ring_bytes", "gauge", "Bytes of offload records in the ring, not yet journaled.")
-        o.sample("forkwsgi_offload_ring_bytes", used)
-        o.family("forkwsgi_offload_ring_capacity_bytes", "gauge", "Size of the offload ring.")
-        o.sample("forkwsgi_offload_ring_capacity_bytes", cap)
-        o.family("forkwsgi_offload_oldest_age_seconds", "gauge", "Age of the oldest record not yet delivered.")
-        o.sample("forkwsgi_offload_oldest_age_seconds", off["sibling"]["oldest_age"])
-    text = o.text()
-    if master.app_metrics:
-        text += master.app_metrics.exposition()      # the app's own, over every worker
-    return text
+
+def _offload(o, q):
+    """The offload queue's counters (--offload-sink)."""
+    off = read_counters(q.counters, q.nslots)
+    for name in ("queued", "spilled", "dropped", "bytes"):
+        o.family(f"forkwsgi_offload_{name}_total", "counter", f"Offload records {name} by the workers.")
+        o.sample(f"forkwsgi_offload_{name}_total", off["workers"][name])
+    for name in ("delivered", "retried", "rejected", "sink_errors", "disk_errors"):
+        o.family(f"forkwsgi_offload_{name}_total", "counter", f"Offload records {name} by the sibling.")
+        o.sample(f"forkwsgi_offload_{name}_total", off["sibling"][name])
+    o.family("forkwsgi_offload_queue_depth", "gauge", "Offload records queued, not yet taken by the sibling.")
+    o.sample("forkwsgi_offload_queue_depth", off["sibling"]["queue_depth"])
+    used, cap = q.usage()
+    o.family("forkwsgi_offload_ring_bytes", "gauge", "Bytes of offload records in the ring, not yet journaled.")
+    o.sample("forkwsgi_offload_ring_bytes", used)
+    o.family("forkwsgi_offload_ring_capacity_bytes", "gauge", "Size of the offload ring.")
+    o.sample("forkwsgi_offload_ring_capacity_bytes", cap)
+    o.family("forkwsgi_offload_oldest_age_seconds", "gauge", "Age of the oldest record not yet delivered.")
+    o.sample("forkwsgi_offload_oldest_age_seconds", off["sibling"]["oldest_age"])
 
 
 def health(master):

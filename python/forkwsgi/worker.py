@@ -53,42 +53,15 @@ def run(setup, log):
     """Entry point in the child; never returns."""
     code = 0
     try:
-        # The master's signal handlers and wakeup fd are not ours.
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        # SIGUSR1 is ours too (reopen the log files), set below.
-        process.leave_to_the_master((signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1))
-        process.set_title(f"forkwsgi: worker {setup.index}")
-        # Absolute, not relative to the master's (inherited) level.
-        os.setpriority(os.PRIO_PROCESS, 0, setup.nice)
-        access_fd = None
-        if setup.owner and setup.owner.needed():
-            # What the worker opens by path, it opens before it gives up
-            # the master's identity (the directory may be root's alone).
-            if setup.options.get("access_logfile") and not setup.access_logger:
-                access_fd = accesslog.open_file(setup.options["access_logfile"])
-            try:
-                setup.owner.become()
-            except OSError as e:
-                log.error("worker %d: cannot become uid %d gid %d: %s", setup.index, setup.owner.uid,
-                          setup.owner.gid, e.strerror)
-                os._exit(WORKER_BOOT_ERROR)
+        _leave_the_masters_ways(setup)
+        access_fd = _become_the_owner(setup, log)
         # After become(): the kernel forgets it when the identity changes.
         process.die_with_parent(setup.master_pid)
         if setup.offload:
             # This process's producer: forkwsgi.offload() from any thread
             # (and from the app's own import, with --lazy-apps).
             producer.setup(**setup.offload)
-        app = setup.app
-        if app is None:
-            try:
-                app = appload.load(setup.app_spec)
-            except appload.AppImportError as e:
-                log.error("worker %d: %s", setup.index, e)
-                os._exit(APP_LOAD_ERROR)
-            except Exception:
-                log.exception("worker %d: error while importing the app %r", setup.index, setup.app_spec)
-                os._exit(APP_LOAD_ERROR)
+        app = setup.app if setup.app is not None else _import_app(setup, log)
         hooks, hw = setup.hooks, setup.hook_worker
         if hw is not None and setup.stats is not None:
             hw.count_requests(lambda: _forkwsgi.stats_read(setup.stats, 0)["requests"])      # worker.nr
@@ -100,29 +73,7 @@ def run(setup, log):
                         _offload=bool(setup.offload), _access_log_fd=access_fd,
                         _release_listeners=True, _name=f"forkwsgi worker {setup.index}",
                         _access_logger=setup.access_logger, **setup.options)
-        # --timeout: the master asks for every thread's Python stack with
-        # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode);
-        # gunicorn's worker_abort hook is called then too, as soon as
-        # Python code runs in this thread.
-        if "worker_abort" in hooks:
-            signal.signal(signal.SIGUSR2, lambda signum, frame: hooks.call("worker_abort", hw))
-        faulthandler.register(signal.SIGUSR2, all_threads=True, chain="worker_abort" in hooks)
-
-        def graceful(signum, frame):
-            server.stop(graceful=True)
-
-        def fast(signum, frame):
-            hooks.call("worker_int", hw)
-            server.stop(graceful=False)
-
-        def reopen(signum, frame):
-            server.reopen_logs()
-            logs.reopen()
-
-        signal.signal(signal.SIGTERM, graceful)
-        signal.signal(signal.SIGINT, fast)
-        signal.signal(signal.SIGQUIT, fast)
-        signal.signal(signal.SIGUSR1, reopen)
+        _catch_signals(server, hooks, hw)
         # The master held the stop signals across fork: one that arrived
         # since is delivered now, to the handlers above (the server then
         # stops as soon as it starts).
@@ -142,16 +93,92 @@ def run(setup, log):
         log.exception("worker %d failed", setup.index)
         code = WORKER_BOOT_ERROR
     finally:
+        _finish(setup, code)
+
+
+def _leave_the_masters_ways(setup):
+    """Undo what the fork copied of the master's: its signal handlers and
+    wakeup fd, its title, its nice level."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # SIGUSR1 is ours too (reopen the log files), set by _catch_signals.
+    process.leave_to_the_master((signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1))
+    process.set_title(f"forkwsgi: worker {setup.index}")
+    # Absolute, not relative to the master's (inherited) level.
+    os.setpriority(os.PRIO_PROCESS, 0, setup.nice)
+
+
+def _become_the_owner(setup, log):
+    """--user/--group: become them (exit WORKER_BOOT_ERROR if that fails).
+    Returns the access log's fd when it had to be opened first, or None."""
+    access_fd = None
+    if setup.owner and setup.owner.needed():
+        # What the worker opens by path, it opens before it gives up
+        # the master's identity (the directory may be root's alone).
+        if setup.options.get("access_logfile") and not setup.access_logger:
+            access_fd = accesslog.open_file(setup.options["access_logfile"])
         try:
-            if setup.hook_worker is not None:
-                setup.hook_worker.alive = False
-                setup.hooks.call("worker_exit", setup.master, setup.hook_worker)
-            if code == 0:
-                run_atexit(setup.options.get("graceful_timeout") or 30.0)
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+            setup.owner.become()
+        except OSError as e:
+            log.error("worker %d: cannot become uid %d gid %d: %s", setup.index, setup.owner.uid,
+                      setup.owner.gid, e.strerror)
+            os._exit(WORKER_BOOT_ERROR)
+    return access_fd
+
+
+def _import_app(setup, log):
+    """--lazy-apps: the app, imported here (exit APP_LOAD_ERROR if it fails)."""
+    try:
+        return appload.load(setup.app_spec)
+    except appload.AppImportError as e:
+        log.error("worker %d: %s", setup.index, e)
+        os._exit(APP_LOAD_ERROR)
+    except Exception:
+        log.exception("worker %d: error while importing the app %r", setup.index, setup.app_spec)
+        os._exit(APP_LOAD_ERROR)
+
+
+def _catch_signals(server, hooks, hw):
+    """The worker's own handlers: SIGTERM stops gracefully, SIGINT and
+    SIGQUIT at once, SIGUSR1 reopens the logs, SIGUSR2 dumps the stacks."""
+    # --timeout: the master asks for every thread's Python stack with
+    # SIGUSR2 before it kills a stuck worker (safe even mid-bytecode);
+    # gunicorn's worker_abort hook is called then too, as soon as
+    # Python code runs in this thread.
+    if "worker_abort" in hooks:
+        signal.signal(signal.SIGUSR2, lambda signum, frame: hooks.call("worker_abort", hw))
+    faulthandler.register(signal.SIGUSR2, all_threads=True, chain="worker_abort" in hooks)
+
+    def graceful(signum, frame):
+        server.stop(graceful=True)
+
+    def fast(signum, frame):
+        hooks.call("worker_int", hw)
+        server.stop(graceful=False)
+
+    def reopen(signum, frame):
+        server.reopen_logs()
+        logs.reopen()
+
+    signal.signal(signal.SIGTERM, graceful)
+    signal.signal(signal.SIGINT, fast)
+    signal.signal(signal.SIGQUIT, fast)
+    signal.signal(signal.SIGUSR1, reopen)
+
+
+def _finish(setup, code):
+    """The worker's end, whatever happened: worker_exit, the app's atexit
+    handlers after a normal end, then _exit (never the master's cleanup)."""
+    try:
+        if setup.hook_worker is not None:
+            setup.hook_worker.alive = False
+            setup.hooks.call("worker_exit", setup.master, setup.hook_worker)
+        if code == 0:
+            run_atexit(setup.options.get("graceful_timeout") or 30.0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 def run_atexit(limit):

@@ -1,0 +1,155 @@
+"""The master's checks on its workers, once per turn of its loop (a mixin
+of arbiter.Arbiter): --timeout (stuck in the app), a worker that does not
+finish stopping, --max-requests under --lazy-apps (check_due),
+--heartbeat-timeout (a frozen loop) and --max-rss. While the app does not
+import (heldimport.py) a worker that cannot be replaced is kept, and said so.
+"""
+import os
+import signal
+import time
+
+
+class WorkerChecks:
+    """Uses the arbiter's workers, slots, cfg and retire/kill (lifecycle.py)."""
+
+    def check_timeouts(self):
+        """--timeout: a worker stuck in one call into the app is replaced; its
+        request line and every thread's Python stack go to the log first."""
+        limit = self.cfg["timeout"]
+        if not limit:
+            return
+        now = time.monotonic_ns()
+        for w in list(self.workers.values()):
+            if w.retiring or not w.ready or w.slot is None:
+                continue
+            stuck = [(began, t, line) for t, began, line in self.slots.serving(w.slot)
+                     if (now - began) / 1e9 > limit]
+            if not stuck:
+                continue
+            began, t, line = min(stuck)
+            if self.no_app:
+                # No app to start a replacement with: retiring it would take
+                # its capacity away for good. It serves on, on its other
+                # threads; its stack is logged once.
+                if not w.timeout_held:
+                    w.timeout_held = True
+                    self.log.error("Worker %d (pid %d): %.1f s in %r on app thread %d (--timeout %g), but the "
+                                   "app does not import, so it cannot be replaced: it serves on; its Python "
+                                   "stacks follow", w.index, w.pid, (now - began) / 1e9, line, t, limit)
+                    self.kill(w.pid, signal.SIGUSR2)
+                continue
+            self.log.error("Worker %d (pid %d) timed out: %.1f s in %r on app thread %d (--timeout %g); "
+                           "its Python stacks follow; it takes no more requests, its other requests get "
+                           "--graceful-timeout %g s to finish, and a new worker replaces it", w.index, w.pid,
+                           (now - began) / 1e9, line, t, limit, self.cfg["graceful_timeout"])
+            for h in self.log.handlers:
+                h.flush()
+            self.kill(w.pid, signal.SIGUSR2)       # faulthandler writes the stack to stderr
+            self.timeouts[w.index] += 1
+            # As any retirement: no new work, idle connections handed on, the
+            # requests in flight on its other threads finish; the stuck one
+            # ends with the worker (check_stopping).
+            self.retire(w, "timeout")
+
+    def check_stopping(self):
+        """A worker that stops (retiring, or retiring by itself at
+        --max-requests) while a call into the app never returns would never
+        exit. It has --graceful-timeout for its requests, then as long again
+        for the app's atexit handlers (worker.run_atexit); past both it is
+        killed, and replaced."""
+        now = time.monotonic()
+        board = None
+        for w in list(self.workers.values()):
+            if w.stopping_since is None and w.slot is not None and not w.retiring:
+                board = board or self.slots.states()
+                if board[w.slot] == "draining" and w.ready:
+                    # It retires by itself (--max-requests, or the app called
+                    # sys.exit()): its replacement starts now, not once it
+                    # has exited, so that it has a worker to hand its
+                    # kept-alive connections to.
+                    w.stopping_since = now
+                    w.retiring = True
+                    w.retire_reason = self.self_retire_reason()
+                    self.log.info("Worker %d (pid %d) retires (%s); starting its replacement", w.index, w.pid,
+                                  self.SELF_RETIRED[w.retire_reason])
+            if w.stopping_since is None or w.killed:
+                continue
+            if now - w.stopping_since > 2 * self.cfg["graceful_timeout"] + 1.0:
+                serving = self.requests_in_app(w)
+                self.log.warning("Worker %d (pid %d) did not stop within --graceful-timeout %g s%s: killing it",
+                                 w.index, w.pid, self.cfg["graceful_timeout"],
+                                 f" (still in {serving})" if serving else " (nor its atexit handlers)")
+                w.killed = True
+                self.kill(w.pid, signal.SIGKILL)
+
+    def check_due(self):
+        """--lazy-apps with --max-requests: a worker past its limit keeps
+        serving while its replacement starts (marked old, as in a rolling
+        reload); it retires once the replacement is ready. If that one
+        cannot import the app, the old one serves on (lost_the_app)."""
+        if not (self.lazy and self.cfg["max_requests"]) or self.no_app:
+            return
+        for w in self.workers.values():
+            if w.due or w.old or w.retiring or not w.ready or w.slot is None or not w.max_requests:
+                continue
+            served = self.slots.counters(w.slot)["requests"]
+            if served >= w.max_requests:
+                w.due = w.old = True
+                self.log.info("Worker %d (pid %d) served %d requests (--max-requests %d): starting its "
+                              "replacement; it retires once that one serves", w.index, w.pid, served,
+                              w.max_requests)
+
+    def check_heartbeats(self):
+        """--heartbeat-timeout: a worker whose loop has stopped turning with
+        no request in its app (SIGSTOP, a system call that never returns) is
+        frozen; its kept-alive clients would hang for ever. It is replaced.
+        A loop busy in the app is --timeout's business, not this."""
+        limit = self.cfg["heartbeat_timeout"]
+        if not limit:
+            return
+        now = time.monotonic()
+        beats = self.slots.beats()
+        for w in list(self.workers.values()):
+            if w.retiring or not w.ready or w.slot is None or beats[w.slot] is None:
+                continue
+            # Before its loop's first pass, the time since it said it was ready.
+            since = beats[w.slot] / 1000 if beats[w.slot] else (w.ready_at or now)
+            if now - since <= limit or self.slots.serving(w.slot):
+                w.frozen_seen = None
+                continue
+            # Seen so twice, its beat unchanged: a loop that has just left
+            # the app beats a moment after its status slot says so.
+            if w.frozen_seen != beats[w.slot]:
+                w.frozen_seen = beats[w.slot]
+                continue
+            self.log.error("Worker %d (pid %d) is frozen: its event loop has not turned for %.1f s, with no "
+                           "request in the app (--heartbeat-timeout %g); replacing it", w.index, w.pid,
+                           now - since, limit)
+            w.retiring = True
+            w.retire_reason = "frozen"
+            self.kill(w.pid, signal.SIGKILL)
+
+    def check_memory(self):
+        """--max-rss: recycle, gracefully, a worker whose memory grew too much."""
+        limit = self.cfg["max_rss"]
+        if not limit:
+            return
+        page = os.sysconf("SC_PAGE_SIZE")
+        for w in list(self.workers.values()):
+            if w.retiring or not w.ready:
+                continue
+            try:
+                with open(f"/proc/{w.pid}/statm") as f:
+                    rss_mib = int(f.read().split()[1]) * page / (1 << 20)
+            except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+                continue
+            if rss_mib > limit and self.no_app:
+                if not w.rss_held:
+                    w.rss_held = True
+                    self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d, but the app does not "
+                                     "import: it serves on until a new worker can replace it", w.index, w.pid,
+                                     rss_mib, limit)
+            elif rss_mib > limit:
+                self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d: recycling it",
+                                 w.index, w.pid, rss_mib, limit)
+                self.retire(w, "max_rss")
