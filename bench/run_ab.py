@@ -279,7 +279,7 @@ Before: {rev}; after: {head}.
 
 {chr(10).join(problems) if problems else 'None: every cell ran, no server failed its checks or exited early.'}
 """
-    write_section(RESULTS, title, section)
+    write_section(RESULTS, title, section, replaces="## A/B: ")   # the latest A/B run only
 
 
 # ---------------------------------------------------------------- main
