@@ -1,12 +1,36 @@
-"""What the benchmark scripts share: machine load readings, server process
-trees started and stopped by PID, and the writer of their sections of
-bench/RESULTS.md."""
+"""What the benchmark scripts share, so each script holds only its own
+workload and report:
+
+- places and pins: BENCH, ROOT, OUT, RESULTS, HOST, SERVER_CPU, CLIENT_CPU;
+  pinned() (taskset for a command), pin_self() (this process);
+- servers: ServerTree (a process tree started pinned in its own session,
+  ready checks, CPU of the tree, stop by PID then by group), stop_all(),
+  wait_http() and wait_listening() (readiness of a port), free_port();
+- wrk: run_wrk() (pinned, bounded, its CPU from rusage) and wrk_stats() (the
+  BENCH-STATS line of stats.lua);
+- CPU accounting: cpu_times(), steal_seconds(), self_cpu_seconds(),
+  children_cpu_seconds(), pid_cpu_seconds(), proc_table(), CpuMeter (CPU of
+  named parts and of everyone else over a span); wait_until_quiet();
+- reports: write_section() (a section of bench/RESULTS.md, the replaced one
+  moved to bench/HISTORY.md), nginx_conf(), log(), run_quiet(), apt_install().
+"""
+import collections
+import http.client
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
 import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+OUT = os.path.join(BENCH, "out")
+RESULTS = os.path.join(BENCH, "RESULTS.md")
+HOST = "127.0.0.1"
+SERVER_CPU = "0"       # every server under test
+CLIENT_CPU = "1"       # wrk, the Python clients, nginx in front
 
 
 def log(msg=""):
@@ -39,6 +63,68 @@ def cpu_times():
     user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
     hz = os.sysconf("SC_CLK_TCK")
     return (user + nice + system) / hz, (irq + softirq) / hz
+
+
+def steal_seconds():
+    """Time the hypervisor gave this VM's CPUs to others, summed over all CPUs."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return fields[7] / os.sysconf("SC_CLK_TCK") if len(fields) > 7 else 0.0
+
+
+def self_cpu_seconds():
+    """CPU of this process (the Python clients' threads)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def children_cpu_seconds():
+    """CPU of this process's reaped children (wrk and other load generators)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def pid_cpu_seconds(pid):
+    """utime+stime of one process (0.0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, TypeError):
+        return 0.0
+
+
+class CpuSpan(collections.namedtuple("CpuSpan", "wall used others irq steal")):
+    """What CpuMeter.stop() measured, in seconds: wall time, CPU of each
+    part (used), of every other process (others), IRQ+softirq, steal."""
+
+    def pct(self, seconds):
+        """CPU seconds over the span as % of one CPU."""
+        return 100 * seconds / self.wall
+
+
+class CpuMeter:
+    """CPU seconds used by named parts between start (construction) and
+    stop(), and by everyone else (the machine's process time minus the parts).
+
+        meter = CpuMeter(server=srv.cpu_seconds, client=self_cpu_seconds)
+        ...load...
+        span = meter.stop()     # span.used["server"], span.others, span.wall
+
+    Each part is a function returning CPU seconds so far."""
+
+    def __init__(self, **parts):
+        self.parts = parts
+        self.t0 = time.monotonic()
+        self.start = {name: fn() for name, fn in parts.items()}
+        (self.all0, self.irq0), self.steal0 = cpu_times(), steal_seconds()
+
+    def stop(self):
+        wall = time.monotonic() - self.t0
+        used = {name: fn() - self.start[name] for name, fn in self.parts.items()}
+        proc, irq = cpu_times()
+        return CpuSpan(wall=wall, used=used, others=proc - self.all0 - sum(used.values()),
+                       irq=irq - self.irq0, steal=steal_seconds() - self.steal0)
 
 
 def wait_until_quiet(max_wait, threshold_pct=10.0):
@@ -134,22 +220,115 @@ http {{
 """
 
 
-def free_port(host="127.0.0.1"):
-    """A port nobody listens on now (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_port(host=HOST, pair=False):
+    """A port nobody listens on now (the kernel's pick for port 0); with
+    pair, one whose next port is free too."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if not pair or port >= 65535:
+            return port
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port")
+
+
+def pinned(cpu, argv):
+    """argv run on CPU `cpu` only (taskset execs it: same PID)."""
+    return ["taskset", "-c", cpu, *argv]
+
+
+def pin_self(cpu):
+    """Pin this process (the Python clients) to CPU `cpu`, if allowed."""
+    try:
+        os.sched_setaffinity(0, {int(cpu)})
+    except OSError:
+        pass
+
+
+def wait_http(port, path="/", timeout=20.0, alive=None, conn_timeout=1.0, body=None, headers=None,
+              host=HOST):
+    """Until GET `path` answers 200 (and, given `body`, exactly that body);
+    False at the deadline or once alive() says the server is gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            return False
+        try:
+            c = http.client.HTTPConnection(host, port, timeout=conn_timeout)
+            c.request("GET", path, headers=headers or {})
+            r = c.getresponse()
+            got = r.read()
+            c.close()
+            if r.status == 200 and (body is None or got == body):
+                return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def wait_listening(port, timeout=20.0, alive=None, pause=0.05, host=HOST):
+    """Until a TCP connection to the port succeeds; False at the deadline or
+    once alive() says the server is gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            return False
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(pause)
+    return False
+
+
+def wrk_stats(output):
+    """The figures of bench/stats.lua's "BENCH-STATS k=v ..." line, with
+    rps and errors (socket errors of all kinds) added; None without it."""
+    m = re.search(r"^BENCH-STATS (.*)$", output, re.M)
+    if not m:
+        return None
+    stats = {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
+    stats["rps"] = stats["requests"] / (stats["duration_us"] / 1e6)
+    stats["errors"] = stats["connect"] + stats["read"] + stats["write"] + stats["timeout"]
+    return stats
+
+
+WrkRun = collections.namedtuple("WrkRun", "stats output cpu timed_out")
+
+
+def run_wrk(args, seconds, url, script="stats.lua", cpu=CLIENT_CPU, prefix=()):
+    """`wrk ARGS -dSECONDS --latency -s SCRIPT URL` pinned to `cpu` (after
+    `prefix`, e.g. chrt), from bench/, bounded to seconds + 60. Returns a
+    WrkRun: stats (wrk_stats(); None if wrk failed or timed out), its
+    output, its CPU seconds, timed_out."""
+    argv = [*prefix, *pinned(cpu, ["wrk", *args, f"-d{seconds}s", "--latency", "-s", script, url])]
+    before = children_cpu_seconds()
+    try:
+        r = run_quiet(argv, cwd=BENCH, timeout=seconds + 60)
+    except subprocess.TimeoutExpired:
+        return WrkRun(None, f"wrk did not finish within {seconds + 60} s", 0.0, True)
+    cpu_s = children_cpu_seconds() - before
+    return WrkRun(wrk_stats(r.stdout) if r.returncode == 0 else None, r.stdout, cpu_s, False)
 
 
 def proc_table():
-    """pid -> (ppid, CPU ticks incl. reaped children) for every process."""
+    """pid -> (ppid, CPU ticks incl. reaped children, its own CPU ticks) for
+    every process."""
     table = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
-                table[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+                table[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]),
+                                     int(fields[11]) + int(fields[12]))
             except (OSError, IndexError, ValueError):
                 pass
     return table
@@ -160,13 +339,14 @@ LIVE = set()           # servers started and not yet stopped (stopped at exit by
 
 class ServerTree:
     """One server process tree, started in its own session (process group)
-    pinned to `cpu` with taskset; stop() signals it by PID, then SIGKILLs the
-    group, so nothing it started outlives the run."""
+    pinned to `cpu` with taskset (cpu None: not pinned); stop() signals it by
+    PID, then SIGKILLs the group, so nothing it started outlives the run.
+    env None: this process's environment."""
 
-    def __init__(self, argv, port, log_path, env, cpu, cwd):
+    def __init__(self, argv, port, log_path, env=None, cpu=SERVER_CPU, cwd=BENCH):
         self.port = port
         self.log_path = log_path
-        self.argv = ["taskset", "-c", cpu, *argv]
+        self.argv = pinned(cpu, argv) if cpu is not None else list(argv)
         self.logf = open(log_path, "w")
         # taskset execs the server, so proc.pid is the server's own PID, and
         # with start_new_session it is also the process group of its children.
@@ -193,15 +373,52 @@ class ServerTree:
         pids, grew = {self.proc.pid}, True
         while grew:
             grew = False
-            for pid, (ppid, _) in table.items():
+            for pid, (ppid, *_) in table.items():
                 if ppid in pids and pid not in pids:
                     pids.add(pid)
                     grew = True
         return pids, table
 
+    def alive(self):
+        return not self.exited()
+
+    def wait_ready(self, path="/", timeout=20.0, **kw):
+        """Until GET `path` answers 200 (wait_http); False if it exits first."""
+        return wait_http(self.port, path, timeout, alive=self.alive, **kw)
+
+    def wait_listening(self, timeout=20.0, **kw):
+        """Until its port accepts a connection; False if it exits first."""
+        return wait_listening(self.port, timeout, alive=self.alive, **kw)
+
     def cpu_seconds(self):
+        """CPU of the tree in clock ticks' resolution (utime+stime, reaped
+        children included), in seconds."""
         pids, table = self.tree()
         return sum(table[p][1] for p in pids if p in table) / os.sysconf("SC_CLK_TCK")
+
+    def sched_cpu_seconds(self):
+        """CPU time of the server and its descendants in seconds, each
+        thread's on-CPU time from /proc/PID/task/TID/schedstat (ns). Not
+        utime+stime: those are sampled at each clock tick, and at 250 Hz a
+        5 s cell of a server at 60 % CPU is ~750 samples, a few % of noise in
+        CPU per request. Falls back to the processes' own utime+stime where
+        the kernel has no schedstat."""
+        pids, table = self.tree()
+        if not os.path.exists(f"/proc/{self.proc.pid}/schedstat"):
+            return sum(table[p][2] for p in pids if p in table) / os.sysconf("SC_CLK_TCK")
+        ns = 0
+        for pid in pids:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue                        # exited meanwhile
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                        ns += int(f.read().split()[0])
+                except (OSError, IndexError, ValueError):
+                    pass
+        return ns / 1e9
 
     def stop(self, term_wait=5.0):
         """SIGTERM to the server, SIGKILL to the group after term_wait
@@ -235,3 +452,9 @@ class ServerTree:
         with open(self.log_path, errors="replace") as f:
             return f.read()
 
+
+def stop_all(term_wait=None):
+    """Stop every server still running (a script's last step, Ctrl-C
+    included); term_wait None: each server's own default."""
+    for srv in list(LIVE):
+        srv.stop() if term_wait is None else srv.stop(term_wait)

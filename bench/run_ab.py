@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import LIVE, ServerTree, free_port, log, run_quiet, write_section  # noqa: E402
+from common import free_port, log, run_quiet, stop_all, write_section  # noqa: E402
 from run_core import (BENCH, CLIENT_CPU, OUT, RESULTS, SERVER_CPU, WORKLOADS, display_command,  # noqa: E402
                       median, num)
 
@@ -48,16 +48,6 @@ SIDES = ("before", "after")
 BUILD = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
 BUILD_TIMEOUT = 900            # seconds; the build takes well under a minute here
 GIT_TIMEOUT = 120
-
-
-class Server(ServerTree, run_core.Server):
-    """One forkwsgi server: started in its own process group pinned to CPU 0
-    and stopped by PID, then by group (common.ServerTree); ready check,
-    probes and schedstat CPU of its process tree from run_core.Server."""
-
-    def __init__(self, name, argv, port, log_path, env):
-        super().__init__(argv, port, log_path, env, SERVER_CPU, BENCH)
-        self.name = name
 
 
 def git(*args):
@@ -115,8 +105,8 @@ def start_pair(threads, envs):
     pair = {}
     for side in SIDES:
         port = free_port()
-        srv = Server(f"{side} t{threads}", server_argv(port, threads), port,
-                     os.path.join(OUT, f"ab.{side}.t{threads}.log"), envs[side])
+        srv = run_core.Server(f"{side} t{threads}", "route", port, os.path.join(OUT, f"ab.{side}.t{threads}.log"),
+                              argv=server_argv(port, threads), env=envs[side])
         facts = run_core.check_server(srv)
         if "failure" not in facts:
             facts["pipelined"] = srv.probe_pipelining()
@@ -364,8 +354,7 @@ def main():
                 results += r
                 problems += p
     finally:
-        for srv in list(LIVE):
-            srv.stop()
+        stop_all()
     ctx["elapsed"] = time.monotonic() - t_start
 
     rows = summarize(results, args.threads, workloads)

@@ -33,14 +33,11 @@ import sys
 import tempfile
 import time
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH)
-sys.path.insert(0, BENCH)
-from common import LIVE, ServerTree, free_port, log, wait_until_quiet, write_section  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ROOT, ServerTree, free_port, log, pin_self,  # noqa: E402
+                    stop_all, wait_until_quiet, write_section)
 
-OUT = os.path.join(BENCH, "out")
 SECTION = "## Offload: emit cost, socket queue vs ring"
-SERVER_CPU, CLIENT_CPU = "0", 1
 
 
 def build_before(rev):
@@ -75,19 +72,6 @@ def get(port, path, timeout=30):
     return json.loads(body)
 
 
-def wait_ready(port, srv, timeout=20):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if srv.exited():
-            return False
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            time.sleep(0.05)
-    return False
-
-
 def one_run(name, pypath, emit, args, scratch, tag):
     wait_until_quiet(15)
     port = free_port()
@@ -95,9 +79,9 @@ def one_run(name, pypath, emit, args, scratch, tag):
     argv = [sys.executable, "-m", "forkwsgi", "emit_apps:app", "--bind", f"127.0.0.1:{port}", "--workers", "1",
             "--threads", "1", "--offload-sink", f"jsonl:{out}", "--offload-dir", os.path.join(scratch, tag)]
     env = dict(os.environ, PYTHONPATH=pypath + os.pathsep + BENCH)
-    srv = ServerTree(argv, port, os.path.join(OUT, f"emit-{tag}.log"), env, SERVER_CPU, BENCH)
+    srv = ServerTree(argv, port, os.path.join(OUT, f"emit-{tag}.log"), env)
     try:
-        if not wait_ready(port, srv):
+        if not srv.wait_listening(20):
             return {"failure": "server did not become ready: " + srv.log_text()[-500:]}
         path = f"/loop?n={args.calls}&size=1024&emit={1 if emit else 0}"
         for _ in range(3):                                 # warm-up
@@ -127,7 +111,7 @@ def main():
     if args.quick:
         args.rounds, args.requests = 1, 5
     os.makedirs(OUT, exist_ok=True)
-    os.sched_setaffinity(0, {CLIENT_CPU})
+    pin_self(CLIENT_CPU)
     started = time.monotonic()
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
@@ -145,8 +129,7 @@ def main():
                     log(f"round {rnd + 1}: {name}: {res}")
                     results[name].append(res)
         finally:
-            for srv in list(LIVE):
-                srv.stop()
+            stop_all()
     med = {}
     for name, runs in results.items():
         ok = [r for r in runs if "failure" not in r]
@@ -171,7 +154,7 @@ def main():
     section = "\n".join(lines) + "\n"
     print(section)
     if not args.no_write:
-        write_section(os.path.join(BENCH, "RESULTS.md"), SECTION, section)
+        write_section(RESULTS, SECTION, section)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,10 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import free_port, log, wait_until_quiet, write_section  # noqa: E402
-from run_accesslog import Server  # noqa: E402
+from common import CLIENT_CPU, CpuMeter, free_port, log, pin_self, wait_until_quiet, write_section  # noqa: E402
 
 SECTION = "## Observability: cost of the counters, --stats and --metrics"
 REPO = os.path.dirname(run_core.BENCH)
@@ -63,7 +61,7 @@ class Scraper:
         self.thread.start()
 
     def run(self, metrics_port, stats_port):
-        os.sched_setaffinity(0, {int(run_core.CLIENT_CPU)})
+        pin_self(CLIENT_CPU)           # this thread: the process stays where it is
         while not self.stop.wait(1.0):
             try:
                 c = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=5)
@@ -85,7 +83,8 @@ class Scraper:
 
 def one_run(name, argv, env, port, duration, warmup, scrape=None):
     wait_until_quiet(15)
-    srv = Server(name, argv, port, os.path.join(run_core.OUT, f"observability.{port}.log"), env=env)
+    srv = run_core.Server(name, "hello", port, os.path.join(run_core.OUT, f"observability.{port}.log"),
+                          argv=argv, env=env)
     scraper = None
     try:
         if not srv.wait_ready():
@@ -93,10 +92,10 @@ def one_run(name, argv, env, port, duration, warmup, scrape=None):
         run_core.run_wrk("keepalive-hello", port, warmup)
         if scrape:
             scraper = Scraper(*scrape)
-        cpu0, t0 = srv.tree_cpu_seconds(), time.monotonic()
+        meter = CpuMeter(server=srv.sched_cpu_seconds)
         stats, text, _ = run_core.run_wrk("keepalive-hello", port, duration)
-        wall = time.monotonic() - t0
-        cpu = srv.tree_cpu_seconds() - cpu0
+        span = meter.stop()
+        wall, cpu = span.wall, span.used["server"]
         scrapes = scraper.finish() if scraper else 0
         if stats is None:
             return {"failure": "wrk failed: " + text.strip()[-300:]}

@@ -29,17 +29,16 @@ forkwsgi's ratios to uWSGI. The summary goes to the terminal and to the
 """
 import argparse
 import datetime
-import http.client
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import ServerTree, free_port, log, nginx_conf, run_quiet, wait_until_quiet, write_section  # noqa: E402
+from common import (CpuMeter, ServerTree, free_port, log, nginx_conf, run_quiet, wait_http,  # noqa: E402
+                    wait_until_quiet, write_section)
 
 SECTION = "## uwsgi_pass: forkwsgi --uwsgi-socket vs uWSGI behind nginx"
 BENCH = run_core.BENCH
@@ -118,24 +117,6 @@ def start_nginx(location, upstream, tag):
     return tree
 
 
-def hello_through(port, timeout=20.0):
-    """Until nginx answers GET / with the app's hello (the upstream is up)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/")
-            r = c.getresponse()
-            ok = r.status == 200 and r.read() == run_core.HELLO
-            c.close()
-            if ok:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.1)
-    return False
-
-
 def error_lines(path):
     try:
         with open(path, errors="replace") as f:
@@ -152,15 +133,16 @@ def one_run(name, location, argv_of, duration, warmup, tag):
                           run_core.SERVER_CPU, BENCH)
     nginx = start_nginx(location, up_port, tag)
     try:
-        if not hello_through(nginx.port):
+        # nginx answers the app's hello once the upstream is up
+        if not wait_http(nginx.port, "/", timeout=20.0, conn_timeout=2, body=run_core.HELLO):
             return {"failure": f"no hello through nginx; upstream log: {upstream.log_text()[-500:]}; "
                                f"nginx: {''.join(error_lines(nginx.error_log))[-500:]}"}
         errors_before = len(error_lines(nginx.error_log))     # the readiness poll's "connection refused"
         run_core.run_wrk(WORKLOAD, nginx.port, warmup)
-        up0, ng0 = run_core.Server.tree_cpu_seconds(upstream), run_core.Server.tree_cpu_seconds(nginx)
+        meter = CpuMeter(upstream=upstream.sched_cpu_seconds, nginx=nginx.sched_cpu_seconds)
         stats, text, _ = run_core.run_wrk(WORKLOAD, nginx.port, duration)
-        up_cpu = run_core.Server.tree_cpu_seconds(upstream) - up0
-        ng_cpu = run_core.Server.tree_cpu_seconds(nginx) - ng0
+        used = meter.stop().used
+        up_cpu, ng_cpu = used["upstream"], used["nginx"]
         if stats is None:
             return {"failure": "wrk failed: " + text.strip()[-300:]}
         n = max(1, stats["requests"])
