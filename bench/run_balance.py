@@ -44,9 +44,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter,  # noqa: E402
-                    ServerTree, apt_install, free_port, log, pin_self, pinned, run_quiet, self_cpu_seconds,
-                    stop_all, wait_http, wait_until_quiet, write_section)
+from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
+                    apt_install, free_port, git_head, log, pin_self, pinned, run_quiet, self_cpu_seconds, stop_all,
+                    wait_http, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -547,7 +547,7 @@ def forkwsgi_facts():
     r = run_quiet([sys.executable, "-c", "import forkwsgi, os; print(os.path.dirname("
                    "forkwsgi.__file__))"], cwd=BENCH)
     where = r.stdout.strip() if r.returncode == 0 else None
-    head = run_quiet(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    head = git_head()
     dirty = run_quiet(["git", "-C", ROOT, "status", "--porcelain", "--", "cserver", "src",
                        "python"]).stdout.splitlines()
     return {"git_head": head, "dirty": [ln[3:] for ln in dirty if ln.strip()],

@@ -38,8 +38,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
-                    apt_install, log, run_quiet, wait_until_quiet, write_section)
+from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, SERVER_CPU, CpuMeter, ServerTree, apt_install,  # noqa: E402
+                    git_head, log, run_quiet, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -636,7 +636,7 @@ def forkwsgi_facts(env=None):
 
 
 def git_state(where=BENCH):
-    head = run_quiet(["git", "-C", where, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    head = git_head(where)
     top = run_quiet(["git", "-C", where, "rev-parse", "--show-toplevel"]).stdout.strip() or where
     dirty = run_quiet(["git", "-C", top, "status", "--porcelain", "--", "cserver", "src",
                        "python"]).stdout.split("\n")

@@ -34,7 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ROOT, ServerTree, free_port, log, pin_self,  # noqa: E402
+from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ROOT, ServerTree, free_port, git_head, log, pin_self,  # noqa: E402
                     stop_all, wait_until_quiet, write_section)
 
 SECTION = "## Offload: emit cost, socket queue vs ring"
@@ -113,8 +113,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     pin_self(CLIENT_CPU)
     started = time.monotonic()
-    rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip()
+    rev = git_head()
     log(f"building {args.before} (socket queue) and this checkout ({rev})")
     before, here = build_before(args.before), build_here()
     variants = [("no call (timing floor)", here, False), (f"socket queue ({args.before})", before, True),

@@ -30,7 +30,6 @@ import argparse
 import datetime
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -39,8 +38,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ROOT, ServerTree, free_port, log, nginx_conf,  # noqa: E402
-                    pin_self, pinned, stop_all, write_section)
+from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ServerTree, free_port, git_head, log, pin_self,  # noqa: E402
+                    pinned, start_nginx, stop_all, write_section)
 from run_balance import GUNICORN_EXTRA, VENV_PY, ensure_venv  # noqa: E402
 
 SECTION = "## Fairness and slow clients"
@@ -142,15 +141,11 @@ NGINX_HTTP = """
 
 
 def health(port, seconds=12.0):
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     d = tempfile.mkdtemp(prefix="fairness-nginx-")
     nport = free_port()
-    with open(os.path.join(d, "nginx.conf"), "w") as f:
-        f.write(nginx_conf(d, NGINX_HTTP.format(upstream=port, port=nport)))
-    proxy = subprocess.Popen(pinned(CLIENT_CPU, [nginx, "-p", d, "-c", os.path.join(d, "nginx.conf")]),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proxy = start_nginx(d, NGINX_HTTP.format(upstream=port, port=nport), nport)
     try:
-        time.sleep(1.0)
+        proxy.wait_listening(10)
         load = subprocess.Popen(pinned(CLIENT_CPU, ["wrk", "-t1", "-c64", f"-d{int(seconds)}s", "--timeout", "5s",
                                                     f"http://127.0.0.1:{nport}/sleep?d=0.02"]),
                                 stdout=subprocess.PIPE, text=True)
@@ -169,8 +164,7 @@ def health(port, seconds=12.0):
             time.sleep(max(0.0, 0.5 - (time.monotonic() - t)))
         out, _ = load.communicate(timeout=seconds + 60)
     finally:
-        os.killpg(proxy.pid, signal.SIGTERM)
-        proxy.wait(10)
+        proxy.stop()
         shutil.rmtree(d, ignore_errors=True)
     ok = [c for c in checks if c is not None]
     reqs = next((line.split()[0] for line in out.splitlines() if "requests in" in line), "?")
@@ -259,8 +253,7 @@ def main():
     finally:
         stop_all()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True).stdout.strip()
+    rev = git_head()
     lines = [SECTION, "", f"Run on {when} by `python3 bench/run_fairness.py` at {rev} (took "
              f"{(time.monotonic() - t0) / 60:.1f} min); gunicorn {versions.get('gunicorn')} gthread beside it "
              f"with the same workers and threads; servers on CPU 0, clients on CPU 1.", ""]

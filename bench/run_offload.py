@@ -58,7 +58,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
-                    apt_install, children_cpu_seconds, free_port, log, pid_cpu_seconds, pinned, run_quiet,
+                    apt_install, children_cpu_seconds, free_port, git_head, log, pid_cpu_seconds, pinned, run_quiet,
                     self_cpu_seconds, stop_all, wait_http, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
@@ -573,7 +573,7 @@ def so_digest(pkg=os.path.join(ROOT, "python", "forkwsgi")):
 
 
 def git_state():
-    head = run_quiet(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    head = git_head()
     dirty = run_quiet(["git", "-C", ROOT, "status", "--porcelain", "--", "cserver", "src",
                        "python"]).stdout.splitlines()
     return head, [ln[3:] for ln in dirty if ln.strip()]

@@ -37,7 +37,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import (CpuMeter, ServerTree, free_port, log, nginx_conf, run_quiet, wait_http,  # noqa: E402
+import common  # noqa: E402
+from common import (CpuMeter, ServerTree, free_port, log, run_quiet, wait_http,  # noqa: E402
                     wait_until_quiet, write_section)
 
 SECTION = "## uwsgi_pass: forkwsgi --uwsgi-socket vs uWSGI behind nginx"
@@ -107,14 +108,8 @@ def start_nginx(location, upstream, tag):
     os.makedirs(d)
     shutil.copy("/etc/nginx/uwsgi_params", os.path.join(d, "uwsgi_params"))
     port = free_port()
-    conf = os.path.join(d, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(nginx_conf(d, NGINX_HTTP.format(port=port, upstream=upstream,
-                                                location=location.format(upstream=upstream))))
-    tree = ServerTree([NGINX, "-p", d, "-e", os.path.join(d, "error.log"), "-c", conf], port,
-                      os.path.join(d, "nginx.out"), dict(os.environ), NGINX_CPU, BENCH)
-    tree.error_log = os.path.join(d, "error.log")
-    return tree
+    http = NGINX_HTTP.format(port=port, upstream=upstream, location=location.format(upstream=upstream))
+    return common.start_nginx(d, http, port, NGINX_CPU)
 
 
 def error_lines(path):

@@ -1,0 +1,36 @@
+"""Places, pins and the small shell helpers every benchmark script uses."""
+import os
+import subprocess
+
+BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(BENCH)
+OUT = os.path.join(BENCH, "out")
+RESULTS = os.path.join(BENCH, "RESULTS.md")
+HOST = "127.0.0.1"
+SERVER_CPU = "0"       # every server under test
+CLIENT_CPU = "1"       # wrk, the Python clients, nginx in front
+
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+def run_quiet(argv, **kw):
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def apt_install(*packages):
+    """Debian packages the benchmark needs (as root); what fails is logged."""
+    log(f"installing with apt-get: {' '.join(packages)}")
+    try:
+        run_quiet(["apt-get", "update"])
+        r = run_quiet(["apt-get", "install", "-y", *packages])
+        if r.returncode != 0:
+            log(r.stdout[-2000:])
+    except OSError as e:
+        log(f"apt-get unavailable: {e}")
+
+
+def git_head(where=ROOT):
+    """The short commit of the checkout at `where` ("" outside git)."""
+    return run_quiet(["git", "-C", where, "rev-parse", "--short", "HEAD"]).stdout.strip()
