@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import free_port, log, run_quiet, stop_all, write_section  # noqa: E402
+from common import free_port, invocation, log, run_quiet, stop_all, write_section  # noqa: E402
 from run_core import (BENCH, CLIENT_CPU, OUT, RESULTS, SERVER_CPU, WORKLOADS, display_command,  # noqa: E402
                       median, num)
 
@@ -224,10 +224,9 @@ def write_results(title, rows, problems, ctx, args):
     server_lines = "\n".join(f"PYTHONPATH={ctx['shown'][side]}/python taskset -c {SERVER_CPU} "
                              + display_command(server_argv("PORT", t)) for t in args.threads for side in SIDES)
     cells = "\n".join(f"- {w}: {WORKLOADS[w].desc}" for w in ctx["workloads"])
-    invocation = " ".join(["python3 bench/run_ab.py", *sys.argv[1:]])
     section = f"""{title}
 
-Run on {ctx['started']:%Y-%m-%d %H:%M} UTC by `{invocation}` (took {ctx['elapsed'] / 60:.1f} min;
+Run on {ctx['started']:%Y-%m-%d %H:%M} UTC by `{invocation()}` (took {ctx['elapsed'] / 60:.1f} min;
 {args.rounds} round(s), {args.duration} s measured per cell after a {args.warmup} s warm-up).
 Before: {rev} ({ctx['rev_full']}, "{ctx['rev_subject']}"); after: {head}.
 

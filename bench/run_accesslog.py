@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import CpuMeter, log, wait_until_quiet, write_section  # noqa: E402
+from common import CpuMeter, invocation, log, wait_until_quiet, write_section  # noqa: E402
 
 SECTION = "## Access log: cost, log on vs off"
 OUT = run_core.OUT
@@ -127,7 +127,7 @@ def main():
         head, dirty = run_core.git_state()
         section = f"""{SECTION}
 
-Run on {started:%Y-%m-%d %H:%M} UTC by `python3 bench/run_accesslog.py{' --quick' if args.quick else ''}`,
+Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation()}`,
 forkwsgi from git {head}{' (uncommitted changes)' if dirty else ''}. Keep-alive, 50 connections
 (`wrk -t1 -c50`), the hello app, one worker with one thread; access log to a file in gunicorn's
 default format; server on CPU {run_core.SERVER_CPU}, wrk on CPU {run_core.CLIENT_CPU}; {args.reps}

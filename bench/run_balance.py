@@ -45,8 +45,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
-                    apt_install, free_port, git_head, log, pin_self, pinned, run_quiet, self_cpu_seconds, stop_all,
-                    wait_http, wait_until_quiet, write_section)
+                    apt_install, free_port, git_head, invocation, log, pin_self, pinned, run_quiet, self_cpu_seconds,
+                    stop_all, wait_http, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -737,8 +737,7 @@ def machine_facts():
 def write_results(text_tables, results, args, ctx):
     facts, versions, fw, unavailable = (ctx["facts"], ctx["versions"], ctx["forkwsgi"],
                                         ctx["unavailable"])
-    cmd = "python3 bench/run_balance.py" + "".join(
-        f" {a}" for a in sys.argv[1:] if a != "--no-write")
+    cmd = invocation()
     mixed_cmds = "\n".join(
         f"{name:24} taskset -c {SERVER_CPU} "
         + display_command(MIXED_SERVERS[name][2]("sleep_app", "PORT"))

@@ -39,7 +39,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, SERVER_CPU, CpuMeter, ServerTree, apt_install,  # noqa: E402
-                    git_head, log, run_quiet, wait_until_quiet, write_section)
+                    git_head, invocation, log, run_quiet, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -702,10 +702,9 @@ def write_results(rows, results, facts_by_round, setup, args, started, elapsed):
     missing = "".join(f"\n- {p}: {why}" for p, why in unavailable.items())
     cells = "\n".join(f"- {w}: {WORKLOADS[w].desc}; servers: {', '.join(s for s in WORKLOADS[w].servers if s in names)}"
                       for w in workloads)
-    invocation = " ".join(["python3 bench/run_core.py", *sys.argv[1:]])
     section = f"""{SECTION}
 
-Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation}` (took {elapsed / 60:.1f} min;
+Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation()}` (took {elapsed / 60:.1f} min;
 {args.rounds} round(s), {args.duration} s measured per cell after a {args.warmup} s warm-up).
 
 **Machine.** nproc {facts['nproc']} ({facts['cpu']}), kernel {facts['kernel']}, \

@@ -34,8 +34,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ROOT, ServerTree, free_port, git_head, log, pin_self,  # noqa: E402
-                    stop_all, wait_until_quiet, write_section)
+from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ROOT, ServerTree, free_port, git_head, invocation,  # noqa: E402
+                    log, pin_self, stop_all, wait_until_quiet, write_section)
 
 SECTION = "## Offload: emit cost, socket queue vs ring"
 
@@ -135,8 +135,8 @@ def main():
         med[name] = {k: statistics.median(r[k] for r in ok) for k in ("p50", "p90", "p99", "max")} if ok else None
     sock, ring = med[variants[1][0]], med[variants[2][0]]
     lines = [SECTION, "",
-             f"Run on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC by `python3 bench/run_emit.py"
-             f"{' --quick' if args.quick else ''}` (took {(time.monotonic() - started) / 60:.1f} min), this "
+             f"Run on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC by `{invocation()}` "
+             f"(took {(time.monotonic() - started) / 60:.1f} min), this "
              f"checkout at {rev} against {args.before}. One request emits {args.calls:,} records of 1 KiB back to "
              f"back, each `forkwsgi.offload()` call timed with perf_counter_ns (Python's call included); "
              f"{args.requests} timed requests per run after 3 of warm-up, a fresh server (1 worker, 1 thread, jsonl "

@@ -38,8 +38,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ServerTree, free_port, git_head, log, pin_self,  # noqa: E402
-                    pinned, start_nginx, stop_all, write_section)
+from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ServerTree, free_port, git_head, invocation, log,  # noqa: E402
+                    pin_self, pinned, start_nginx, stop_all, write_section)
 from run_balance import GUNICORN_EXTRA, VENV_PY, ensure_venv  # noqa: E402
 
 SECTION = "## Fairness and slow clients"
@@ -254,7 +254,7 @@ def main():
         stop_all()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     rev = git_head()
-    lines = [SECTION, "", f"Run on {when} by `python3 bench/run_fairness.py` at {rev} (took "
+    lines = [SECTION, "", f"Run on {when} by `{invocation()}` at {rev} (took "
              f"{(time.monotonic() - t0) / 60:.1f} min); gunicorn {versions.get('gunicorn')} gthread beside it "
              f"with the same workers and threads; servers on CPU 0, clients on CPU 1.", ""]
     for part in args.parts.split(","):

@@ -25,7 +25,8 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import CLIENT_CPU, CpuMeter, free_port, log, pin_self, wait_until_quiet, write_section  # noqa: E402
+from common import (CLIENT_CPU, CpuMeter, free_port, invocation, log, pin_self, wait_until_quiet,  # noqa: E402
+                    write_section)
 
 SECTION = "## Observability: cost of the counters, --stats and --metrics"
 REPO = os.path.dirname(run_core.BENCH)
@@ -164,7 +165,7 @@ def main():
         head, dirty = run_core.git_state()
         section = f"""{SECTION}
 
-Run on {started:%Y-%m-%d %H:%M} UTC by `python3 bench/run_observability.py{' --quick' if args.quick else ''}`,
+Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation()}`,
 forkwsgi from git {head}{' (uncommitted changes)' if dirty else ''} against forkwsgi at {sha} (before the
 counters). Keep-alive, 50 connections (`wrk -t1 -c50`), the hello app, `--workers 1` (a master and one
 worker), one thread; server on CPU {run_core.SERVER_CPU}, wrk and the scraper on CPU {run_core.CLIENT_CPU};

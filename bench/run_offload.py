@@ -58,8 +58,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
-                    apt_install, children_cpu_seconds, free_port, git_head, log, pid_cpu_seconds, pinned, run_quiet,
-                    self_cpu_seconds, stop_all, wait_http, wait_until_quiet, write_section)
+                    apt_install, children_cpu_seconds, free_port, git_head, invocation, log, pid_cpu_seconds, pinned,
+                    run_quiet, self_cpu_seconds, stop_all, wait_http, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -797,7 +797,7 @@ def write_results(tables, results, args, ctx):
     head, dirty = ctx["git"]
     v = ctx["versions"]
     f = ctx["facts"]
-    cmd = "python3 bench/run_offload.py" + "".join(f" {a}" for a in sys.argv[1:] if a != "--no-write")
+    cmd = invocation()
     so_note = ctx["snapshot"] + (
         "" if ctx["so_start"] == ctx["so_end"] else
         f"; the checkout's extension changed during the run ({ctx['so_end']}), which the snapshot kept out")

@@ -38,7 +38,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
 import common  # noqa: E402
-from common import (CpuMeter, ServerTree, free_port, log, run_quiet, wait_http,  # noqa: E402
+from common import (CpuMeter, ServerTree, free_port, invocation, log, run_quiet, wait_http,  # noqa: E402
                     wait_until_quiet, write_section)
 
 SECTION = "## uwsgi_pass: forkwsgi --uwsgi-socket vs uWSGI behind nginx"
@@ -215,7 +215,7 @@ def main():
                          for _, argv_of in cfgs.values())
     section = f"""{SECTION}
 
-Run on {started:%Y-%m-%d %H:%M} UTC by `python3 bench/run_uwsgi_pass.py{' --quick' if args.quick else ''}`
+Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation()}`
 (under `flock /tmp/bench.lock`), forkwsgi from git {head}{' (uncommitted changes)' if dirty else ''};
 nginx {nginx_v} (one worker), {uwsgi_line}. `wrk -t1 -c50` keep-alive to nginx, nginx to the
 upstream: `include uwsgi_params; uwsgi_pass` (a new connection per request: nginx keeps no uwsgi

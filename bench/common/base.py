@@ -1,6 +1,7 @@
 """Places, pins and the small shell helpers every benchmark script uses."""
 import os
 import subprocess
+import sys
 
 BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(BENCH)
@@ -31,6 +32,15 @@ def apt_install(*packages):
         log(f"apt-get unavailable: {e}")
 
 
+def invocation():
+    """The command line that started this script, as run from the repository
+    root (for the "Run on ... by `...`" line of its section); --no-write left out."""
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
+    return " ".join(["python3", script, *(a for a in sys.argv[1:] if a != "--no-write")])
+
+
 def git_head(where=ROOT):
     """The short commit of the checkout at `where` ("" outside git)."""
-    return run_quiet(["git", "-C", where, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    r = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, text=True)
+    return r.stdout.strip() if r.returncode == 0 else ""
