@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import free_port, invocation, log, run_quiet, stop_all, write_section  # noqa: E402
+from common import free_port, invocation, log, rotated, run_quiet, stop_all, write_section  # noqa: E402
 from run_core import (BENCH, CLIENT_CPU, OUT, RESULTS, SERVER_CPU, WORKLOADS, display_command,  # noqa: E402
                       median, num)
 
@@ -121,7 +121,7 @@ def run_setting(threads, envs, workloads, args):
     pair = start_pair(threads, envs)
     try:
         for rnd in range(args.rounds):
-            order = SIDES if rnd % 2 == 0 else SIDES[::-1]
+            order = rotated(SIDES, rnd)           # before/after swapped every round
             for workload in workloads:
                 for side in order:
                     srv, facts = pair[side]

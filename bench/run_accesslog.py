@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import CpuMeter, invocation, log, wait_until_quiet, write_section  # noqa: E402
+from common import CpuMeter, invocation, log, rotated, wait_until_quiet, write_section  # noqa: E402
 
 SECTION = "## Access log: cost, log on vs off"
 OUT = run_core.OUT
@@ -91,7 +91,7 @@ def main():
     written = {n: 0 for n in names}
     port = run_core.FIRST_PORT + 500
     for rep in range(args.reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+        for name in rotated(names, rep):
             for f in os.listdir(log_dir):
                 os.unlink(os.path.join(log_dir, f))
             port += 1

@@ -39,7 +39,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, SERVER_CPU, CpuMeter, ServerTree, apt_install,  # noqa: E402
-                    git_head, invocation, log, run_quiet, wait_until_quiet, write_section)
+                    git_head, invocation, log, rotated, run_quiet, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -427,8 +427,7 @@ def run_round(rnd, names, workloads, args, unavailable):
     servers = start_round(live, rnd)
     results = []
     try:
-        k = rnd % len(names)
-        order = names[k:] + names[:k]
+        order = rotated(names, rnd)
         for workload in workloads:
             for name in order:
                 if name not in WORKLOADS[workload].servers:

@@ -35,7 +35,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ROOT, ServerTree, free_port, git_head, invocation,  # noqa: E402
-                    log, pin_self, stop_all, wait_until_quiet, write_section)
+                    log, pin_self, rotated, stop_all, wait_until_quiet, write_section)
 
 SECTION = "## Offload: emit cost, socket queue vs ring"
 
@@ -122,7 +122,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="forkwsgi-emit-") as scratch:
         try:
             for rnd in range(args.rounds):
-                order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
+                order = rotated(variants, rnd)
                 for i, (name, pypath, emit) in enumerate(order):
                     res = one_run(name, pypath, emit, args, scratch, f"r{rnd}v{i}")
                     log(f"round {rnd + 1}: {name}: {res}")

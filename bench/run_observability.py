@@ -25,7 +25,7 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import (CLIENT_CPU, CpuMeter, free_port, invocation, log, pin_self, wait_until_quiet,  # noqa: E402
+from common import (CLIENT_CPU, CpuMeter, free_port, invocation, log, pin_self, rotated, wait_until_quiet,  # noqa: E402
                     write_section)
 
 SECTION = "## Observability: cost of the counters, --stats and --metrics"
@@ -129,7 +129,7 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     results = {n: [] for n in names}
     for rep in range(args.reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+        for name in rotated(names, rep):
             port = free_port()
             argv = [sys.executable, "-m", "forkwsgi", "apps:hello", "--bind", f"127.0.0.1:{port}", "--workers", "1"]
             scrape = None

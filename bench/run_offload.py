@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
                     apt_install, children_cpu_seconds, free_port, git_head, invocation, log, pid_cpu_seconds, pinned,
-                    run_quiet, self_cpu_seconds, stop_all, wait_http, wait_until_quiet, write_section)
+                    rotated, run_quiet, self_cpu_seconds, stop_all, wait_http, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -937,8 +937,7 @@ def main():
 
     plan = []
     for rnd in range(args.rounds):
-        k = rnd % len(keys)
-        plan += [(key, rnd) for key in keys[k:] + keys[:k]]
+        plan += [(key, rnd) for key in rotated(keys, rnd)]
     per_cell = 2 * (args.duration + args.warmup) + 14
     log(f"{len(plan)} cells, about {len(plan) * per_cell / 60:.1f} min plus the broker's start "
         "and waits for an idle machine")

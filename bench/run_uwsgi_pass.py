@@ -38,7 +38,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
 import common  # noqa: E402
-from common import (CpuMeter, ServerTree, free_port, invocation, log, run_quiet, wait_http,  # noqa: E402
+from common import (CpuMeter, ServerTree, free_port, invocation, log, rotated, run_quiet, wait_http,  # noqa: E402
                     wait_until_quiet, write_section)
 
 SECTION = "## uwsgi_pass: forkwsgi --uwsgi-socket vs uWSGI behind nginx"
@@ -172,7 +172,7 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     results = {n: [] for n in names}
     for rnd in range(args.rounds):
-        for k, name in enumerate(names[rnd % len(names):] + names[:rnd % len(names)]):
+        for k, name in enumerate(rotated(names, rnd)):
             location, argv_of = cfgs[name]
             r = one_run(name, location, argv_of, args.duration, args.warmup, f"{rnd}.{k}")
             results[name].append(r)

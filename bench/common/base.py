@@ -32,6 +32,14 @@ def apt_install(*packages):
         log(f"apt-get unavailable: {e}")
 
 
+def rotated(items, rnd):
+    """`items` (a list or tuple) in round `rnd`'s order: rotated by one per
+    round, so each comes first in turn and none always runs after the same
+    neighbour (the rounds of a benchmark are interleaved this way)."""
+    k = rnd % len(items)
+    return items[k:] + items[:k]
+
+
 def invocation():
     """The command line that started this script, as run from the repository
     root (for the "Run on ... by `...`" line of its section); --no-write left out."""
