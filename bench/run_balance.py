@@ -45,8 +45,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
-                    apt_install, free_port, git_head, invocation, log, pin_self, pinned, run_quiet, self_cpu_seconds,
-                    stop_all, wait_http, wait_until_quiet, write_section)
+                    apt_install, first_error_line, free_port, git_head, invocation, log, pin_self, pinned, run_quiet,
+                    self_cpu_seconds, stop_all, wait_http, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -472,15 +472,6 @@ def run_cpu(name, conc, duration, warmup, env, quiet_wait, rep=0):
 
 # ---------------------------------------------------------------- setup
 
-
-
-def first_error_line(output):
-    lines = [ln.strip() for ln in output.splitlines()]
-    for pattern in (r": (fatal )?error: ", r"^ERROR: ", r"\berror\b"):
-        for line in lines:
-            if re.search(pattern, line):
-                return line
-    return lines[-1] if lines else "(no output)"
 
 
 def ensure_venv(need_gunicorn, need_uwsgi):

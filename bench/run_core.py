@@ -39,7 +39,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, SERVER_CPU, CpuMeter, ServerTree, apt_install,  # noqa: E402
-                    git_head, invocation, log, rotated, run_quiet, wait_until_quiet, write_section)
+                    first_error_line, git_head, invocation, log, rotated, run_quiet, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -130,16 +130,6 @@ def build_refserver():
     if r.returncode != 0:
         sys.exit(f"could not build the reference server ({' '.join(argv)}):\n{r.stdout}")
     return run_quiet(["cc", "--version"]).stdout.splitlines()[0]
-
-
-def first_error_line(pip_output):
-    """The first compiler error if there is one, else pip's first ERROR line."""
-    lines = [ln.strip() for ln in pip_output.splitlines()]
-    for pattern in (r": (fatal )?error: ", r"^ERROR: ", r"\berror\b"):
-        for line in lines:
-            if re.search(pattern, line):
-                return line
-    return lines[-1] if lines else "(no output)"
 
 
 def installed_versions():

@@ -38,8 +38,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
 import common  # noqa: E402
-from common import (CpuMeter, ServerTree, free_port, invocation, log, rotated, run_quiet, wait_http,  # noqa: E402
-                    wait_until_quiet, write_section)
+from common import (CpuMeter, ServerTree, first_error_line, free_port, invocation, log, rotated,  # noqa: E402
+                    run_quiet, wait_http, wait_until_quiet, write_section)
 
 SECTION = "## uwsgi_pass: forkwsgi --uwsgi-socket vs uWSGI behind nginx"
 BENCH = run_core.BENCH
@@ -82,7 +82,7 @@ def ensure_uwsgi():
         with open(os.path.join(OUT, "uwsgi-pip.log"), "w") as f:
             f.write(r.stdout)
         if r.returncode != 0 or not os.path.exists(UWSGI_BIN):
-            return None, f"pip install uwsgi=={UWSGI_VERSION} failed: {run_core.first_error_line(r.stdout)}"
+            return None, f"pip install uwsgi=={UWSGI_VERSION} failed: {first_error_line(r.stdout)}"
     r = run_quiet([UWSGI_BIN, "--version"])
     return (r.stdout.strip(), None) if r.returncode == 0 else (None, f"uwsgi --version: {r.stdout.strip()}")
 

@@ -15,10 +15,10 @@ cpu, servers, wrk, results):
 - nginx in front: nginx_conf(), start_nginx();
 - reports: write_section() (a section of bench/RESULTS.md, the replaced one
   moved to bench/HISTORY.md), git_head(), invocation(), log(), run_quiet(),
-  apt_install(); rotated() (the order of a round's runs).
+  apt_install(), first_error_line(); rotated() (the order of a round's runs).
 """
-from .base import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, apt_install, git_head,
-                   invocation, log, rotated, run_quiet)
+from .base import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, apt_install, first_error_line,
+                   git_head, invocation, log, rotated, run_quiet)
 from .cpu import (CpuMeter, CpuSpan, children_cpu_seconds, cpu_times, pid_cpu_seconds, proc_table,
                   self_cpu_seconds, steal_seconds, wait_until_quiet)
 from .results import write_section
@@ -27,7 +27,7 @@ from .servers import (LIVE, ServerTree, free_port, nginx_conf, pin_self, pinned,
 from .wrk import WrkRun, run_wrk, wrk_stats
 
 __all__ = [
-    "BENCH", "CLIENT_CPU", "HOST", "OUT", "RESULTS", "ROOT", "SERVER_CPU", "apt_install",
+    "BENCH", "CLIENT_CPU", "HOST", "OUT", "RESULTS", "ROOT", "SERVER_CPU", "apt_install", "first_error_line",
     "git_head", "invocation", "log", "rotated", "run_quiet", "CpuMeter", "CpuSpan", "children_cpu_seconds", "cpu_times",
     "pid_cpu_seconds", "proc_table", "self_cpu_seconds", "steal_seconds", "wait_until_quiet",
     "write_section", "LIVE", "ServerTree", "free_port", "nginx_conf", "pin_self", "pinned",

@@ -1,5 +1,6 @@
 """Places, pins and the small shell helpers every benchmark script uses."""
 import os
+import re
 import subprocess
 import sys
 
@@ -30,6 +31,17 @@ def apt_install(*packages):
             log(r.stdout[-2000:])
     except OSError as e:
         log(f"apt-get unavailable: {e}")
+
+
+def first_error_line(output):
+    """The first compiler error in a tool's output (pip building a package)
+    if there is one, else its first ERROR line, else its last line."""
+    lines = [ln.strip() for ln in output.splitlines()]
+    for pattern in (r": (fatal )?error: ", r"^ERROR: ", r"\berror\b"):
+        for line in lines:
+            if re.search(pattern, line):
+                return line
+    return lines[-1] if lines else "(no output)"
 
 
 def rotated(items, rnd):
