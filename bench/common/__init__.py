@@ -27,9 +27,10 @@ from .servers import (LIVE, ServerTree, free_port, nginx_conf, pin_self, pinned,
 from .wrk import WrkRun, run_wrk, wrk_stats
 
 __all__ = [
-    "BENCH", "CLIENT_CPU", "HOST", "OUT", "RESULTS", "ROOT", "SERVER_CPU", "apt_install", "first_error_line",
-    "git_head", "invocation", "log", "rotated", "run_quiet", "CpuMeter", "CpuSpan", "children_cpu_seconds", "cpu_times",
-    "pid_cpu_seconds", "proc_table", "self_cpu_seconds", "steal_seconds", "wait_until_quiet",
-    "write_section", "LIVE", "ServerTree", "free_port", "nginx_conf", "pin_self", "pinned",
-    "start_nginx", "stop_all", "wait_http", "wait_listening", "WrkRun", "run_wrk", "wrk_stats",
+    "BENCH", "CLIENT_CPU", "HOST", "OUT", "RESULTS", "ROOT", "SERVER_CPU", "apt_install",
+    "first_error_line", "git_head", "invocation", "log", "rotated", "run_quiet", "CpuMeter",
+    "CpuSpan", "children_cpu_seconds", "cpu_times", "pid_cpu_seconds", "proc_table",
+    "self_cpu_seconds", "steal_seconds", "wait_until_quiet", "write_section", "LIVE", "ServerTree",
+    "free_port", "nginx_conf", "pin_self", "pinned", "start_nginx", "stop_all", "wait_http",
+    "wait_listening", "WrkRun", "run_wrk", "wrk_stats",
 ]
