@@ -59,7 +59,7 @@ ASAN_EXT_ENV = LD_PRELOAD=$(LIBASAN) \
     UBSAN_OPTIONS=print_stacktrace=1:log_path=$(abspath $(ASAN_DIR))/logs/ubsan \
     PYTHONPATH=$(abspath $(ASAN_DIR))
 
-.PHONY: help ctest kafka-ctest rdkafka-abi fuzz-smoke fuzz fuzz-proxy fuzz-uwsgi fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring \
+.PHONY: help ctest kafka-ctest rdkafka-abi fuzz-smoke fuzz fuzz-http fuzz-proxy fuzz-uwsgi fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring \
         asan-ext asan-ext-build asan-smoke coverage coverage-build wheels clean
 
 help:
@@ -126,116 +126,91 @@ ctest: $(CBUILD)/test_http $(CBUILD)/test_proxy $(CBUILD)/test_uwsgi $(CBUILD)/t
 	$(SAN_ENV) $(CBUILD)/test_ring
 
 # ---- fuzzing ---------------------------------------------------------------
+# One target per parser, named by its tests/fuzz/fuzz_NAME.c; per NAME:
+#   FUZZ_NAME_SRC/_HDR  the C core it links (and rebuilds on)
+#   FUZZ_NAME_INC       include flags; FUZZ_NAME_LIBS  link flags
+#   FUZZ_NAME_OPTS      libFuzzer options; FUZZ_NAME_CORPUS  its corpus under tests/fuzz (read
+#                       only) and $(FBUILD) (new entries)
+# Two pattern rules build them: $(FBUILD)/fuzz_NAME (libFuzzer, clang) and
+# $(FBUILD)/fuzz_NAME_standalone (tests/fuzz/standalone_main.c, any cc; the
+# HTTP one keeps its older name fuzz_standalone).
 
-$(FBUILD)/fuzz_standalone: tests/fuzz/fuzz_http.c tests/fuzz/standalone_main.c $(HTTP_SRC) $(HTTP_HDR)
-	@mkdir -p $(FBUILD)
-	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/fuzz/fuzz_http.c tests/fuzz/standalone_main.c \
-	    $(HTTP_SRC) -o $@
+FUZZ_NAMES := http proxy uwsgi offload ring
 
-$(FBUILD)/fuzz_proxy_standalone: tests/fuzz/fuzz_proxy.c tests/fuzz/standalone_main.c $(PROXY_SRC) $(PROXY_HDR)
-	@mkdir -p $(FBUILD)
-	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver tests/fuzz/fuzz_proxy.c tests/fuzz/standalone_main.c \
-	    $(PROXY_SRC) -o $@
+FUZZ_http_SRC     := $(HTTP_SRC)
+FUZZ_http_HDR     := $(HTTP_HDR)
+FUZZ_http_INC     := -Icserver -Itests/c
+FUZZ_http_OPTS    := -max_len=2048 -dict=tests/fuzz/http.dict
+FUZZ_http_CORPUS  := corpus
 
-$(FBUILD)/fuzz_uwsgi_standalone: tests/fuzz/fuzz_uwsgi.c tests/fuzz/standalone_main.c $(UWSGI_SRC) $(UWSGI_HDR)
+FUZZ_proxy_SRC    := $(PROXY_SRC)
+FUZZ_proxy_HDR    := $(PROXY_HDR)
+FUZZ_proxy_OPTS   := -max_len=512
+
+FUZZ_uwsgi_SRC    := $(UWSGI_SRC)
+FUZZ_uwsgi_HDR    := $(UWSGI_HDR)
+FUZZ_uwsgi_OPTS   := -max_len=1024
+
+FUZZ_offload_SRC  := cserver/fw_offload.c cserver/fw_ring.c
+FUZZ_offload_HDR  := cserver/fw_offload.h cserver/fw_ring.h cserver/fw_io.h
+FUZZ_offload_LIBS := -lpthread
+FUZZ_offload_OPTS := -max_len=4096
+
+FUZZ_ring_SRC     := cserver/fw_ring.c cserver/fw_offload.c
+FUZZ_ring_HDR     := cserver/fw_ring.h cserver/fw_offload.h cserver/fw_io.h
+FUZZ_ring_LIBS    := -lpthread
+FUZZ_ring_OPTS    := -max_len=8192
+
+# Defaults: include cserver only, corpus_NAME.
+$(foreach n,$(FUZZ_NAMES),$(eval FUZZ_$(n)_INC ?= -Icserver)$(eval FUZZ_$(n)_CORPUS ?= corpus_$(n)))
+
+# NAME of a standalone binary's stem: fuzz -> http, fuzz_proxy -> proxy.
+fuzz_name = $(if $(filter fuzz,$(1)),http,$(1:fuzz_%=%))
+
+.SECONDEXPANSION:
+
+$(FBUILD)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_$$*_SRC) $$(FUZZ_$$*_HDR)
 	@mkdir -p $(FBUILD)
-	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver tests/fuzz/fuzz_uwsgi.c tests/fuzz/standalone_main.c \
-	    $(UWSGI_SRC) -o $@
+	$(CLANG) $(CWARN) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+	    -g -O1 $(FUZZ_$*_INC) $< $(strip $(FUZZ_$*_SRC) $(FUZZ_$*_LIBS)) -o $@
+
+$(FBUILD)/%_standalone: tests/fuzz/fuzz_$$(call fuzz_name,$$*).c tests/fuzz/standalone_main.c \
+                        $$(FUZZ_$$(call fuzz_name,$$*)_SRC) $$(FUZZ_$$(call fuzz_name,$$*)_HDR)
+	@mkdir -p $(FBUILD)
+	$(FUZZ_CC) $(CWARN) $(SANITIZE) $(FUZZ_$(call fuzz_name,$*)_INC) $< tests/fuzz/standalone_main.c \
+	    $(strip $(FUZZ_$(call fuzz_name,$*)_SRC) $(FUZZ_$(call fuzz_name,$*)_LIBS)) -o $@
+
+# Smoke runs of a standalone binary: the full inputs and time, or a fifth of each.
+fuzz_smoke_full = $(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) * 3 + 60 )) $(FBUILD)/$(1) \
+	    -n $(FUZZ_SMOKE_N) -s $(FUZZ_SMOKE_SEED) -t $(FUZZ_SMOKE_SECONDS) -a $(FBUILD)/ tests/fuzz/$(2)
+fuzz_smoke_fifth = $(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) + 60 )) $(FBUILD)/$(1) \
+	    -n $$(( $(FUZZ_SMOKE_N) / 5 )) -s $(FUZZ_SMOKE_SEED) -t $$(( $(FUZZ_SMOKE_SECONDS) / 5 + 1 )) \
+	    -a $(FBUILD)/ tests/fuzz/$(2)
 
 # The HTTP parser, then the PROXY protocol and uwsgi parsers (a fifth of the inputs and time each).
 fuzz-smoke: $(FBUILD)/fuzz_standalone $(FBUILD)/fuzz_proxy_standalone $(FBUILD)/fuzz_uwsgi_standalone
-	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) * 3 + 60 )) $(FBUILD)/fuzz_standalone \
-	    -n $(FUZZ_SMOKE_N) -s $(FUZZ_SMOKE_SEED) -t $(FUZZ_SMOKE_SECONDS) -a $(FBUILD)/ tests/fuzz/corpus
-	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) + 60 )) $(FBUILD)/fuzz_proxy_standalone \
-	    -n $$(( $(FUZZ_SMOKE_N) / 5 )) -s $(FUZZ_SMOKE_SEED) -t $$(( $(FUZZ_SMOKE_SECONDS) / 5 + 1 )) \
-	    -a $(FBUILD)/ tests/fuzz/corpus_proxy
-	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) + 60 )) $(FBUILD)/fuzz_uwsgi_standalone \
-	    -n $$(( $(FUZZ_SMOKE_N) / 5 )) -s $(FUZZ_SMOKE_SEED) -t $$(( $(FUZZ_SMOKE_SECONDS) / 5 + 1 )) \
-	    -a $(FBUILD)/ tests/fuzz/corpus_uwsgi
-
-$(FBUILD)/fuzz_http: tests/fuzz/fuzz_http.c $(HTTP_SRC) $(HTTP_HDR)
-	@mkdir -p $(FBUILD)
-	$(CLANG) $(CWARN) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
-	    -g -O1 -Icserver -Itests/c tests/fuzz/fuzz_http.c $(HTTP_SRC) -o $@
-
-# New corpus entries go to tests/fuzz/build/corpus; tests/fuzz/corpus is read only.
-# A crash leaves tests/fuzz/build/crash-<sha1>; replay it with
-#     tests/fuzz/build/fuzz_http tests/fuzz/build/crash-<sha1>
-fuzz: $(FBUILD)/fuzz_http
-	@mkdir -p $(FBUILD)/corpus
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_http \
-	    -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -dict=tests/fuzz/http.dict \
-	    -artifact_prefix=$(FBUILD)/ -print_final_stats=1 $(FUZZ_ARGS) $(FBUILD)/corpus tests/fuzz/corpus
-
-$(FBUILD)/fuzz_proxy: tests/fuzz/fuzz_proxy.c $(PROXY_SRC) $(PROXY_HDR)
-	@mkdir -p $(FBUILD)
-	$(CLANG) $(CWARN) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
-	    -g -O1 -Icserver tests/fuzz/fuzz_proxy.c $(PROXY_SRC) -o $@
-
-fuzz-proxy: $(FBUILD)/fuzz_proxy
-	@mkdir -p $(FBUILD)/corpus_proxy
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_proxy \
-	    -max_total_time=$(FUZZ_SECONDS) -max_len=512 -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
-	    $(FUZZ_ARGS) $(FBUILD)/corpus_proxy tests/fuzz/corpus_proxy
-
-$(FBUILD)/fuzz_uwsgi: tests/fuzz/fuzz_uwsgi.c $(UWSGI_SRC) $(UWSGI_HDR)
-	@mkdir -p $(FBUILD)
-	$(CLANG) $(CWARN) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
-	    -g -O1 -Icserver tests/fuzz/fuzz_uwsgi.c $(UWSGI_SRC) -o $@
-
-fuzz-uwsgi: $(FBUILD)/fuzz_uwsgi
-	@mkdir -p $(FBUILD)/corpus_uwsgi
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_uwsgi \
-	    -max_total_time=$(FUZZ_SECONDS) -max_len=1024 -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
-	    $(FUZZ_ARGS) $(FBUILD)/corpus_uwsgi tests/fuzz/corpus_uwsgi
-
-OFL_SRC := cserver/fw_offload.c cserver/fw_ring.c
-OFL_HDR := cserver/fw_offload.h cserver/fw_ring.h cserver/fw_io.h
-
-$(FBUILD)/fuzz_offload_standalone: tests/fuzz/fuzz_offload.c tests/fuzz/standalone_main.c $(OFL_SRC) $(OFL_HDR)
-	@mkdir -p $(FBUILD)
-	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver tests/fuzz/fuzz_offload.c tests/fuzz/standalone_main.c \
-	    $(OFL_SRC) -lpthread -o $@
+	$(call fuzz_smoke_full,fuzz_standalone,corpus)
+	$(call fuzz_smoke_fifth,fuzz_proxy_standalone,corpus_proxy)
+	$(call fuzz_smoke_fifth,fuzz_uwsgi_standalone,corpus_uwsgi)
 
 fuzz-offload-smoke: $(FBUILD)/fuzz_offload_standalone
-	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) * 3 + 60 )) $(FBUILD)/fuzz_offload_standalone \
-	    -n $(FUZZ_SMOKE_N) -s $(FUZZ_SMOKE_SEED) -t $(FUZZ_SMOKE_SECONDS) -a $(FBUILD)/ tests/fuzz/corpus_offload
-
-$(FBUILD)/fuzz_offload: tests/fuzz/fuzz_offload.c $(OFL_SRC) $(OFL_HDR)
-	@mkdir -p $(FBUILD)
-	$(CLANG) $(CWARN) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
-	    -g -O1 -Icserver tests/fuzz/fuzz_offload.c $(OFL_SRC) -lpthread -o $@
-
-fuzz-offload: $(FBUILD)/fuzz_offload
-	@mkdir -p $(FBUILD)/corpus_offload
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_offload \
-	    -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
-	    $(FUZZ_ARGS) $(FBUILD)/corpus_offload tests/fuzz/corpus_offload
-
-RING_FUZZ_SRC := cserver/fw_ring.c cserver/fw_offload.c
-RING_FUZZ_HDR := cserver/fw_ring.h cserver/fw_offload.h cserver/fw_io.h
-
-$(FBUILD)/fuzz_ring_standalone: tests/fuzz/fuzz_ring.c tests/fuzz/standalone_main.c $(RING_FUZZ_SRC) $(RING_FUZZ_HDR)
-	@mkdir -p $(FBUILD)
-	$(FUZZ_CC) $(CWARN) $(SANITIZE) -Icserver tests/fuzz/fuzz_ring.c tests/fuzz/standalone_main.c \
-	    $(RING_FUZZ_SRC) -lpthread -o $@
+	$(call fuzz_smoke_full,fuzz_offload_standalone,corpus_offload)
 
 # Damaged ring files: a fifth of the inputs and time of the HTTP target.
 fuzz-ring-smoke: $(FBUILD)/fuzz_ring_standalone
-	$(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) + 60 )) $(FBUILD)/fuzz_ring_standalone \
-	    -n $$(( $(FUZZ_SMOKE_N) / 5 )) -s $(FUZZ_SMOKE_SEED) -t $$(( $(FUZZ_SMOKE_SECONDS) / 5 + 1 )) \
-	    -a $(FBUILD)/ tests/fuzz/corpus_ring
+	$(call fuzz_smoke_fifth,fuzz_ring_standalone,corpus_ring)
 
-$(FBUILD)/fuzz_ring: tests/fuzz/fuzz_ring.c $(RING_FUZZ_SRC) $(RING_FUZZ_HDR)
-	@mkdir -p $(FBUILD)
-	$(CLANG) $(CWARN) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
-	    -g -O1 -Icserver tests/fuzz/fuzz_ring.c $(RING_FUZZ_SRC) -lpthread -o $@
+# libFuzzer runs: `make fuzz` (HTTP; also fuzz-http), fuzz-proxy, fuzz-uwsgi, fuzz-offload, fuzz-ring.
+# New corpus entries go to tests/fuzz/build/corpus*; tests/fuzz/corpus* are read only.
+# A crash leaves tests/fuzz/build/crash-<sha1>; replay it with
+#     tests/fuzz/build/fuzz_http tests/fuzz/build/crash-<sha1>
+fuzz: fuzz-http
 
-fuzz-ring: $(FBUILD)/fuzz_ring
-	@mkdir -p $(FBUILD)/corpus_ring
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_ring \
-	    -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
-	    $(FUZZ_ARGS) $(FBUILD)/corpus_ring tests/fuzz/corpus_ring
+$(addprefix fuzz-,$(FUZZ_NAMES)): fuzz-%: $(FBUILD)/fuzz_%
+	@mkdir -p $(FBUILD)/$(FUZZ_$*_CORPUS)
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FBUILD)/fuzz_$* \
+	    -max_total_time=$(FUZZ_SECONDS) $(FUZZ_$*_OPTS) -artifact_prefix=$(FBUILD)/ -print_final_stats=1 \
+	    $(FUZZ_ARGS) $(FBUILD)/$(FUZZ_$*_CORPUS) tests/fuzz/$(FUZZ_$*_CORPUS)
 
 # ---- the extension under ASan/UBSan ---------------------------------------
 # Built into build/asan (objects in build/asan/tmp) next to a copy of the

@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import LIVE, ServerTree, free_port, log, run_quiet, write_section  # noqa: E402
+from common import free_port, invocation, log, rotated, run_quiet, stop_all, write_section  # noqa: E402
 from run_core import (BENCH, CLIENT_CPU, OUT, RESULTS, SERVER_CPU, WORKLOADS, display_command,  # noqa: E402
                       median, num)
 
@@ -48,16 +48,6 @@ SIDES = ("before", "after")
 BUILD = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
 BUILD_TIMEOUT = 900            # seconds; the build takes well under a minute here
 GIT_TIMEOUT = 120
-
-
-class Server(ServerTree, run_core.Server):
-    """One forkwsgi server: started in its own process group pinned to CPU 0
-    and stopped by PID, then by group (common.ServerTree); ready check,
-    probes and schedstat CPU of its process tree from run_core.Server."""
-
-    def __init__(self, name, argv, port, log_path, env):
-        super().__init__(argv, port, log_path, env, SERVER_CPU, BENCH)
-        self.name = name
 
 
 def git(*args):
@@ -115,8 +105,8 @@ def start_pair(threads, envs):
     pair = {}
     for side in SIDES:
         port = free_port()
-        srv = Server(f"{side} t{threads}", server_argv(port, threads), port,
-                     os.path.join(OUT, f"ab.{side}.t{threads}.log"), envs[side])
+        srv = run_core.Server(f"{side} t{threads}", "route", port, os.path.join(OUT, f"ab.{side}.t{threads}.log"),
+                              argv=server_argv(port, threads), env=envs[side])
         facts = run_core.check_server(srv)
         if "failure" not in facts:
             facts["pipelined"] = srv.probe_pipelining()
@@ -131,7 +121,7 @@ def run_setting(threads, envs, workloads, args):
     pair = start_pair(threads, envs)
     try:
         for rnd in range(args.rounds):
-            order = SIDES if rnd % 2 == 0 else SIDES[::-1]
+            order = rotated(SIDES, rnd)           # before/after swapped every round
             for workload in workloads:
                 for side in order:
                     srv, facts = pair[side]
@@ -234,10 +224,9 @@ def write_results(title, rows, problems, ctx, args):
     server_lines = "\n".join(f"PYTHONPATH={ctx['shown'][side]}/python taskset -c {SERVER_CPU} "
                              + display_command(server_argv("PORT", t)) for t in args.threads for side in SIDES)
     cells = "\n".join(f"- {w}: {WORKLOADS[w].desc}" for w in ctx["workloads"])
-    invocation = " ".join(["python3 bench/run_ab.py", *sys.argv[1:]])
     section = f"""{title}
 
-Run on {ctx['started']:%Y-%m-%d %H:%M} UTC by `{invocation}` (took {ctx['elapsed'] / 60:.1f} min;
+Run on {ctx['started']:%Y-%m-%d %H:%M} UTC by `{invocation()}` (took {ctx['elapsed'] / 60:.1f} min;
 {args.rounds} round(s), {args.duration} s measured per cell after a {args.warmup} s warm-up).
 Before: {rev} ({ctx['rev_full']}, "{ctx['rev_subject']}"); after: {head}.
 
@@ -279,7 +268,7 @@ Before: {rev}; after: {head}.
 
 {chr(10).join(problems) if problems else 'None: every cell ran, no server failed its checks or exited early.'}
 """
-    write_section(RESULTS, title, section)
+    write_section(RESULTS, title, section, replaces="## A/B: ")   # the latest A/B run only
 
 
 # ---------------------------------------------------------------- main
@@ -364,8 +353,7 @@ def main():
                 results += r
                 problems += p
     finally:
-        for srv in list(LIVE):
-            srv.stop()
+        stop_all()
     ctx["elapsed"] = time.monotonic() - t_start
 
     rows = summarize(results, args.threads, workloads)

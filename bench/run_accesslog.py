@@ -17,13 +17,11 @@ log off; the summary goes to the "Access log" section of bench/RESULTS.md.
 import argparse
 import datetime
 import os
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import log, wait_until_quiet, write_section  # noqa: E402
+from common import CpuMeter, invocation, log, rotated, wait_until_quiet, write_section  # noqa: E402
 
 SECTION = "## Access log: cost, log on vs off"
 OUT = run_core.OUT
@@ -43,29 +41,18 @@ def configs(log_dir):
     }
 
 
-class Server(run_core.Server):
-    """run_core's server (ready check, CPU of the process tree, stop by PID)
-    over a command of ours."""
-
-    def __init__(self, name, argv, port, log_path, env=None):
-        self.name, self.app, self.port, self.log_path = name, "hello", port, log_path
-        self.argv = ["taskset", "-c", run_core.SERVER_CPU, *argv]
-        self.logf = open(log_path, "w")
-        self.proc = subprocess.Popen(self.argv, cwd=run_core.BENCH, stdout=self.logf,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-
-
 def one_run(name, argv_of, port, duration, warmup):
     wait_until_quiet(15)
-    srv = Server(name, argv_of(f"{run_core.HOST}:{port}"), port, os.path.join(OUT, f"accesslog.{port}.log"))
+    srv = run_core.Server(name, "hello", port, os.path.join(OUT, f"accesslog.{port}.log"),
+                          argv=argv_of(f"{run_core.HOST}:{port}"))
     try:
         if not srv.wait_ready():
             return {"failure": "server did not become ready"}
         run_core.run_wrk("keepalive-hello", port, warmup)
-        cpu0, t0 = srv.tree_cpu_seconds(), time.monotonic()
+        meter = CpuMeter(server=srv.sched_cpu_seconds)
         stats, text, _ = run_core.run_wrk("keepalive-hello", port, duration)
-        wall = time.monotonic() - t0
-        cpu = srv.tree_cpu_seconds() - cpu0
+        span = meter.stop()
+        wall, cpu = span.wall, span.used["server"]
         if stats is None:
             return {"failure": "wrk failed: " + text.strip()[-300:]}
         return {"rps": stats["rps"], "errors": stats["errors"], "non2xx": stats["status"],
@@ -104,7 +91,7 @@ def main():
     written = {n: 0 for n in names}
     port = run_core.FIRST_PORT + 500
     for rep in range(args.reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+        for name in rotated(names, rep):
             for f in os.listdir(log_dir):
                 os.unlink(os.path.join(log_dir, f))
             port += 1
@@ -140,7 +127,7 @@ def main():
         head, dirty = run_core.git_state()
         section = f"""{SECTION}
 
-Run on {started:%Y-%m-%d %H:%M} UTC by `python3 bench/run_accesslog.py{' --quick' if args.quick else ''}`,
+Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation()}`,
 forkwsgi from git {head}{' (uncommitted changes)' if dirty else ''}. Keep-alive, 50 connections
 (`wrk -t1 -c50`), the hello app, one worker with one thread; access log to a file in gunicorn's
 default format; server on CPU {run_core.SERVER_CPU}, wrk on CPU {run_core.CLIENT_CPU}; {args.reps}

@@ -36,7 +36,6 @@ import os
 import platform
 import random
 import re
-import resource
 import shutil
 import signal
 import subprocess
@@ -45,21 +44,15 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (LIVE, ServerTree, apt_install, cpu_times, free_port, log, run_quiet,  # noqa: E402
-                    wait_until_quiet, write_section)
+from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
+                    apt_install, first_error_line, free_port, git_head, invocation, log, pin_self, pinned, run_quiet,
+                    self_cpu_seconds, stop_all, wait_http, wait_until_quiet, write_section)
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH)
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
 UWSGI = os.path.join(VENV, "bin", "uwsgi")
-OUT = os.path.join(BENCH, "out")
-RESULTS = os.path.join(BENCH, "RESULTS.md")
 SECTION = "## Balancing: 4 x 2 mixed workload and half-CPU app"
 
-SERVER_CPU = "0"
-CLIENT_CPU = "1"
-HOST = "127.0.0.1"
 TIMEOUT = "60"             # --timeout of every server (uWSGI: --harakiri)
 KEEPALIVE = "75"           # --keep-alive of forkwsgi and gunicorn
 
@@ -148,21 +141,8 @@ class Server(ServerTree):
     def wait_ready(self, path, timeout=30.0):
         """Until `path` answers 200 and all workers exist; then 1 s to settle."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.exited():
-                return False
-            try:
-                c = http.client.HTTPConnection(HOST, self.port, timeout=5)
-                c.request("GET", path, headers={"Connection": "close"})
-                r = c.getresponse()
-                r.read()
-                c.close()
-                if r.status == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        else:
+        if not wait_http(self.port, path, timeout, alive=self.alive, conn_timeout=5,
+                         headers={"Connection": "close"}):
             return False
         while time.monotonic() < deadline and len(self.tree()[0]) - 1 < self.workers:
             time.sleep(0.1)
@@ -193,29 +173,15 @@ def start_server(name, family, workers, argv_fn, app, tag, env, ready_path):
 
 
 
-def self_cpu():
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
+def cpu_meter(srv):
+    """CPU of the server tree and of this process (the clients) over a load."""
+    return CpuMeter(server=srv.cpu_seconds, client=self_cpu_seconds)
 
 
-
-
-class CpuMeter:
-    """CPU of the server tree, of this process (the clients) and of everyone
-    else, in % of one CPU, over the span between start() and stop()."""
-
-    def __init__(self, srv):
-        self.srv = srv
-        self.t0 = time.monotonic()
-        self.srv0, self.me0, (self.all0, _) = srv.cpu_seconds(), self_cpu(), cpu_times()
-
-    def stop(self):
-        wall = time.monotonic() - self.t0
-        srv = self.srv.cpu_seconds() - self.srv0
-        me = self_cpu() - self.me0
-        others = cpu_times()[0] - self.all0 - srv - me
-        return {"server_cpu_pct": 100 * srv / wall, "client_cpu_pct": 100 * me / wall,
-                "other_cpu_pct": max(0.0, 100 * others / wall)}
+def cpu_pcts(span):
+    """A load's CPU in % of one CPU: server tree, clients, everyone else."""
+    return {"server_cpu_pct": span.pct(span.used["server"]), "client_cpu_pct": span.pct(span.used["client"]),
+            "other_cpu_pct": max(0.0, span.pct(span.others))}
 
 
 # ---------------------------------------------------------------- client
@@ -362,7 +328,7 @@ def run_mixed(name, mode, duration, env, quiet_wait):
     stop = threading.Event()
     clients = [Client(srv.port, keepalive) for _ in range(LIGHT_LOOPS + HEAVY_LOOPS)]
     try:
-        meter = CpuMeter(srv)
+        meter = cpu_meter(srv)
         base = time.monotonic()
         deadline = base + duration
         for i, c in enumerate(clients):
@@ -377,7 +343,7 @@ def run_mixed(name, mode, duration, env, quiet_wait):
             t.join(duration + CLIENT_TIMEOUT + 10)
         result["light_stragglers"] = sum(t.is_alive() for t in threads[:LIGHT_LOOPS])
         result["wall_s"] = round(time.monotonic() - base, 2)
-        result.update(meter.stop())
+        result.update(cpu_pcts(meter.stop()))
         stop.set()
     finally:
         stop.set()
@@ -473,10 +439,10 @@ def run_cpu(name, conc, duration, warmup, env, quiet_wait, rep=0):
         for t in threads:
             t.start()
         time.sleep(warmup)
-        meter = CpuMeter(srv)
+        meter = cpu_meter(srv)
         for t in threads:
             t.join(duration + CLIENT_TIMEOUT + 10)
-        result.update(meter.stop())
+        result.update(cpu_pcts(meter.stop()))
     finally:
         crashed, code = srv.stop()
     if crashed:
@@ -506,15 +472,6 @@ def run_cpu(name, conc, duration, warmup, env, quiet_wait, rep=0):
 
 # ---------------------------------------------------------------- setup
 
-
-
-def first_error_line(output):
-    lines = [ln.strip() for ln in output.splitlines()]
-    for pattern in (r": (fatal )?error: ", r"^ERROR: ", r"\berror\b"):
-        for line in lines:
-            if re.search(pattern, line):
-                return line
-    return lines[-1] if lines else "(no output)"
 
 
 def ensure_venv(need_gunicorn, need_uwsgi):
@@ -581,7 +538,7 @@ def forkwsgi_facts():
     r = run_quiet([sys.executable, "-c", "import forkwsgi, os; print(os.path.dirname("
                    "forkwsgi.__file__))"], cwd=BENCH)
     where = r.stdout.strip() if r.returncode == 0 else None
-    head = run_quiet(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    head = git_head()
     dirty = run_quiet(["git", "-C", ROOT, "status", "--porcelain", "--", "cserver", "src",
                        "python"]).stdout.splitlines()
     return {"git_head": head, "dirty": [ln[3:] for ln in dirty if ln.strip()],
@@ -591,7 +548,7 @@ def forkwsgi_facts():
 def calibrate_spin():
     """Iterations of balance_apps.spin for 10 ms, measured on the servers' CPU."""
     env = dict(os.environ, BALANCE_SPIN_ITERS="1")     # skip the import-time one
-    r = run_quiet(["taskset", "-c", SERVER_CPU, sys.executable, "balance_apps.py"],
+    r = run_quiet(pinned(SERVER_CPU, [sys.executable, "balance_apps.py"]),
                   cwd=BENCH, env=env)
     if r.returncode != 0:
         sys.exit("calibration failed: " + r.stdout[-500:])
@@ -771,8 +728,7 @@ def machine_facts():
 def write_results(text_tables, results, args, ctx):
     facts, versions, fw, unavailable = (ctx["facts"], ctx["versions"], ctx["forkwsgi"],
                                         ctx["unavailable"])
-    cmd = "python3 bench/run_balance.py" + "".join(
-        f" {a}" for a in sys.argv[1:] if a != "--no-write")
+    cmd = invocation()
     mixed_cmds = "\n".join(
         f"{name:24} taskset -c {SERVER_CPU} "
         + display_command(MIXED_SERVERS[name][2]("sleep_app", "PORT"))
@@ -923,7 +879,7 @@ def main():
     # The clients are threads of this process: pin it (and so every thread
     # started from now on) to the client CPU. Servers are started through
     # `taskset -c SERVER_CPU`, which overrides the inherited mask.
-    os.sched_setaffinity(0, {int(CLIENT_CPU)})
+    pin_self(CLIENT_CPU)
 
     plan = [("mixed", m, s) for m in modes for s in mixed_servers
             if MIXED_SERVERS[s][0] not in unavailable]
@@ -968,8 +924,7 @@ def main():
         interrupted = True
         log("\ninterrupted: stopping servers")
     finally:
-        for srv in list(LIVE):
-            srv.stop(term_wait=2.0)
+        stop_all(term_wait=2.0)
     ctx["elapsed"] = time.monotonic() - t_start
 
     tables = {"mixed": mixed_table(results, modes, mixed_servers, unavailable),

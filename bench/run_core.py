@@ -25,14 +25,11 @@ import argparse
 import collections
 import datetime
 import hashlib
-import http.client
 import json
 import os
 import platform
 import re
-import resource
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -40,13 +37,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import apt_install, cpu_times, log, run_quiet, wait_until_quiet, write_section  # noqa: E402
+import common  # noqa: E402
+from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, SERVER_CPU, CpuMeter, ServerTree, apt_install,  # noqa: E402
+                    first_error_line, git_head, invocation, log, rotated, run_quiet, wait_until_quiet, write_section)
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
-OUT = os.path.join(BENCH, "out")
-RESULTS = os.path.join(BENCH, "RESULTS.md")
 SECTION = "## Core: single process vs a C reference and the fastest WSGI servers"
 OLD_SECTIONS = ["## Core: single process vs bjoern, gunicorn"]   # replaced by SECTION
 REFSERVER_SRC = os.path.join(BENCH, "refserver.c")
@@ -57,9 +53,6 @@ REFSERVER_CFLAGS = ["-O2", "-Wall", "-Wextra", "-Werror"]
 # control socket under ~/.gunicorn unless told not to.
 GUNICORN_EXTRA = []
 
-SERVER_CPU = "0"
-CLIENT_CPU = "1"
-HOST = "127.0.0.1"
 FIRST_PORT = 20100
 
 # The peers, pinned to the versions the figures were taken with (bench/.venv).
@@ -137,16 +130,6 @@ def build_refserver():
     if r.returncode != 0:
         sys.exit(f"could not build the reference server ({' '.join(argv)}):\n{r.stdout}")
     return run_quiet(["cc", "--version"]).stdout.splitlines()[0]
-
-
-def first_error_line(pip_output):
-    """The first compiler error if there is one, else pip's first ERROR line."""
-    lines = [ln.strip() for ln in pip_output.splitlines()]
-    for pattern in (r": (fatal )?error: ", r"^ERROR: ", r"\berror\b"):
-        for line in lines:
-            if re.search(pattern, line):
-                return line
-    return lines[-1] if lines else "(no output)"
 
 
 def installed_versions():
@@ -260,35 +243,14 @@ def read_response(sock, deadline):
         data += chunk
 
 
-class Server:
-    """One server process, pinned to CPU 0 (used by run_accesslog.py too)."""
+class Server(ServerTree):
+    """One server process tree pinned to CPU 0 (common.ServerTree), with the
+    probes of a round; argv/env: another command than server_argv's (run_ab,
+    run_accesslog, run_observability)."""
 
-    def __init__(self, name, app, port, log_path):
-        self.name, self.app, self.port = name, app, port
-        self.log_path = log_path
-        self.argv = ["taskset", "-c", SERVER_CPU, *server_argv(name, app, port)]
-        self.logf = open(log_path, "w")
-        # taskset execs the server, so proc.pid is the server's own PID.
-        self.proc = subprocess.Popen(self.argv, cwd=BENCH, stdout=self.logf,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def wait_ready(self, timeout=20.0):
-        """Until GET / answers 200 (for gunicorn: the worker, not just the master)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                c = http.client.HTTPConnection(HOST, self.port, timeout=1)
-                c.request("GET", "/")
-                ok = c.getresponse().status == 200
-                c.close()
-                if ok:
-                    return True
-            except OSError:
-                pass
-            time.sleep(0.1)
-        return False
+    def __init__(self, name, app, port, log_path, argv=None, env=None):
+        super().__init__(argv or server_argv(name, app, port), port, log_path, env, SERVER_CPU, BENCH)
+        self.name, self.app = name, app
 
     def probe(self, request, expected_body):
         """One raw request: status line, response head, body check."""
@@ -340,62 +302,9 @@ class Server:
                 data += chunk
         return data.count(b"HTTP/1.1 ")
 
-    def tree_cpu_seconds(self):
-        """CPU time of the server and its descendants (gunicorn's worker,
-        forkwsgi's), in seconds: each thread's on-CPU time from
-        /proc/PID/task/TID/schedstat, in ns. Not utime+stime: those are
-        sampled at each clock tick, and at 250 Hz a 5 s cell of a server at
-        60 % CPU is ~750 samples, a few % of noise in CPU per request. Falls
-        back to utime+stime where the kernel has no schedstat."""
-        pids, parents = {self.proc.pid}, {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                    parents[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-                except (OSError, IndexError, ValueError):
-                    pass
-        grew = True
-        while grew:
-            grew = False
-            for pid, (ppid, _) in parents.items():
-                if ppid in pids and pid not in pids:
-                    pids.add(pid)
-                    grew = True
-        if not os.path.exists(f"/proc/{self.proc.pid}/schedstat"):
-            ticks = sum(parents[p][1] for p in pids if p in parents)
-            return ticks / os.sysconf("SC_CLK_TCK")
-        ns = 0
-        for pid in pids:
-            try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue                        # exited meanwhile
-            for tid in tids:
-                try:
-                    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                        ns += int(f.read().split()[0])
-                except (OSError, IndexError, ValueError):
-                    pass
-        return ns / 1e9
-
-    def stop(self):
-        """SIGTERM by PID, SIGKILL if it lingers. Returns (crashed, exit code)."""
-        crashed = self.proc.poll() is not None
-        if not crashed:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.logf.close()
-        return crashed, self.proc.returncode
-
-    def log_text(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
+    def stop(self, term_wait=10.0):
+        """SIGTERM by PID, SIGKILL after 10 s. Returns (crashed, exit code)."""
+        return super().stop(term_wait)
 
 
 # ---------------------------------------------------------------- wrk
@@ -407,21 +316,10 @@ def wrk_argv(workload, port, seconds):
 
 
 def run_wrk(workload, port, seconds):
-    argv = ["taskset", "-c", CLIENT_CPU, *wrk_argv(workload, port, seconds)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    try:
-        r = run_quiet(argv, cwd=BENCH, timeout=seconds + 60)
-    except subprocess.TimeoutExpired:
-        return None, f"wrk did not finish within {seconds + 60} s", 0.0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    m = re.search(r"^BENCH-STATS (.*)$", r.stdout, re.M)
-    if r.returncode != 0 or not m:
-        return None, r.stdout, cpu
-    stats = {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
-    stats["rps"] = stats["requests"] / (stats["duration_us"] / 1e6)
-    stats["errors"] = stats["connect"] + stats["read"] + stats["write"] + stats["timeout"]
-    return stats, r.stdout, cpu
+    """One wrk run of a workload: (stats or None, wrk's output, wrk's CPU seconds)."""
+    w = WORKLOADS[workload]
+    r = common.run_wrk(w.wrk_args, seconds, f"http://{HOST}:{port}{w.path}", script=w.script)
+    return r.stats, r.output, r.cpu
 
 
 # ---------------------------------------------------------------- one round
@@ -492,17 +390,15 @@ def measure(srv, workload, tag, duration, warmup, quiet_wait):
         log(f"    machine still busy ({busy:.0f}% of a CPU used by others) after {waited:.0f} s; "
             "running anyway")
     run_wrk(workload, srv.port, warmup)                     # discarded
-    cpu0, (proc0, irq0) = srv.tree_cpu_seconds(), cpu_times()
-    t0 = time.monotonic()
+    meter = CpuMeter(server=srv.sched_cpu_seconds)
     stats, text, wrk_cpu = run_wrk(workload, srv.port, duration)
-    wall = time.monotonic() - t0
-    server_cpu = srv.tree_cpu_seconds() - cpu0
-    proc1, irq1 = cpu_times()
+    span = meter.stop()
+    wall, server_cpu = span.wall, span.used["server"]
     result["server_cpu_s"] = server_cpu
     result["server_cpu_pct"] = 100 * server_cpu / wall
     result["wrk_cpu_pct"] = 100 * wrk_cpu / wall
-    result["softirq_cpu_pct"] = 100 * (irq1 - irq0) / wall
-    result["other_cpu_pct"] = max(0.0, 100 * (proc1 - proc0 - server_cpu - wrk_cpu) / wall)
+    result["softirq_cpu_pct"] = 100 * span.irq / wall
+    result["other_cpu_pct"] = max(0.0, 100 * (span.others - wrk_cpu) / wall)
     with open(os.path.join(OUT, f"{tag}.wrk.txt"), "w") as f:
         f.write(text)
     if stats is None:
@@ -521,8 +417,7 @@ def run_round(rnd, names, workloads, args, unavailable):
     servers = start_round(live, rnd)
     results = []
     try:
-        k = rnd % len(names)
-        order = names[k:] + names[:k]
+        order = rotated(names, rnd)
         for workload in workloads:
             for name in order:
                 if name not in WORKLOADS[workload].servers:
@@ -730,7 +625,7 @@ def forkwsgi_facts(env=None):
 
 
 def git_state(where=BENCH):
-    head = run_quiet(["git", "-C", where, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    head = git_head(where)
     top = run_quiet(["git", "-C", where, "rev-parse", "--show-toplevel"]).stdout.strip() or where
     dirty = run_quiet(["git", "-C", top, "status", "--porcelain", "--", "cserver", "src",
                        "python"]).stdout.split("\n")
@@ -796,10 +691,9 @@ def write_results(rows, results, facts_by_round, setup, args, started, elapsed):
     missing = "".join(f"\n- {p}: {why}" for p, why in unavailable.items())
     cells = "\n".join(f"- {w}: {WORKLOADS[w].desc}; servers: {', '.join(s for s in WORKLOADS[w].servers if s in names)}"
                       for w in workloads)
-    invocation = " ".join(["python3 bench/run_core.py", *sys.argv[1:]])
     section = f"""{SECTION}
 
-Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation}` (took {elapsed / 60:.1f} min;
+Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation()}` (took {elapsed / 60:.1f} min;
 {args.rounds} round(s), {args.duration} s measured per cell after a {args.warmup} s warm-up).
 
 **Machine.** nproc {facts['nproc']} ({facts['cpu']}), kernel {facts['kernel']}, \

@@ -16,15 +16,15 @@ import contextlib
 import http.client
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TESTS = os.path.join(os.path.dirname(HERE), "tests")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, ServerTree, free_port  # noqa: E402
+
+TESTS = os.path.join(ROOT, "tests")
 
 
 def main():
@@ -34,16 +34,13 @@ def main():
     os.makedirs(mnt)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2097152", "tmpfs", mnt], check=True)
     out = os.path.join(base, "out.jsonl")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (TESTS, src) if p))
     log_path = os.path.join(base, "server.log")
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "forkwsgi", "apps:offloader", "--bind", f"127.0.0.1:{port}",
-                                 "--workers", "2", "--threads", "2", "--offload-sink", f"jsonl:{out}",
-                                 "--offload-dir", os.path.join(mnt, "journal"), "--offload-linger", "0.02"],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=TESTS)
+    srv = ServerTree([sys.executable, "-m", "forkwsgi", "apps:offloader", "--bind", f"127.0.0.1:{port}",
+                      "--workers", "2", "--threads", "2", "--offload-sink", f"jsonl:{out}",
+                      "--offload-dir", os.path.join(mnt, "journal"), "--offload-linger", "0.02"],
+                     port, log_path, env, cpu=None, cwd=TESTS)       # not pinned: both CPUs
     counts = {"accepted": 0, "http_errors": 0}
 
     def emit(tag):
@@ -68,11 +65,7 @@ def main():
             return []
 
     try:
-        for _ in range(100):
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            time.sleep(0.1)
+        srv.wait_listening(30, pause=0.1)
         for i in range(10):
             emit(f"warm{i}")
         time.sleep(1)
@@ -92,16 +85,12 @@ def main():
             i += 1
             time.sleep(0.01)
         time.sleep(3)
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(60)
+        _, code = srv.stop(term_wait=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        srv.stop()
         subprocess.run(["umount", "-l", mnt], check=False)
     got = collections.Counter(values())
-    with open(log_path) as f:
-        text = f.read()
+    text = srv.log_text()
     print(json.dumps({
         "requests": i + 10, "http_errors": counts["http_errors"], "accepted": counts["accepted"],
         "delivered": len(got), "missing": counts["accepted"] - len(got),

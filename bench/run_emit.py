@@ -33,14 +33,11 @@ import sys
 import tempfile
 import time
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH)
-sys.path.insert(0, BENCH)
-from common import LIVE, ServerTree, free_port, log, wait_until_quiet, write_section  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ROOT, ServerTree, free_port, git_head, invocation,  # noqa: E402
+                    log, pin_self, rotated, stop_all, wait_until_quiet, write_section)
 
-OUT = os.path.join(BENCH, "out")
 SECTION = "## Offload: emit cost, socket queue vs ring"
-SERVER_CPU, CLIENT_CPU = "0", 1
 
 
 def build_before(rev):
@@ -75,19 +72,6 @@ def get(port, path, timeout=30):
     return json.loads(body)
 
 
-def wait_ready(port, srv, timeout=20):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if srv.exited():
-            return False
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            time.sleep(0.05)
-    return False
-
-
 def one_run(name, pypath, emit, args, scratch, tag):
     wait_until_quiet(15)
     port = free_port()
@@ -95,9 +79,9 @@ def one_run(name, pypath, emit, args, scratch, tag):
     argv = [sys.executable, "-m", "forkwsgi", "emit_apps:app", "--bind", f"127.0.0.1:{port}", "--workers", "1",
             "--threads", "1", "--offload-sink", f"jsonl:{out}", "--offload-dir", os.path.join(scratch, tag)]
     env = dict(os.environ, PYTHONPATH=pypath + os.pathsep + BENCH)
-    srv = ServerTree(argv, port, os.path.join(OUT, f"emit-{tag}.log"), env, SERVER_CPU, BENCH)
+    srv = ServerTree(argv, port, os.path.join(OUT, f"emit-{tag}.log"), env)
     try:
-        if not wait_ready(port, srv):
+        if not srv.wait_listening(20):
             return {"failure": "server did not become ready: " + srv.log_text()[-500:]}
         path = f"/loop?n={args.calls}&size=1024&emit={1 if emit else 0}"
         for _ in range(3):                                 # warm-up
@@ -127,10 +111,9 @@ def main():
     if args.quick:
         args.rounds, args.requests = 1, 5
     os.makedirs(OUT, exist_ok=True)
-    os.sched_setaffinity(0, {CLIENT_CPU})
+    pin_self(CLIENT_CPU)
     started = time.monotonic()
-    rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip()
+    rev = git_head()
     log(f"building {args.before} (socket queue) and this checkout ({rev})")
     before, here = build_before(args.before), build_here()
     variants = [("no call (timing floor)", here, False), (f"socket queue ({args.before})", before, True),
@@ -139,22 +122,21 @@ def main():
     with tempfile.TemporaryDirectory(prefix="forkwsgi-emit-") as scratch:
         try:
             for rnd in range(args.rounds):
-                order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
+                order = rotated(variants, rnd)
                 for i, (name, pypath, emit) in enumerate(order):
                     res = one_run(name, pypath, emit, args, scratch, f"r{rnd}v{i}")
                     log(f"round {rnd + 1}: {name}: {res}")
                     results[name].append(res)
         finally:
-            for srv in list(LIVE):
-                srv.stop()
+            stop_all()
     med = {}
     for name, runs in results.items():
         ok = [r for r in runs if "failure" not in r]
         med[name] = {k: statistics.median(r[k] for r in ok) for k in ("p50", "p90", "p99", "max")} if ok else None
     sock, ring = med[variants[1][0]], med[variants[2][0]]
     lines = [SECTION, "",
-             f"Run on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC by `python3 bench/run_emit.py"
-             f"{' --quick' if args.quick else ''}` (took {(time.monotonic() - started) / 60:.1f} min), this "
+             f"Run on {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC by `{invocation()}` "
+             f"(took {(time.monotonic() - started) / 60:.1f} min), this "
              f"checkout at {rev} against {args.before}. One request emits {args.calls:,} records of 1 KiB back to "
              f"back, each `forkwsgi.offload()` call timed with perf_counter_ns (Python's call included); "
              f"{args.requests} timed requests per run after 3 of warm-up, a fresh server (1 worker, 1 thread, jsonl "
@@ -171,7 +153,7 @@ def main():
     section = "\n".join(lines) + "\n"
     print(section)
     if not args.no_write:
-        write_section(os.path.join(BENCH, "RESULTS.md"), SECTION, section)
+        write_section(RESULTS, SECTION, section)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ import argparse
 import datetime
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -39,15 +38,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import LIVE, ServerTree, free_port, log, nginx_conf, write_section  # noqa: E402
+from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ServerTree, free_port, git_head, invocation, log,  # noqa: E402
+                    pin_self, pinned, start_nginx, stop_all, write_section)
 from run_balance import GUNICORN_EXTRA, VENV_PY, ensure_venv  # noqa: E402
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH)
-OUT = os.path.join(BENCH, "out")
-RESULTS = os.path.join(BENCH, "RESULTS.md")
 SECTION = "## Fairness and slow clients"
-SERVER_CPU, CLIENT_CPU = "0", "1"
 APP = "fairness_apps:app"
 
 
@@ -62,25 +57,12 @@ def gunicorn(port, workers, threads, *extra):
 
 
 def start(name, argv_of, port):
-    s = ServerTree(argv_of(port), port, os.path.join(OUT, f"fairness-{name}.log"), dict(os.environ),
-                   SERVER_CPU, BENCH)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            time.sleep(1.0)                 # every worker up
-            return s
-        except OSError:
-            time.sleep(0.1)
+    s = ServerTree(argv_of(port), port, os.path.join(OUT, f"fairness-{name}.log"), dict(os.environ))
+    if s.wait_listening(30, pause=0.1):
+        time.sleep(1.0)                     # every worker up
+        return s
     s.stop()
     raise SystemExit(f"{name} did not start: {s.log_text()[-2000:]}")
-
-
-def pin_client():
-    try:
-        os.sched_setaffinity(0, {int(CLIENT_CPU)})
-    except OSError:
-        pass
 
 
 def read_response(sock, buf=b""):
@@ -159,17 +141,13 @@ NGINX_HTTP = """
 
 
 def health(port, seconds=12.0):
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     d = tempfile.mkdtemp(prefix="fairness-nginx-")
     nport = free_port()
-    with open(os.path.join(d, "nginx.conf"), "w") as f:
-        f.write(nginx_conf(d, NGINX_HTTP.format(upstream=port, port=nport)))
-    proxy = subprocess.Popen(["taskset", "-c", CLIENT_CPU, nginx, "-p", d, "-c", os.path.join(d, "nginx.conf")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proxy = start_nginx(d, NGINX_HTTP.format(upstream=port, port=nport), nport)
     try:
-        time.sleep(1.0)
-        load = subprocess.Popen(["taskset", "-c", CLIENT_CPU, "wrk", "-t1", "-c64", f"-d{int(seconds)}s",
-                                 "--timeout", "5s", f"http://127.0.0.1:{nport}/sleep?d=0.02"],
+        proxy.wait_listening(10)
+        load = subprocess.Popen(pinned(CLIENT_CPU, ["wrk", "-t1", "-c64", f"-d{int(seconds)}s", "--timeout", "5s",
+                                                    f"http://127.0.0.1:{nport}/sleep?d=0.02"]),
                                 stdout=subprocess.PIPE, text=True)
         time.sleep(1.0)
         checks, end = [], time.monotonic() + seconds - 2
@@ -186,8 +164,7 @@ def health(port, seconds=12.0):
             time.sleep(max(0.0, 0.5 - (time.monotonic() - t)))
         out, _ = load.communicate(timeout=seconds + 60)
     finally:
-        os.killpg(proxy.pid, signal.SIGTERM)
-        proxy.wait(10)
+        proxy.stop()
         shutil.rmtree(d, ignore_errors=True)
     ok = [c for c in checks if c is not None]
     reqs = next((line.split()[0] for line in out.splitlines() if "requests in" in line), "?")
@@ -259,7 +236,7 @@ def main():
     missing, versions = ensure_venv(True, False)
     if missing:
         sys.exit(f"cannot run gunicorn: {missing}")
-    pin_client()
+    pin_self(CLIENT_CPU)
     t0 = time.monotonic()
     rows = {}
     try:
@@ -274,12 +251,10 @@ def main():
                     s.stop()
                 log(f"{part:7} {name:17} {rows[(part, name)]}")
     finally:
-        for s in list(LIVE):
-            s.stop()
+        stop_all()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True).stdout.strip()
-    lines = [SECTION, "", f"Run on {when} by `python3 bench/run_fairness.py` at {rev} (took "
+    rev = git_head()
+    lines = [SECTION, "", f"Run on {when} by `{invocation()}` at {rev} (took "
              f"{(time.monotonic() - t0) / 60:.1f} min); gunicorn {versions.get('gunicorn')} gthread beside it "
              f"with the same workers and threads; servers on CPU 0, clients on CPU 1.", ""]
     for part in args.parts.split(","):

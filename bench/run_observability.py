@@ -22,12 +22,11 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import free_port, log, wait_until_quiet, write_section  # noqa: E402
-from run_accesslog import Server  # noqa: E402
+from common import (CLIENT_CPU, CpuMeter, free_port, invocation, log, pin_self, rotated, wait_until_quiet,  # noqa: E402
+                    write_section)
 
 SECTION = "## Observability: cost of the counters, --stats and --metrics"
 REPO = os.path.dirname(run_core.BENCH)
@@ -63,7 +62,7 @@ class Scraper:
         self.thread.start()
 
     def run(self, metrics_port, stats_port):
-        os.sched_setaffinity(0, {int(run_core.CLIENT_CPU)})
+        pin_self(CLIENT_CPU)           # this thread: the process stays where it is
         while not self.stop.wait(1.0):
             try:
                 c = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=5)
@@ -85,7 +84,8 @@ class Scraper:
 
 def one_run(name, argv, env, port, duration, warmup, scrape=None):
     wait_until_quiet(15)
-    srv = Server(name, argv, port, os.path.join(run_core.OUT, f"observability.{port}.log"), env=env)
+    srv = run_core.Server(name, "hello", port, os.path.join(run_core.OUT, f"observability.{port}.log"),
+                          argv=argv, env=env)
     scraper = None
     try:
         if not srv.wait_ready():
@@ -93,10 +93,10 @@ def one_run(name, argv, env, port, duration, warmup, scrape=None):
         run_core.run_wrk("keepalive-hello", port, warmup)
         if scrape:
             scraper = Scraper(*scrape)
-        cpu0, t0 = srv.tree_cpu_seconds(), time.monotonic()
+        meter = CpuMeter(server=srv.sched_cpu_seconds)
         stats, text, _ = run_core.run_wrk("keepalive-hello", port, duration)
-        wall = time.monotonic() - t0
-        cpu = srv.tree_cpu_seconds() - cpu0
+        span = meter.stop()
+        wall, cpu = span.wall, span.used["server"]
         scrapes = scraper.finish() if scraper else 0
         if stats is None:
             return {"failure": "wrk failed: " + text.strip()[-300:]}
@@ -129,7 +129,7 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     results = {n: [] for n in names}
     for rep in range(args.reps):
-        for name in names[rep % len(names):] + names[:rep % len(names)]:
+        for name in rotated(names, rep):
             port = free_port()
             argv = [sys.executable, "-m", "forkwsgi", "apps:hello", "--bind", f"127.0.0.1:{port}", "--workers", "1"]
             scrape = None
@@ -165,7 +165,7 @@ def main():
         head, dirty = run_core.git_state()
         section = f"""{SECTION}
 
-Run on {started:%Y-%m-%d %H:%M} UTC by `python3 bench/run_observability.py{' --quick' if args.quick else ''}`,
+Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation()}`,
 forkwsgi from git {head}{' (uncommitted changes)' if dirty else ''} against forkwsgi at {sha} (before the
 counters). Keep-alive, 50 connections (`wrk -t1 -c50`), the hello app, `--workers 1` (a master and one
 worker), one thread; server on CPU {run_core.SERVER_CPU}, wrk and the scraper on CPU {run_core.CLIENT_CPU};

@@ -48,32 +48,24 @@ import math
 import os
 import platform
 import re
-import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (LIVE, ServerTree, apt_install, cpu_times, log, run_quiet,  # noqa: E402
-                    wait_until_quiet, write_section)
+import common  # noqa: E402
+from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
+                    apt_install, children_cpu_seconds, free_port, git_head, invocation, log, pid_cpu_seconds, pinned,
+                    rotated, run_quiet, self_cpu_seconds, stop_all, wait_http, wait_until_quiet, write_section)
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(BENCH)
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
-OUT = os.path.join(BENCH, "out")
 OPENLOOP_SRC = os.path.join(BENCH, "openloop.c")
 OPENLOOP = os.path.join(OUT, "openloop")
-RESULTS = os.path.join(BENCH, "RESULTS.md")
 SECTION = "## Offload: one 1 KiB record per request to Kafka"
-
-SERVER_CPU = "0"
-CLIENT_CPU = "1"
-HOST = "127.0.0.1"
 
 # Pinned benchmark dependencies (bench/.venv only; never package metadata).
 PINS = {"confluent-kafka": "2.16.1", "kafka-python": "3.0.12", "setproctitle": "1.3.8"}
@@ -122,38 +114,6 @@ def display_command(argv):
 
 # ---------------------------------------------------------------- processes
 
-def free_port(pair=False):
-    """A port nobody listens on (and, with pair, port + 1 free too)."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
-        if not pair or port >= 65535:
-            return port
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind((HOST, port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port")
-
-
-def pid_cpu_seconds(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, TypeError):
-        return 0.0
-
-
-def steal_seconds():
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return fields[7] / os.sysconf("SC_CLK_TCK") if len(fields) > 7 else 0.0
-
-
 class Server(ServerTree):
     """forkwsgi pinned to SERVER_CPU; stop() by PID, then SIGKILL to its
     process group (which holds the mp.Queue sender too)."""
@@ -189,17 +149,7 @@ class Server(ServerTree):
             c.close()
 
     def wait_ready(self, timeout=30.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.exited():
-                return False
-            try:
-                if self.get("/_bench_stats", timeout=5)[0] == 200:
-                    return True
-            except OSError:
-                pass
-            time.sleep(0.1)
-        return False
+        return wait_http(self.port, "/_bench_stats", timeout, alive=self.alive, conn_timeout=5)
 
     def stop(self, term_wait=20.0):
         return super().stop(term_wait)
@@ -210,35 +160,18 @@ class Meter:
     (children rusage), everyone else; and the VM's steal time."""
 
     def __init__(self, srv, broker_pid):
-        self.srv, self.broker_pid = srv, broker_pid
-        self.t0 = time.monotonic()
-        self.s0, self.b0 = srv.cpu_seconds(), pid_cpu_seconds(broker_pid)
+        self.srv = srv
         self.roles0 = srv.cpu_by_role()
-        self.c0 = self._children()
-        self.me0 = self._self()
-        self.all0, self.st0 = cpu_times()[0], steal_seconds()
-
-    @staticmethod
-    def _children():
-        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return ru.ru_utime + ru.ru_stime
-
-    @staticmethod
-    def _self():
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        return ru.ru_utime + ru.ru_stime
+        self.cpu = CpuMeter(server=srv.cpu_seconds, broker=lambda: pid_cpu_seconds(broker_pid),
+                            client=children_cpu_seconds, me=self_cpu_seconds)
 
     def stop(self):
-        wall = time.monotonic() - self.t0
-        srv = self.srv.cpu_seconds() - self.s0
+        span = self.cpu.stop()
         roles = {k: v - self.roles0.get(k, 0.0) for k, v in self.srv.cpu_by_role().items()}
-        brk = pid_cpu_seconds(self.broker_pid) - self.b0
-        cli = self._children() - self.c0
-        me = self._self() - self.me0
-        others = cpu_times()[0] - self.all0 - srv - brk - cli - me
-        return {"server_cpu_pct": 100 * srv / wall, "broker_cpu_pct": 100 * brk / wall,
-                "client_cpu_pct": 100 * cli / wall, "other_cpu_pct": max(0.0, 100 * others / wall),
-                "steal_pct": 100 * (steal_seconds() - self.st0) / wall, "server_cpu_s": srv,
+        used = span.used
+        return {"server_cpu_pct": span.pct(used["server"]), "broker_cpu_pct": span.pct(used["broker"]),
+                "client_cpu_pct": span.pct(used["client"]), "other_cpu_pct": max(0.0, span.pct(span.others)),
+                "steal_pct": span.pct(span.steal), "server_cpu_s": used["server"],
                 "role_cpu_s": roles}
 
 
@@ -366,8 +299,8 @@ CLIENT_PRIO = []          # ["chrt", "-f", N] when --client-prio N (set in main)
 
 
 def run_openloop(port, rate, seconds, out_path):
-    argv = [*CLIENT_PRIO, "taskset", "-c", CLIENT_CPU, OPENLOOP, HOST, str(port), "/", str(rate), str(seconds),
-            str(OPENLOOP_CONNS), out_path]
+    argv = [*CLIENT_PRIO, *pinned(CLIENT_CPU, [OPENLOOP, HOST, str(port), "/", str(rate), str(seconds),
+                                               str(OPENLOOP_CONNS), out_path])]
     try:
         r = run_quiet(argv, timeout=seconds + 40)
     except subprocess.TimeoutExpired:
@@ -399,21 +332,14 @@ def run_openloop(port, rate, seconds, out_path):
 
 
 def run_wrk(port, seconds, out_path):
-    argv = [*CLIENT_PRIO, "taskset", "-c", CLIENT_CPU, "wrk", *WRK_ARGS, f"-d{seconds}s", "--latency",
-            "-s", "stats.lua", f"http://{HOST}:{port}/"]
-    try:
-        r = run_quiet(argv, cwd=BENCH, timeout=seconds + 60)
-    except subprocess.TimeoutExpired:
+    r = common.run_wrk(WRK_ARGS, seconds, f"http://{HOST}:{port}/", prefix=CLIENT_PRIO)
+    if r.timed_out:
         return {"failure": "wrk did not finish"}
     with open(out_path, "w") as f:
-        f.write(r.stdout)
-    m = re.search(r"^BENCH-STATS (.*)$", r.stdout, re.M)
-    if r.returncode != 0 or not m:
-        return {"failure": "wrk failed: " + r.stdout.strip()[-300:]}
-    s = {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
-    s["rps"] = s["requests"] / (s["duration_us"] / 1e6)
-    s["errors"] = s["connect"] + s["read"] + s["write"] + s["timeout"]
-    return s
+        f.write(r.output)
+    if r.stats is None:
+        return {"failure": "wrk failed: " + r.output.strip()[-300:]}
+    return r.stats
 
 
 # ---------------------------------------------------------------- one cell
@@ -647,7 +573,7 @@ def so_digest(pkg=os.path.join(ROOT, "python", "forkwsgi")):
 
 
 def git_state():
-    head = run_quiet(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    head = git_head()
     dirty = run_quiet(["git", "-C", ROOT, "status", "--porcelain", "--", "cserver", "src",
                        "python"]).stdout.splitlines()
     return head, [ln[3:] for ln in dirty if ln.strip()]
@@ -871,7 +797,7 @@ def write_results(tables, results, args, ctx):
     head, dirty = ctx["git"]
     v = ctx["versions"]
     f = ctx["facts"]
-    cmd = "python3 bench/run_offload.py" + "".join(f" {a}" for a in sys.argv[1:] if a != "--no-write")
+    cmd = invocation()
     so_note = ctx["snapshot"] + (
         "" if ctx["so_start"] == ctx["so_end"] else
         f"; the checkout's extension changed during the run ({ctx['so_end']}), which the snapshot kept out")
@@ -1011,8 +937,7 @@ def main():
 
     plan = []
     for rnd in range(args.rounds):
-        k = rnd % len(keys)
-        plan += [(key, rnd) for key in keys[k:] + keys[:k]]
+        plan += [(key, rnd) for key in rotated(keys, rnd)]
     per_cell = 2 * (args.duration + args.warmup) + 14
     log(f"{len(plan)} cells, about {len(plan) * per_cell / 60:.1f} min plus the broker's start "
         "and waits for an idle machine")
@@ -1047,8 +972,7 @@ def main():
         interrupted = True
         log("\ninterrupted: stopping servers and the broker")
     finally:
-        for srv in list(LIVE):
-            srv.stop(term_wait=2.0)
+        stop_all(term_wait=2.0)
         if kafka is not None:
             kafka.stop()
         shutil.rmtree(args.scratch, ignore_errors=True)

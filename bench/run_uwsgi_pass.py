@@ -29,17 +29,17 @@ forkwsgi's ratios to uWSGI. The summary goes to the terminal and to the
 """
 import argparse
 import datetime
-import http.client
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import ServerTree, free_port, log, nginx_conf, run_quiet, wait_until_quiet, write_section  # noqa: E402
+import common  # noqa: E402
+from common import (CpuMeter, ServerTree, first_error_line, free_port, invocation, log, rotated,  # noqa: E402
+                    run_quiet, wait_http, wait_until_quiet, write_section)
 
 SECTION = "## uwsgi_pass: forkwsgi --uwsgi-socket vs uWSGI behind nginx"
 BENCH = run_core.BENCH
@@ -82,7 +82,7 @@ def ensure_uwsgi():
         with open(os.path.join(OUT, "uwsgi-pip.log"), "w") as f:
             f.write(r.stdout)
         if r.returncode != 0 or not os.path.exists(UWSGI_BIN):
-            return None, f"pip install uwsgi=={UWSGI_VERSION} failed: {run_core.first_error_line(r.stdout)}"
+            return None, f"pip install uwsgi=={UWSGI_VERSION} failed: {first_error_line(r.stdout)}"
     r = run_quiet([UWSGI_BIN, "--version"])
     return (r.stdout.strip(), None) if r.returncode == 0 else (None, f"uwsgi --version: {r.stdout.strip()}")
 
@@ -108,32 +108,8 @@ def start_nginx(location, upstream, tag):
     os.makedirs(d)
     shutil.copy("/etc/nginx/uwsgi_params", os.path.join(d, "uwsgi_params"))
     port = free_port()
-    conf = os.path.join(d, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(nginx_conf(d, NGINX_HTTP.format(port=port, upstream=upstream,
-                                                location=location.format(upstream=upstream))))
-    tree = ServerTree([NGINX, "-p", d, "-e", os.path.join(d, "error.log"), "-c", conf], port,
-                      os.path.join(d, "nginx.out"), dict(os.environ), NGINX_CPU, BENCH)
-    tree.error_log = os.path.join(d, "error.log")
-    return tree
-
-
-def hello_through(port, timeout=20.0):
-    """Until nginx answers GET / with the app's hello (the upstream is up)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/")
-            r = c.getresponse()
-            ok = r.status == 200 and r.read() == run_core.HELLO
-            c.close()
-            if ok:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.1)
-    return False
+    http = NGINX_HTTP.format(port=port, upstream=upstream, location=location.format(upstream=upstream))
+    return common.start_nginx(d, http, port, NGINX_CPU)
 
 
 def error_lines(path):
@@ -152,15 +128,16 @@ def one_run(name, location, argv_of, duration, warmup, tag):
                           run_core.SERVER_CPU, BENCH)
     nginx = start_nginx(location, up_port, tag)
     try:
-        if not hello_through(nginx.port):
+        # nginx answers the app's hello once the upstream is up
+        if not wait_http(nginx.port, "/", timeout=20.0, conn_timeout=2, body=run_core.HELLO):
             return {"failure": f"no hello through nginx; upstream log: {upstream.log_text()[-500:]}; "
                                f"nginx: {''.join(error_lines(nginx.error_log))[-500:]}"}
         errors_before = len(error_lines(nginx.error_log))     # the readiness poll's "connection refused"
         run_core.run_wrk(WORKLOAD, nginx.port, warmup)
-        up0, ng0 = run_core.Server.tree_cpu_seconds(upstream), run_core.Server.tree_cpu_seconds(nginx)
+        meter = CpuMeter(upstream=upstream.sched_cpu_seconds, nginx=nginx.sched_cpu_seconds)
         stats, text, _ = run_core.run_wrk(WORKLOAD, nginx.port, duration)
-        up_cpu = run_core.Server.tree_cpu_seconds(upstream) - up0
-        ng_cpu = run_core.Server.tree_cpu_seconds(nginx) - ng0
+        used = meter.stop().used
+        up_cpu, ng_cpu = used["upstream"], used["nginx"]
         if stats is None:
             return {"failure": "wrk failed: " + text.strip()[-300:]}
         n = max(1, stats["requests"])
@@ -195,7 +172,7 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc)
     results = {n: [] for n in names}
     for rnd in range(args.rounds):
-        for k, name in enumerate(names[rnd % len(names):] + names[:rnd % len(names)]):
+        for k, name in enumerate(rotated(names, rnd)):
             location, argv_of = cfgs[name]
             r = one_run(name, location, argv_of, args.duration, args.warmup, f"{rnd}.{k}")
             results[name].append(r)
@@ -238,7 +215,7 @@ def main():
                          for _, argv_of in cfgs.values())
     section = f"""{SECTION}
 
-Run on {started:%Y-%m-%d %H:%M} UTC by `python3 bench/run_uwsgi_pass.py{' --quick' if args.quick else ''}`
+Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation()}`
 (under `flock /tmp/bench.lock`), forkwsgi from git {head}{' (uncommitted changes)' if dirty else ''};
 nginx {nginx_v} (one worker), {uwsgi_line}. `wrk -t1 -c50` keep-alive to nginx, nginx to the
 upstream: `include uwsgi_params; uwsgi_pass` (a new connection per request: nginx keeps no uwsgi

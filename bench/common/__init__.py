@@ -1,0 +1,36 @@
+"""What the benchmark scripts share, so each script holds only its own
+workload and report (`from common import ...`; one module per job: base,
+cpu, servers, wrk, results):
+
+- places and pins: BENCH, ROOT, OUT, RESULTS, HOST, SERVER_CPU, CLIENT_CPU;
+  pinned() (taskset for a command), pin_self() (this process);
+- servers: ServerTree (a process tree started pinned in its own session,
+  ready checks, CPU of the tree, stop by PID then by group), stop_all(),
+  wait_http() and wait_listening() (readiness of a port), free_port();
+- wrk: run_wrk() (pinned, bounded, its CPU from rusage) and wrk_stats() (the
+  BENCH-STATS line of stats.lua);
+- CPU accounting: cpu_times(), steal_seconds(), self_cpu_seconds(),
+  children_cpu_seconds(), pid_cpu_seconds(), proc_table(), CpuMeter (CPU of
+  named parts and of everyone else over a span); wait_until_quiet();
+- nginx in front: nginx_conf(), start_nginx();
+- reports: write_section() (a section of bench/RESULTS.md, the replaced one
+  moved to bench/HISTORY.md), git_head(), invocation(), log(), run_quiet(),
+  apt_install(), first_error_line(); rotated() (the order of a round's runs).
+"""
+from .base import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, apt_install, first_error_line,
+                   git_head, invocation, log, rotated, run_quiet)
+from .cpu import (CpuMeter, CpuSpan, children_cpu_seconds, cpu_times, pid_cpu_seconds, proc_table,
+                  self_cpu_seconds, steal_seconds, wait_until_quiet)
+from .results import write_section
+from .servers import (LIVE, ServerTree, free_port, nginx_conf, pin_self, pinned, start_nginx, stop_all,
+                      wait_http, wait_listening)
+from .wrk import WrkRun, run_wrk, wrk_stats
+
+__all__ = [
+    "BENCH", "CLIENT_CPU", "HOST", "OUT", "RESULTS", "ROOT", "SERVER_CPU", "apt_install",
+    "first_error_line", "git_head", "invocation", "log", "rotated", "run_quiet", "CpuMeter",
+    "CpuSpan", "children_cpu_seconds", "cpu_times", "pid_cpu_seconds", "proc_table",
+    "self_cpu_seconds", "steal_seconds", "wait_until_quiet", "write_section", "LIVE", "ServerTree",
+    "free_port", "nginx_conf", "pin_self", "pinned", "start_nginx", "stop_all", "wait_http",
+    "wait_listening", "WrkRun", "run_wrk", "wrk_stats",
+]
