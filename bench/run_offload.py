@@ -57,14 +57,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from common import openloop  # noqa: E402
 from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
-                    apt_install, children_cpu_seconds, free_port, git_head, invocation, log, pid_cpu_seconds, pinned,
+                    apt_install, children_cpu_seconds, free_port, git_head, invocation, log, pid_cpu_seconds,
                     rotated, run_quiet, self_cpu_seconds, stop_all, wait_http, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
-OPENLOOP_SRC = os.path.join(BENCH, "openloop.c")
-OPENLOOP = os.path.join(OUT, "openloop")
+OPENLOOP = openloop.OPENLOOP
 SECTION = "## Offload: one 1 KiB record per request to Kafka"
 
 # Pinned benchmark dependencies (bench/.venv only; never package metadata).
@@ -287,48 +287,11 @@ class Kafka:
 
 # ---------------------------------------------------------------- load
 
-def pct(sorted_vals, q):
-    """Nearest-rank percentile of an already sorted list."""
-    if not sorted_vals:
-        return None
-    k = max(0, math.ceil(q / 100 * len(sorted_vals)) - 1)
-    return sorted_vals[min(k, len(sorted_vals) - 1)]
-
-
 CLIENT_PRIO = []          # ["chrt", "-f", N] when --client-prio N (set in main)
 
 
 def run_openloop(port, rate, seconds, out_path):
-    argv = [*CLIENT_PRIO, *pinned(CLIENT_CPU, [OPENLOOP, HOST, str(port), "/", str(rate), str(seconds),
-                                               str(OPENLOOP_CONNS), out_path])]
-    try:
-        r = run_quiet(argv, timeout=seconds + 40)
-    except subprocess.TimeoutExpired:
-        return {"failure": "openloop did not finish"}
-    m = re.search(r"^OPENLOOP (.*)$", r.stdout, re.M)
-    if r.returncode != 0 or not m:
-        return {"failure": "openloop failed: " + r.stdout.strip()[-300:]}
-    res = {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
-    lat, lag = [], []
-    with open(out_path) as f:
-        for line in f:
-            _due, la, lg, st = line.split()
-            lag.append(int(lg))
-            if st == "200":
-                lat.append(int(la))
-    lat.sort()
-    lag.sort()
-    # A request that failed or timed out has no latency: it counts in
-    # "errors"/"timeouts", which must be 0 for the figures to stand.
-    res.update({"p50_us": pct(lat, 50) / 1e3 if lat else None,
-                "p90_us": pct(lat, 90) / 1e3 if lat else None,
-                "p99_us": pct(lat, 99) / 1e3 if lat else None,
-                "p999_us": pct(lat, 99.9) / 1e3 if lat else None,
-                "max_us": lat[-1] / 1e3 if lat else None,
-                "lag_p50_us": pct(lag, 50) / 1e3 if lag else None,
-                "lag_p99_us": pct(lag, 99) / 1e3 if lag else None,
-                "rps": res["ok"] / seconds})
-    return res
+    return openloop.run_openloop(port, rate, seconds, out_path, OPENLOOP_CONNS, prefix=CLIENT_PRIO)
 
 
 def run_wrk(port, seconds, out_path):
@@ -506,14 +469,7 @@ def ensure_tools():
     for b in ("wrk", "taskset", "java", "mvn"):
         if not shutil.which(b):
             sys.exit(f"{b} is required (wrk/taskset from apt; java 17+ and mvn for the Kafka broker)")
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        apt_install("gcc")
-        cc = shutil.which("cc") or shutil.which("gcc")
-    if not os.path.exists(OPENLOOP) or os.path.getmtime(OPENLOOP) < os.path.getmtime(OPENLOOP_SRC):
-        r = run_quiet([cc, "-O2", "-Wall", "-o", OPENLOOP, OPENLOOP_SRC])
-        if r.returncode != 0:
-            sys.exit("building bench/openloop.c failed:\n" + r.stdout[-2000:])
+    openloop.build_openloop()
 
 
 def ensure_venv():
