@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from httpraw import Conn, request, wait_for
+from httpraw import Conn, in_app_header, request, wait_for, wait_in_app
 
 # Process-model tests; their servers choose --threads.
 APP_MODES = ("inline",)
@@ -106,12 +106,13 @@ def test_ttin_ttou(make_server):
     assert get_pid(s) in s.worker_pids()
 
 
-def test_sigterm_slow_request_completes(make_server):
+def test_sigterm_slow_request_completes(make_server, tmp_path):
     s = make_server("apps:sleep", "--workers", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 2)
     c = Conn(s.port, timeout=10)
-    c.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n\r\n")
-    time.sleep(0.3)
+    mark = tmp_path / "in-app"
+    c.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n" + in_app_header(mark) + b"\r\n")
+    assert wait_in_app(mark)
     workers = s.worker_pids()
     s.signal(signal.SIGTERM)
     r = c.read_response()
@@ -356,13 +357,14 @@ def test_heartbeat_leaves_a_long_request_to_timeout(make_server):
     assert "is frozen" not in s.log() and s.worker_pids() == [pid]
 
 
-def test_a_crashed_worker_is_logged_with_the_requests_it_was_serving(make_server):
+def test_a_crashed_worker_is_logged_with_the_requests_it_was_serving(make_server, tmp_path):
     s = make_server("quirk_apps:crash", "--workers", "1", "--threads", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     first = s.worker_pids()[0]
     with Conn(s.port, timeout=15) as waiting, Conn(s.port, timeout=15) as killing:
-        waiting.send(b"GET /wait?t=30 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.3)                              # in the app, on one thread
+        mark = tmp_path / "in-app"
+        waiting.send(b"GET /wait?t=30 HTTP/1.1\r\nHost: a\r\n" + in_app_header(mark) + b"\r\n")
+        assert wait_in_app(mark)                     # in the app, on one thread
         killing.send(b"GET /kill HTTP/1.1\r\nHost: a\r\n\r\n")   # SIGKILLs the worker, on the other
         assert killing.is_closed(10) and waiting.is_closed(10)
     assert wait_for(lambda: len(s.worker_pids()) == 1 and first not in s.worker_pids())
