@@ -298,13 +298,24 @@ def test_sink_down_for_a_while_then_everything_arrives(make_server, dirs):
 def test_overflow_drop_is_counted_and_logged(make_server, dirs):
     (dirs["ctl"] / "fail").write_text("")
     s = start(make_server, dirs, "--offload-overflow", "drop", "--offload-max-pending", "10",
-              "--offload-queue-bytes", "65536", workers="1", threads="1")
+              "--offload-queue-bytes", "65536", "--graceful-timeout", "2", workers="1", threads="1")
     got = json.loads(get(s, "/emit?n=400&size=1000").body)["results"]
     assert False in got and True in got
     dropped = got.count(False)
     stats = json.loads(get(s, "/stats").body)
     assert stats["workers"]["dropped"] >= dropped
     assert "offload: dropped" in s.log()
+    stops_with_the_sink_down(s)
+
+
+def stops_with_the_sink_down(s):
+    """SIGTERM: the sibling tries to deliver what it holds until
+    --graceful-timeout (the default 30 s is longer than ServerProc.stop
+    waits before its SIGKILL), then keeps it journaled, and the server
+    exits by itself."""
+    s.signal(signal.SIGTERM)
+    assert s.proc.wait(20) == 0, s.log()
+    assert "not delivered before the stop: kept in" in s.log(), s.log()
 
 
 def test_overflow_spill_keeps_everything(make_server, dirs):
@@ -563,11 +574,13 @@ def test_records_the_sink_refuses_for_good_are_set_aside(make_server, dirs):
 def test_overflow_block_waits_a_bounded_time(make_server, dirs):
     (dirs["ctl"] / "fail").write_text("")
     s = start(make_server, dirs, "--offload-overflow", "block", "--offload-block-timeout", "0.05",
-              "--offload-max-pending", "10", "--offload-queue-bytes", "65536", workers="1", threads="1")
+              "--offload-max-pending", "10", "--offload-queue-bytes", "65536", "--graceful-timeout", "2",
+              workers="1", threads="1")
     got = json.loads(get(s, "/emit?n=200&size=1000").body)["results"]
     assert False in got                       # past the bound: dropped, counted
     stats = json.loads(get(s, "/stats").body)
     assert stats["workers"]["blocked_ns"] > 0 and stats["workers"]["dropped"] == got.count(False)
+    stops_with_the_sink_down(s)
 
 
 # ---- the process -------------------------------------------------------------------
