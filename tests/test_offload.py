@@ -7,6 +7,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -368,6 +370,32 @@ def test_an_idle_sibling_on_a_saturated_cpu_keeps_up_without_spilling(make_serve
              if open(f"/proc/{sib}/task/{t}/comm").read().strip() == "fw-ring-watch"]
     assert len(watch) == 1 and os.sched_getscheduler(watch[0]) == os.SCHED_OTHER, watch
     assert wait_for(lambda: len(lines(dirs["out"])) == 10 + n, timeout=30), (len(lines(dirs["out"])), n)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="leaving SCHED_IDLE needs root (or RLIMIT_NICE)")
+def test_a_sibling_starting_on_a_busy_cpu_takes_its_share_until_it_reads(make_server, dirs):
+    """The server on one CPU that another process keeps busy, a sink whose
+    set-up takes 0.3 s of CPU. The sibling went SCHED_IDLE before it made
+    its sink: at idle priority beside a busy loop (weight 3 against 1024)
+    0.3 s of CPU take a minute and more, and the records made meanwhile
+    waited that long. It starts at its share and idles only once its ring
+    watch runs: they arrive within seconds."""
+    cpu = min(os.sched_getaffinity(0))
+    hog = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 60\n"
+                            "while time.monotonic() < end: pass"],
+                           preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})                  # the server's processes inherit it
+    try:
+        s = start(make_server, dirs, sink="python:offload_sinks:make_after_work", workers="1", threads="1")
+    finally:
+        os.sched_setaffinity(0, mine)
+    try:
+        assert get(s, "/emit?n=5").status == 200
+        assert wait_for(lambda: len(lines(dirs["out"])) == 5, timeout=20), s.log()
+    finally:
+        hog.kill()
+        hog.wait()
 
 
 def test_spill_file_is_bounded_and_deleted_once_collected(make_server, dirs):
