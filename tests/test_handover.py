@@ -34,14 +34,24 @@ def pinned(cmd, cpu):
     return [TASKSET, "-c", str(cpu)] + cmd if TASKSET and os.cpu_count() >= 2 else cmd
 
 
-def wrk(port, connections, seconds, path="/", script=None):
-    """Keep-alive load (a Lua script may make it POST): (requests, socket
-    errors, non-2xx responses, wrk's report)."""
+def wrk_cmd(port, connections, seconds, path="/", script=None):
+    """wrk's keep-alive load for `seconds` (a Lua script may make it POST),
+    pinned to CPU 1. Stopped early by SIGINT, it reports what it did."""
     cmd = [WRK, "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s"]
     if script:
         cmd += ["-s", script]
-    out = subprocess.run(pinned(cmd + [f"http://127.0.0.1:{port}{path}"], 1),
+    return pinned(cmd + [f"http://127.0.0.1:{port}{path}"], 1)
+
+
+def wrk(port, connections, seconds, path="/", script=None):
+    """Keep-alive load: (requests, socket errors, non-2xx responses, wrk's report)."""
+    out = subprocess.run(wrk_cmd(port, connections, seconds, path, script),
                          capture_output=True, text=True, timeout=seconds + 30).stdout
+    return wrk_report(out)
+
+
+def wrk_report(out):
+    """(requests, socket errors, non-2xx responses, out) from wrk's report."""
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     errors = sum(int(x) for x in m.groups()) if m else 0
