@@ -82,10 +82,11 @@ def test_sighup_rolling_reload_without_failed_requests(make_server):
     threads = [threading.Thread(target=_load, args=(s, stop, results)) for _ in range(3)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    assert wait_for(lambda: len(results) >= 20, timeout=20)            # the load flows
     s.signal(signal.SIGHUP)
     ok = wait_for(lambda: len(s.worker_pids()) == 2 and not (set(s.worker_pids()) & before), timeout=20)
-    time.sleep(0.5)
+    served = len(results)
+    assert wait_for(lambda: len(results) >= served + 20, timeout=20)   # and flows on to the new workers
     stop.set()
     for t in threads:
         t.join(30)
@@ -249,7 +250,7 @@ def test_timeout_replaces_a_stuck_worker_and_logs_its_stack(make_server):
     assert r.status == 200 and r.body == b"slept"
 
 
-def test_timeout_lets_the_workers_other_requests_finish(make_server, app_mode):
+def test_timeout_lets_the_workers_other_requests_finish(make_server, app_mode, tmp_path):
     """Issue 25, item 5: with timeout 5, a 9 s and a 6 s request on two
     threads of one worker: gunicorn gthread finished both; forkwsgi killed
     the worker at 5.7 s and lost both. Now the timed-out worker takes no
@@ -266,12 +267,13 @@ def test_timeout_lets_the_workers_other_requests_finish(make_server, app_mode):
 
     def ask(name, t):
         with Conn(s.port, timeout=30) as c:
-            c.send(f"GET /?t={t} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+            c.send(f"GET /?t={t} HTTP/1.1\r\nHost: a\r\n".encode() + in_app_header(tmp_path / name) + b"\r\n")
             results[name] = c.read_response().status
-    threads = [threading.Thread(target=ask, args=("long", 4.5)), threading.Thread(target=ask, args=("other", 3))]
-    for t in threads:
-        t.start()
-        time.sleep(0.2)
+    threads = []
+    for name, t in (("long", 4.5), ("other", 3)):     # one after the other: the long one first in the app
+        threads.append(threading.Thread(target=ask, args=(name, t)))
+        threads[-1].start()
+        assert wait_in_app(tmp_path / name)
     assert wait_for(lambda: "timed out" in s.log(), timeout=10), s.log()
     # a new worker takes the next clients meanwhile
     assert wait_for(lambda: len(set(s.worker_pids()) - {first}) == 1, timeout=10)
