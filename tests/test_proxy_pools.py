@@ -150,13 +150,16 @@ def reloaded(s, old):
     return len(pids) == len(old) and not pids & old and s.log().count("Booted worker") >= 2 * len(old)
 
 
-def wrk_through_a_reload(s, port, connections, script=None, least=4.0, bound=90):
+def wrk_through_a_reload(s, workers, port, connections, script=None, least=4.0, bound=90):
     """wrk's keep-alive load through one SIGHUP, for as long as the reload
     takes: the SIGHUP once the proxy carries the load to the server, the
     load on until every worker is replaced and for a second more (on the
     new ones), `least` seconds in all at least; then wrk is stopped (SIGINT:
     it reports what it did). Returns wrk_report's tuple."""
-    old = set(s.worker_pids())
+    # Every worker booted first (the stack waits for one only), from one
+    # reading of the master's children (a reading can come back short).
+    old = set()
+    assert wait_for(lambda: old.clear() or old.update(s.worker_pids()) or len(old) == workers, timeout=30), s.log()
     t0 = time.monotonic()
     proc = subprocess.Popen(wrk_cmd(port, connections, bound, script=script), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -175,7 +178,7 @@ def wrk_through_a_reload(s, port, connections, script=None, least=4.0, bound=90)
 def test_get_load_through_a_pooling_proxy_with_a_reload(stack, kind):
     """Before: through HAProxy 16 non-2xx and 320 socket errors in 159k."""
     s, p = stack(kind, "--workers", "4", "--threads", "4")
-    requests, errors, non2xx, out = wrk_through_a_reload(s, p.port, 32)
+    requests, errors, non2xx, out = wrk_through_a_reload(s, 4, p.port, 32)
     assert requests > 2000, out
     assert (errors, non2xx) == (0, 0), out
     assert s.log().count("Booted worker") >= 8
@@ -185,7 +188,7 @@ def test_get_load_through_a_pooling_proxy_with_a_reload(stack, kind):
 @pytest.mark.parametrize("kind", ["nginx", "haproxy"])
 def test_posts_from_kept_alive_clients_through_a_pooling_proxy(stack, kind, tmp_path):
     s, p = stack(kind, "--workers", "4", "--threads", "4")
-    requests, errors, non2xx, out = wrk_through_a_reload(s, p.port, 16, script=post_script(tmp_path))
+    requests, errors, non2xx, out = wrk_through_a_reload(s, 4, p.port, 16, script=post_script(tmp_path))
     assert requests > 1000, out
     assert (errors, non2xx) == (0, 0), out
     assert error_lines(s) == []
