@@ -839,6 +839,35 @@ def test_a_stop_right_after_the_sibling_died_still_delivers_everything(make_serv
     assert "starting one to drain" in s.log()
 
 
+def signal_pending(pid, sig):
+    """`sig` waits for the process (/proc/PID/status, ShdPnd: sent to the process)."""
+    with open(f"/proc/{pid}/status") as f:
+        pending = next(int(line.split()[1], 16) for line in f if line.startswith("ShdPnd:"))
+    return bool(pending & (1 << (sig - 1)))
+
+
+@pytest.mark.parametrize("workers", ["1", "0"], ids=["master", "no-master"])
+def test_a_sibling_killed_as_the_stop_begins_is_replaced_to_drain(make_server, dirs, workers):
+    """The sibling is alive when the stop looks (stopped here, so that it
+    stays so) and gets the stop's SIGTERM; then it is SIGKILLed before it
+    could act on it. Before, the stop took that death for the end of the
+    drain: records were left behind (under CPU load, the test above saw it
+    with a SIGKILL sent 50 ms before the stop). Now a new sibling drains."""
+    (dirs["ctl"] / "slow").write_text("0.05")
+    s = start(make_server, dirs, "--offload-batch", "50", workers=workers, threads="2")
+    assert wait_for(lambda: sibling_pid(s) is not None)
+    for i in range(10):
+        assert json.loads(get(s, f"/emit?n=50&id=k{i}-").body)["results"] == [True] * 50
+    sib = sibling_pid(s)
+    os.kill(sib, signal.SIGSTOP)
+    s.signal(signal.SIGTERM)
+    assert wait_for(lambda: signal_pending(sib, signal.SIGTERM), timeout=20), s.log()
+    os.kill(sib, signal.SIGKILL)
+    assert s.proc.wait(40) == 0
+    assert len({x["value"] for x in lines(dirs["out"])}) == 500, s.log()
+    assert "the sibling was killed as the stop began: starting one to drain" in s.log()
+
+
 @pytest.mark.parametrize("workers", ["1", "0"], ids=["master", "no-master"])
 def test_journal_lives_in_systemds_state_directory(make_server, tmp_path, workers):
     """No --offload-dir: under systemd (StateDirectory= sets STATE_DIRECTORY)
