@@ -11,6 +11,17 @@ if os.environ.get("FW_TEST_IMPORT_DELAY"):
     time.sleep(float(os.environ["FW_TEST_IMPORT_DELAY"]))
 
 
+def entered(environ):
+    """Tell the test that the request is in the app now: create the file the
+    X-Entered header names (httpraw.in_app_header). Tests wait for it
+    instead of sleeping; a header, so that the request line the server logs
+    stays as the test wrote it."""
+    path = environ.get("HTTP_X_ENTERED")
+    if path:
+        with open(path, "w"):
+            pass
+
+
 def _headers(environ):
     return {k: v for k, v in environ.items() if k.startswith("HTTP_") or k in ("CONTENT_TYPE", "CONTENT_LENGTH")}
 
@@ -48,6 +59,7 @@ def echo(environ, start_response):
 
 def client(environ, start_response):
     """Who the server says the client is, and which worker answers (?t=SECONDS: after a sleep)."""
+    entered(environ)
     q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
     time.sleep(float(q.get("t", "0")))
     out = json.dumps({"pid": os.getpid(), "end": time.monotonic(), "remote_addr": environ.get("REMOTE_ADDR"),
@@ -221,6 +233,7 @@ def expect(environ, start_response):
 
 
 def sleep(environ, start_response):
+    entered(environ)
     q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
     time.sleep(float(q.get("t", "0.1")))
     start_response("200 OK", [("Content-Type", "text/plain")])
@@ -253,6 +266,7 @@ def big(environ, start_response):
 def where(environ, start_response):
     """?t=SECONDS: sleep, then say who ran it and when (CLOCK_MONOTONIC is
     system-wide, so intervals compare across processes)."""
+    entered(environ)
     q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
     start = time.monotonic()
     time.sleep(float(q.get("t", "0")))

@@ -4,6 +4,7 @@ Deliberately independent of the server's code: it reads what is on the
 wire (status line, headers, a body framed by Content-Length, chunked or
 close) so tests can check framing exactly.
 """
+import os
 import socket
 import time
 
@@ -156,6 +157,18 @@ def get_each_on_a_new_connection(port, n, path="/"):
     for _ in range(n):
         r = request(port, f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
         assert r.status == 200, r
+
+
+def in_app_header(path):
+    """The header that makes a test app (apps.entered) create the file
+    `path` once the request is in the app."""
+    return f"X-Entered: {path}\r\n".encode()
+
+
+def wait_in_app(path, timeout=20.0):
+    """Wait until the request sent with in_app_header(path) is in the app
+    (True), within a deadline generous for a busy machine."""
+    return wait_for(lambda: os.path.exists(path), timeout)
 
 
 def wait_for(pred, timeout=10.0, interval=0.02):

@@ -51,3 +51,12 @@ class ControlledSink:
 
 def make():
     return ControlledSink()
+
+
+def make_after_work():
+    """The test sink, made after $FW_SINK_WORK seconds of CPU time (a sink
+    whose set-up is real work: a client library's import, a connection)."""
+    until = time.thread_time() + float(os.environ.get("FW_SINK_WORK", "0.3"))
+    while time.thread_time() < until:
+        pass
+    return ControlledSink()

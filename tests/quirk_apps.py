@@ -5,6 +5,8 @@ import os
 import signal
 import time
 
+import apps
+
 APP_DATE = "Tue, 01 Jan 2019 00:00:00 GMT"
 
 
@@ -48,6 +50,7 @@ def flask_files():
 def crash(environ, start_response):
     """/kill: the worker is SIGKILLed mid-request; /exit: it exits with 5;
     /wait?t=S: sleeps S seconds (at most 30) first."""
+    apps.entered(environ)
     if environ["PATH_INFO"] == "/wait":
         time.sleep(min(float(environ["QUERY_STRING"].partition("t=")[2] or 1), 30))
     if environ["PATH_INFO"] == "/kill":

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from httpraw import Closed, Conn, request, wait_for
+from httpraw import Closed, Conn, in_app_header, request, wait_for, wait_in_app
 
 # Every server here sets its own --threads.
 APP_MODES = ("inline",)
@@ -134,7 +134,7 @@ def test_least_busy_puts_one_request_per_worker_before_doubling_up(make_server):
         assert all(v == 2 for v in most_at_once(eight).values())
 
 
-def test_kept_alive_request_at_a_saturated_worker_moves_to_a_free_one(make_server):
+def test_kept_alive_request_at_a_saturated_worker_moves_to_a_free_one(make_server, tmp_path):
     s = make_server("apps:where", "--workers", "2", "--threads", "2", "--keep-alive", "30")
     ready_workers(s, 2)
     conns = collections.defaultdict(list)
@@ -148,9 +148,10 @@ def test_kept_alive_request_at_a_saturated_worker_moves_to_a_free_one(make_serve
     other = next(p for p in s.worker_pids() if p != busy)
     a, b, c = conns[busy][:3]
     try:
-        a.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n\r\n")
-        b.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.4)             # both threads of `busy` are in the app now
+        marks = [tmp_path / "a", tmp_path / "b"]
+        a.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n" + in_app_header(marks[0]) + b"\r\n")
+        b.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n" + in_app_header(marks[1]) + b"\r\n")
+        assert all(wait_in_app(m) for m in marks)      # both threads of `busy` are in the app now
         c.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
         moved = json.loads(c.read_response().body)
         assert moved["pid"] == other, (moved, busy)
@@ -182,7 +183,7 @@ def test_sigkilled_worker_does_not_throttle_the_others(make_server):
     assert len(ready_workers(s, 2)) == 2
 
 
-def test_sigterm_finishes_in_flight_requests_on_threads(make_server):
+def test_sigterm_finishes_in_flight_requests_on_threads(make_server, tmp_path):
     s = make_server("apps:sleep", "--workers", "1", "--threads", "2")
     ready = wait_for(lambda: len(s.worker_pids()) == 1)
     assert ready
@@ -190,8 +191,9 @@ def test_sigterm_finishes_in_flight_requests_on_threads(make_server):
     idle.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
     assert idle.read_response().status == 200
     slow = Conn(s.port, timeout=10)
-    slow.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n\r\n")
-    time.sleep(0.3)
+    mark = tmp_path / "in-app"
+    slow.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n" + in_app_header(mark) + b"\r\n")
+    assert wait_in_app(mark)
     s.signal(signal.SIGTERM)
     r = slow.read_response()
     assert r.status == 200 and r.body == b"slept" and r.header("connection") == "close"
@@ -199,7 +201,7 @@ def test_sigterm_finishes_in_flight_requests_on_threads(make_server):
     assert s.proc.wait(15) == 0
 
 
-def test_timeout_on_an_app_thread_logs_that_thread(make_server):
+def test_timeout_on_an_app_thread_logs_that_thread(make_server, tmp_path):
     # The stuck request gets --graceful-timeout (and as long for atexit)
     # to end, then goes with its worker.
     s = make_server("apps:sleep", "--workers", "1", "--threads", "2", "--timeout", "1.5",
@@ -207,8 +209,9 @@ def test_timeout_on_an_app_thread_logs_that_thread(make_server):
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     stuck = s.worker_pids()[0]
     with Conn(s.port, timeout=15) as c:
-        c.send(b"GET /?t=30 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.3)
+        mark = tmp_path / "in-app"
+        c.send(b"GET /?t=30 HTTP/1.1\r\nHost: a\r\n" + in_app_header(mark) + b"\r\n")
+        assert wait_in_app(mark)
         # The other thread still serves while one is stuck.
         r = request(s.port, b"GET /?t=0 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
         assert r.status == 200
@@ -302,10 +305,11 @@ def test_sighup_under_load_with_threads_fails_nothing(make_server):
     for t in loops:
         t.start()
     try:
-        time.sleep(0.5)
+        assert wait_for(lambda: set(results) & before, timeout=20)           # the old workers serve the load
         s.signal(signal.SIGHUP)
         assert wait_for(lambda: len(s.worker_pids()) == 2 and not set(s.worker_pids()) & before, timeout=20)
-        time.sleep(0.5)
+        new = set(s.worker_pids())
+        assert wait_for(lambda: set(results) & new, timeout=20)              # and now the new ones
     finally:
         stop.set()
         for t in loops:

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import Closed, Conn, wait_for
+from httpraw import Closed, Conn, in_app_header, wait_for, wait_in_app
 
 APP_MODES = ("inline",)      # each server here chooses its own --threads
 
@@ -272,7 +272,9 @@ def test_proxied_client_survives_keep_alive_hand_off(header, addr, port):
                 c.send(GET + b"\r\n")
                 d = json.loads(c.read_response().body)
                 seen.append((d["pid"], d["remote_addr"], d["remote_port"]))
-                time.sleep(0.3)      # idle while a retiring worker hands it on
+                if [pid for pid, _, _ in seen].count(d["pid"]) == 3:
+                    # idle while the retiring worker hands it on: sent once it has exited
+                    assert wait_for(lambda: not _alive(d["pid"]), timeout=20), s.log()
         assert len({pid for pid, _, _ in seen}) >= 2, seen          # it moved
         assert {(a, p) for _, a, p in seen} == {(addr, port or mine)}, seen
         assert "PROXY protocol" not in s.log()                     # no header expected after a hand-off
@@ -280,7 +282,16 @@ def test_proxied_client_survives_keep_alive_hand_off(header, addr, port):
         s.stop()
 
 
-def test_proxied_client_survives_hand_off_to_a_free_worker():
+def _alive(pid):
+    """The process runs (not gone, not a zombie waiting for its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_proxied_client_survives_hand_off_to_a_free_worker(tmp_path):
     """With threads, a request arriving on a kept-alive connection at a
     saturated worker moves (unread) to a free one: with the client its
     PROXY header named."""
@@ -298,10 +309,10 @@ def test_proxied_client_survives_hand_off_to_a_free_worker():
                 break
         busy = next(p for p, v in conns.items() if len(v) >= 3)
         (a, _), (b, _), (c, addr) = conns[busy][:3]
-        slow = b"GET /?t=1.5 HTTP/1.1\r\nHost: t\r\n\r\n"
-        a.send(slow)
-        b.send(slow)
-        time.sleep(0.4)             # both threads of `busy` are in the app now
+        marks = [tmp_path / "a", tmp_path / "b"]
+        a.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: t\r\n" + in_app_header(marks[0]) + b"\r\n")
+        b.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: t\r\n" + in_app_header(marks[1]) + b"\r\n")
+        assert all(wait_in_app(m) for m in marks)      # both threads of `busy` are in the app now
         c.send(GET + b"\r\n")
         moved = json.loads(c.read_response().body)
         assert moved["pid"] != busy and moved["remote_addr"] == addr, (moved, addr)
@@ -450,7 +461,10 @@ def test_connect_answered_2xx_opens_no_tunnel_through_haproxy(tmp_path):
         with Conn(port) as c:
             c.send(b"GET /denied HTTP/1.1\r\nHost: t\r\n\r\n")
             assert c.read_response().status == 403
-        time.sleep(0.3)
+        # One worker writes the access log in the order it serves: once a
+        # request sent now is logged, a /denied that reached it would be too.
+        assert s.get("/logged-last").status == 200
+        assert wait_for(lambda: "/logged-last" in logfile.read_text(), timeout=20), logfile.read_text()
         assert "/denied" not in logfile.read_text(), logfile.read_text()
         assert "6.6.6.6" not in s.log()
     finally:

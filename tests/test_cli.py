@@ -1,15 +1,18 @@
 """The command line: one clear line for every mistake, signals, bind forms."""
+import fcntl
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import time
 
 import pytest
 
 from conftest import HERE, ServerProc
-from httpraw import Conn, wait_for
+from httpraw import Conn, in_app_header, wait_for, wait_in_app
 
 from forkwsgi import config
 
@@ -159,11 +162,12 @@ def test_two_binds(make_server):
         assert request(p, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").status == 200
 
 
-def test_sigterm_finishes_in_flight_request(make_server):
+def test_sigterm_finishes_in_flight_request(make_server, tmp_path):
     s = make_server("apps:sleep")
     c = Conn(s.port, timeout=10)
-    c.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n\r\n")
-    time.sleep(0.3)
+    mark = tmp_path / "in-app"
+    c.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n" + in_app_header(mark) + b"\r\n")
+    assert wait_in_app(mark)
     s.signal(signal.SIGTERM)
     r = c.read_response()
     assert r.status == 200 and r.body == b"slept"
@@ -187,12 +191,17 @@ def test_graceful_timeout_bounds_the_stop(make_server):
     c = Conn(s.port)
     c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     c.send(b"GET /?mb=500 HTTP/1.1\r\nHost: a\r\n\r\n")   # never read
-    time.sleep(0.3)
+    assert wait_for(lambda: bytes_waiting(c.sock) > 0)     # the response is on its way
     t0 = time.monotonic()
     s.signal(signal.SIGTERM)
     assert s.proc.wait(10) == 0
     assert time.monotonic() - t0 < 5
     c.close()
+
+
+def bytes_waiting(sock):
+    """Bytes in the socket's receive queue (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGQUIT])

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import Conn, wait_for
+from httpraw import Conn, in_app_header, wait_for, wait_in_app
 
 APP_MODES = ("inline",)      # each server here chooses its own --threads
 
@@ -34,14 +34,24 @@ def pinned(cmd, cpu):
     return [TASKSET, "-c", str(cpu)] + cmd if TASKSET and os.cpu_count() >= 2 else cmd
 
 
-def wrk(port, connections, seconds, path="/", script=None):
-    """Keep-alive load (a Lua script may make it POST): (requests, socket
-    errors, non-2xx responses, wrk's report)."""
+def wrk_cmd(port, connections, seconds, path="/", script=None):
+    """wrk's keep-alive load for `seconds` (a Lua script may make it POST),
+    pinned to CPU 1. Stopped early by SIGINT, it reports what it did."""
     cmd = [WRK, "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s"]
     if script:
         cmd += ["-s", script]
-    out = subprocess.run(pinned(cmd + [f"http://127.0.0.1:{port}{path}"], 1),
+    return pinned(cmd + [f"http://127.0.0.1:{port}{path}"], 1)
+
+
+def wrk(port, connections, seconds, path="/", script=None):
+    """Keep-alive load: (requests, socket errors, non-2xx responses, wrk's report)."""
+    out = subprocess.run(wrk_cmd(port, connections, seconds, path, script),
                          capture_output=True, text=True, timeout=seconds + 30).stdout
+    return wrk_report(out)
+
+
+def wrk_report(out):
+    """(requests, socket errors, non-2xx responses, out) from wrk's report."""
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     errors = sum(int(x) for x in m.groups()) if m else 0
@@ -116,8 +126,10 @@ def test_reloads_are_invisible_to_kept_alive_clients(servers, threads):
     assert wait_for(lambda: len(s.worker_pids()) == 2)
     first = set(s.worker_pids())
     clients, answered, failures = keep_alive_clients(s.port, 6, 400)
-    for _ in range(3):
-        time.sleep(0.4)
+    for i in range(3):
+        # Each SIGHUP once the clients have made 400 more requests: reloads
+        # while they are mid-run, however fast the machine runs them.
+        assert wait_for(lambda: answered[0] >= 400 * (i + 1) or failures, timeout=60), s.log()
         s.signal(signal.SIGHUP)
     for t in clients:
         t.join(60)
@@ -168,7 +180,19 @@ def test_max_requests_recycling_loses_nothing_for_kept_alive_clients(servers):
 
 # ---- item 3b: a stop never resets a connection whose request is waiting ----
 
-def test_stop_serves_a_request_already_waiting_on_an_idle_connection(servers):
+def received(port, peer_port):
+    """Bytes waiting unread in the server's end (local port `port`) of the
+    connection from `peer_port`, from /proc/net/tcp (None: no such socket)."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            local, remote, queues = fields[1], fields[2], fields[4]
+            if int(local.split(":")[1], 16) == port and int(remote.split(":")[1], 16) == peer_port:
+                return int(queues.split(":")[1], 16)
+    return None
+
+
+def test_stop_serves_a_request_already_waiting_on_an_idle_connection(servers, tmp_path):
     """Inline, one process: while the loop is busy in a slow request, a
     kept-alive connection's next request arrives and SIGTERM too. That
     connection is not idle: its request is served (with Connection: close),
@@ -178,10 +202,12 @@ def test_stop_serves_a_request_already_waiting_on_an_idle_connection(servers):
     with Conn(s.port, timeout=15) as kept, Conn(s.port, timeout=15) as slow:
         kept.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
         assert kept.read_response().status == 200
-        slow.send(b"GET /?t=1.0 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.3)                                   # the loop is in the app
+        mark = tmp_path / "in-app"
+        slow.send(b"GET /?t=1.0 HTTP/1.1\r\nHost: a\r\n" + in_app_header(mark) + b"\r\n")
+        assert wait_in_app(mark)                          # the loop is in the app
         kept.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.1)
+        # The request waits in the server's socket, unread.
+        assert wait_for(lambda: received(s.port, kept.sock.getsockname()[1]), timeout=10)
         s.signal(signal.SIGTERM)
         assert slow.read_response().status == 200
         r = kept.read_response()

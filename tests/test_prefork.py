@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from httpraw import Conn, request, wait_for
+from httpraw import Conn, in_app_header, request, wait_for, wait_in_app
 
 # Process-model tests; their servers choose --threads.
 APP_MODES = ("inline",)
@@ -82,10 +82,11 @@ def test_sighup_rolling_reload_without_failed_requests(make_server):
     threads = [threading.Thread(target=_load, args=(s, stop, results)) for _ in range(3)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    assert wait_for(lambda: len(results) >= 20, timeout=20)            # the load flows
     s.signal(signal.SIGHUP)
     ok = wait_for(lambda: len(s.worker_pids()) == 2 and not (set(s.worker_pids()) & before), timeout=20)
-    time.sleep(0.5)
+    served = len(results)
+    assert wait_for(lambda: len(results) >= served + 20, timeout=20)   # and flows on to the new workers
     stop.set()
     for t in threads:
         t.join(30)
@@ -106,12 +107,13 @@ def test_ttin_ttou(make_server):
     assert get_pid(s) in s.worker_pids()
 
 
-def test_sigterm_slow_request_completes(make_server):
+def test_sigterm_slow_request_completes(make_server, tmp_path):
     s = make_server("apps:sleep", "--workers", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 2)
     c = Conn(s.port, timeout=10)
-    c.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n\r\n")
-    time.sleep(0.3)
+    mark = tmp_path / "in-app"
+    c.send(b"GET /?t=1.5 HTTP/1.1\r\nHost: a\r\n" + in_app_header(mark) + b"\r\n")
+    assert wait_in_app(mark)
     workers = s.worker_pids()
     s.signal(signal.SIGTERM)
     r = c.read_response()
@@ -248,7 +250,7 @@ def test_timeout_replaces_a_stuck_worker_and_logs_its_stack(make_server):
     assert r.status == 200 and r.body == b"slept"
 
 
-def test_timeout_lets_the_workers_other_requests_finish(make_server, app_mode):
+def test_timeout_lets_the_workers_other_requests_finish(make_server, app_mode, tmp_path):
     """Issue 25, item 5: with timeout 5, a 9 s and a 6 s request on two
     threads of one worker: gunicorn gthread finished both; forkwsgi killed
     the worker at 5.7 s and lost both. Now the timed-out worker takes no
@@ -265,12 +267,13 @@ def test_timeout_lets_the_workers_other_requests_finish(make_server, app_mode):
 
     def ask(name, t):
         with Conn(s.port, timeout=30) as c:
-            c.send(f"GET /?t={t} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+            c.send(f"GET /?t={t} HTTP/1.1\r\nHost: a\r\n".encode() + in_app_header(tmp_path / name) + b"\r\n")
             results[name] = c.read_response().status
-    threads = [threading.Thread(target=ask, args=("long", 4.5)), threading.Thread(target=ask, args=("other", 3))]
-    for t in threads:
-        t.start()
-        time.sleep(0.2)
+    threads = []
+    for name, t in (("long", 4.5), ("other", 3)):     # one after the other: the long one first in the app
+        threads.append(threading.Thread(target=ask, args=(name, t)))
+        threads[-1].start()
+        assert wait_in_app(tmp_path / name)
     assert wait_for(lambda: "timed out" in s.log(), timeout=10), s.log()
     # a new worker takes the next clients meanwhile
     assert wait_for(lambda: len(set(s.worker_pids()) - {first}) == 1, timeout=10)
@@ -356,13 +359,14 @@ def test_heartbeat_leaves_a_long_request_to_timeout(make_server):
     assert "is frozen" not in s.log() and s.worker_pids() == [pid]
 
 
-def test_a_crashed_worker_is_logged_with_the_requests_it_was_serving(make_server):
+def test_a_crashed_worker_is_logged_with_the_requests_it_was_serving(make_server, tmp_path):
     s = make_server("quirk_apps:crash", "--workers", "1", "--threads", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     first = s.worker_pids()[0]
     with Conn(s.port, timeout=15) as waiting, Conn(s.port, timeout=15) as killing:
-        waiting.send(b"GET /wait?t=30 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.3)                              # in the app, on one thread
+        mark = tmp_path / "in-app"
+        waiting.send(b"GET /wait?t=30 HTTP/1.1\r\nHost: a\r\n" + in_app_header(mark) + b"\r\n")
+        assert wait_in_app(mark)                     # in the app, on one thread
         killing.send(b"GET /kill HTTP/1.1\r\nHost: a\r\n\r\n")   # SIGKILLs the worker, on the other
         assert killing.is_closed(10) and waiting.is_closed(10)
     assert wait_for(lambda: len(s.worker_pids()) == 1 and first not in s.worker_pids())

@@ -13,7 +13,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
@@ -21,7 +20,7 @@ import pytest
 from conftest import ServerProc
 from httpraw import wait_for
 from nginx_conf import nginx_conf
-from test_handover import error_lines, pinned, wrk
+from test_handover import error_lines, pinned, wrk, wrk_cmd, wrk_report
 
 APP_MODES = ("inline",)
 
@@ -128,29 +127,58 @@ def stack(tmp_path):
         x.stop()
 
 
-def wrk_post(port, tmp_path, connections, seconds):
+def post_script(tmp_path):
     script = tmp_path / "post.lua"
     script.write_text(POST_LUA)
-    return wrk(port, connections, seconds, script=str(script))
+    return str(script)
 
 
-def hups_during(s, times, every):
-    def run():
-        for _ in range(times):
-            time.sleep(every)
-            s.signal(signal.SIGHUP)
-    t = threading.Thread(target=run)
-    t.start()
-    return t
+def wrk_post(port, tmp_path, connections, seconds):
+    return wrk(port, connections, seconds, script=post_script(tmp_path))
+
+
+def connections_to(port):
+    """ESTABLISHED TCP connections whose server end is 127.0.0.1:port (/proc/net/tcp)."""
+    with open("/proc/net/tcp") as f:
+        return sum(1 for line in f.readlines()[1:]
+                   if line.split()[3] == "01" and int(line.split()[1].split(":")[1], 16) == port)
+
+
+def reloaded(s, old):
+    """Every worker of `old` replaced by a new one that booted."""
+    pids = set(s.worker_pids())
+    return len(pids) == len(old) and not pids & old and s.log().count("Booted worker") >= 2 * len(old)
+
+
+def wrk_through_a_reload(s, workers, port, connections, script=None, least=4.0, bound=90):
+    """wrk's keep-alive load through one SIGHUP, for as long as the reload
+    takes: the SIGHUP once the proxy carries the load to the server, the
+    load on until every worker is replaced and for a second more (on the
+    new ones), `least` seconds in all at least; then wrk is stopped (SIGINT:
+    it reports what it did). Returns wrk_report's tuple."""
+    # Every worker booted first (the stack waits for one only), from one
+    # reading of the master's children (a reading can come back short).
+    old = set()
+    assert wait_for(lambda: old.clear() or old.update(s.worker_pids()) or len(old) == workers, timeout=30), s.log()
+    t0 = time.monotonic()
+    proc = subprocess.Popen(wrk_cmd(port, connections, bound, script=script), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for(lambda: connections_to(s.port) > 0, timeout=20), "no load reached the server"
+        s.signal(signal.SIGHUP)
+        assert wait_for(lambda: reloaded(s, old), timeout=bound - 10), s.log()
+        time.sleep(max(1.0, least - (time.monotonic() - t0)))     # the load's shape, not an event
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=30)[0]
+    return wrk_report(out)
 
 
 @pytest.mark.parametrize("kind", ["nginx", "haproxy"])
 def test_get_load_through_a_pooling_proxy_with_a_reload(stack, kind):
     """Before: through HAProxy 16 non-2xx and 320 socket errors in 159k."""
     s, p = stack(kind, "--workers", "4", "--threads", "4")
-    t = hups_during(s, 1, 2.0)
-    requests, errors, non2xx, out = wrk(p.port, 32, 4)
-    t.join()
+    requests, errors, non2xx, out = wrk_through_a_reload(s, 4, p.port, 32)
     assert requests > 2000, out
     assert (errors, non2xx) == (0, 0), out
     assert s.log().count("Booted worker") >= 8
@@ -160,9 +188,7 @@ def test_get_load_through_a_pooling_proxy_with_a_reload(stack, kind):
 @pytest.mark.parametrize("kind", ["nginx", "haproxy"])
 def test_posts_from_kept_alive_clients_through_a_pooling_proxy(stack, kind, tmp_path):
     s, p = stack(kind, "--workers", "4", "--threads", "4")
-    t = hups_during(s, 1, 2.0)
-    requests, errors, non2xx, out = wrk_post(p.port, tmp_path, 16, 4)
-    t.join()
+    requests, errors, non2xx, out = wrk_through_a_reload(s, 4, p.port, 16, script=post_script(tmp_path))
     assert requests > 1000, out
     assert (errors, non2xx) == (0, 0), out
     assert error_lines(s) == []

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import HERE
-from httpraw import request
+from httpraw import request, wait_for
 
 APP_MODES = ("inline",)
 
@@ -75,6 +75,13 @@ def test_socket_activation_serves_the_passed_socket(tmp_path, workers):
         log.close()
 
 
+def listening(port):
+    """A socket listens on 127.0.0.1:port (/proc/net/tcp, state LISTEN)."""
+    with open("/proc/net/tcp") as f:
+        return any(line.split()[3] == "0A" and line.split()[1] == f"0100007F:{port:04X}"
+                   for line in f.readlines()[1:])
+
+
 @needs_activate
 def test_an_explicit_bind_wins_over_passed_sockets(tmp_path):
     port, other = free_port(), free_port()
@@ -83,7 +90,7 @@ def test_an_explicit_bind_wins_over_passed_sockets(tmp_path):
                              "apps:hello", "--workers", "1", "--bind", f"127.0.0.1:{other}"],
                             cwd=HERE, env=env(), stdout=log, stderr=log, start_new_session=True)
     try:
-        time.sleep(0.5)
+        assert wait_for(lambda: listening(port), timeout=10), open(log.name).read()    # systemd-socket-activate's
         try:            # starts the service (and is left unserved: --bind is what it serves)
             socket.create_connection(("127.0.0.1", port), 2).close()
         except OSError:

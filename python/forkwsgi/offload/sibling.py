@@ -43,7 +43,8 @@ log = logging.getLogger("forkwsgi")
 class Priority:
     """The sibling's share of the CPU, which it shares with request threads.
 
-    While it keeps up, every thread of the sibling runs SCHED_IDLE: it gets
+    While it keeps up (from the moment its ring watch runs: it starts up
+    at its share), every thread of the sibling runs SCHED_IDLE: it gets
     the CPU only when no request thread wants it, and a request thread that
     wakes up preempts it at once, so offloading adds nothing to a request's
     latency. When it falls behind it switches to SCHED_BATCH at
@@ -85,14 +86,18 @@ class Priority:
         self.told = False                # "falling behind" was logged: "caught up" will be
         os.setpriority(os.PRIO_PROCESS, 0, nice)
         self.can_idle = os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20 - nice
-        self.set("idle" if self.can_idle else "share")
+        # Its share until the watch runs: idle from the start, a sibling on
+        # a busy CPU got no time to start up (to open the ring and the
+        # journal), and the records made meanwhile waited seconds.
+        self.set("share")
 
     def watch(self, capacity):
-        """Start the ring watch (the ring's reader is open)."""
+        """Start the ring watch (the ring's reader is open); from now on
+        the sibling idles while it keeps up."""
         if self.can_idle and self.watch_tid is None:
             self.threshold = int(capacity * self.WATCH)
             self.watch_tid = _forkwsgi.ring_watch(self.threshold, self.WATCH_MS, self.nice)
-            _forkwsgi.ring_watch_arm(self.mode == "idle")
+            self.set("idle")
 
     def set(self, mode):
         policy = os.SCHED_IDLE if mode == "idle" else os.SCHED_BATCH

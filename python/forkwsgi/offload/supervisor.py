@@ -162,21 +162,39 @@ class Supervisor:
             if status is not None:                 # it died just now
                 self.exited(status)
         if graceful and self.pid is None:
-            self.log.info("Offload: no sibling running at the stop: starting one to drain the queue")
-            try:
-                self.start()
-            except OSError as e:
-                self.log.error("offload: cannot start the sibling: %s", e)
-        if self.pid is not None:
-            _kill(self.pid, signal.SIGTERM if graceful else signal.SIGQUIT)
-            limit = self.queue.cfg["graceful_timeout"] + 2.0 if graceful else 3.0
-            status = self.starter.wait(self.pid, limit)
-            if status is None:
-                self.log.warning("Offload sibling (pid %d) did not stop in time: killing it", self.pid)
-                _kill(self.pid, signal.SIGKILL)
-                status = self.starter.wait(self.pid, 5.0)
-            if status is not None:
-                self.exited(status)
+            self._start_drainer("no sibling running at the stop")
+        status = self._stop_running(graceful)
+        # Killed by a signal of someone else's as ours went out (a SIGKILL
+        # a moment before, not yet seen when this stop looked): it drained
+        # nothing, so one more sibling does.
+        if graceful and status is not None and os.waitstatus_to_exitcode(status) < 0:
+            self._start_drainer("the sibling was killed as the stop began")
+            self._stop_running(graceful)
+
+    def _start_drainer(self, why):
+        self.log.info("Offload: %s: starting one to drain the queue", why)
+        try:
+            self.start()
+        except OSError as e:
+            self.log.error("offload: cannot start the sibling: %s", e)
+
+    def _stop_running(self, graceful):
+        """Signal the running sibling to stop and wait for it. Returns its
+        wait status if it ended by itself, None if none ran or it had to be
+        killed."""
+        if self.pid is None:
+            return None
+        _kill(self.pid, signal.SIGTERM if graceful else signal.SIGQUIT)
+        limit = self.queue.cfg["graceful_timeout"] + 2.0 if graceful else 3.0
+        status = self.starter.wait(self.pid, limit)
+        ours = status is None
+        if ours:
+            self.log.warning("Offload sibling (pid %d) did not stop in time: killing it", self.pid)
+            _kill(self.pid, signal.SIGKILL)
+            status = self.starter.wait(self.pid, 5.0)
+        if status is not None:
+            self.exited(status)
+        return None if ours else status
 
 
 def _kill(pid, sig):
