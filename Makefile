@@ -251,7 +251,7 @@ asan-smoke: asan-ext-build
 COV_DIR          := build/cov
 COV_PYTEST_ARGS  ?= -q -p no:cacheprovider tests --ignore=tests/test_c.py
 COV_ENV = COVERAGE_PROCESS_START=$(abspath tests/coverage/coverage.rc) \
-    FORKWSGI_COV_DATA=$(abspath $(COV_DIR))/data/.coverage PYTHONPATH=$(abspath $(COV_DIR))
+    FW_COVERAGE_DATA=$(abspath $(COV_DIR))/data/.coverage PYTHONPATH=$(abspath $(COV_DIR))
 
 coverage-build:
 	FORKWSGI_COVERAGE=1 $(PYTHON) setup.py -q build_ext --force -b $(COV_DIR) -t $(COV_DIR)/tmp
@@ -263,7 +263,7 @@ coverage: coverage-build
 	@rm -rf $(COV_DIR)/data && mkdir -p $(COV_DIR)/data
 	@find $(COV_DIR)/tmp -name '*.gcda' -delete
 	$(COV_ENV) $(PYTHON) -m pytest $(COV_PYTEST_ARGS); rc=$$?; \
-	    export FORKWSGI_COV_DATA=$(abspath $(COV_DIR))/data/.coverage; \
+	    export FW_COVERAGE_DATA=$(abspath $(COV_DIR))/data/.coverage; \
 	    $(PYTHON) -m coverage combine -q --rcfile tests/coverage/coverage.rc $(COV_DIR)/data; \
 	    $(PYTHON) -m coverage report --rcfile tests/coverage/coverage.rc; \
 	    echo "== C lines"; \
