@@ -7,9 +7,7 @@ interleaved (issue: speed on real apps).
     python3 bench/run_frameworks.py [--rounds 3] [--seconds 5] [--apps flask,django]
                                     [--only forkwsgi,bjoern,...] [--no-write]
 
-Servers: forkwsgi (--threads 1, its defaults), forkwsgi with
---write-coalesce 0 (each response written at once), bjoern, fastpysgi,
-granian (--interface wsgi, 1 worker, 1 blocking thread). The peers run from
+Servers: forkwsgi (--threads 1, its defaults), bjoern, fastpysgi, granian (--interface wsgi, 1 worker, 1 blocking thread). The peers run from
 bench/.venv (run_core.py makes it), forkwsgi from this checkout, with the
 same interpreter's Flask and Django."""
 import argparse
@@ -25,16 +23,15 @@ from common import (BENCH, OUT, RESULTS, ServerTree, free_port, git_head, invoca
 
 VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
 APPS = {"flask": "flask_app", "django": "django_app"}
-SERVERS = ["forkwsgi", "forkwsgi-coalesce-0", "bjoern", "fastpysgi", "granian"]
+SERVERS = ["forkwsgi", "bjoern", "fastpysgi", "granian"]
 PATH = "/user/7"
 TITLE = "## Real frameworks: Flask and Django"
 
 
 def command(server, app, port):
-    if server.startswith("forkwsgi"):
-        extra = ["--write-coalesce", "0"] if server == "forkwsgi-coalesce-0" else []
+    if server == "forkwsgi":
         return [sys.executable, "-m", "forkwsgi", f"framework_apps:{app}", "--bind", f"127.0.0.1:{port}",
-                "--log-level", "warning", *extra]
+                "--log-level", "warning"]
     if server == "granian":
         return [VENV_PY, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", str(port),
                 "--workers", "1", "--blocking-threads", "1", "--no-ws", f"framework_apps:{app}"]

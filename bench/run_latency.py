@@ -8,8 +8,7 @@ omission), rounds interleaved.
     python3 bench/run_latency.py [--rounds 5] [--seconds 5] [--app route|flask]
                                  [--only forkwsgi,bjoern,...] [--no-write]
 
-Servers: forkwsgi (its defaults), forkwsgi --write-coalesce 0, bjoern,
-fastpysgi, granian (wsgi, 1 worker, 1 blocking thread), gunicorn gthread
+Servers: forkwsgi (its defaults), bjoern, fastpysgi, granian (wsgi, 1 worker, 1 blocking thread), gunicorn gthread
 (1 worker, 1 thread); peers from bench/.venv (run_core.py makes it)."""
 import argparse
 import os
@@ -24,7 +23,7 @@ from common import (BENCH, OUT, RESULTS, ServerTree, free_port, git_head, invoca
 from common.openloop import build_openloop, run_openloop  # noqa: E402
 
 VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
-SERVERS = ["forkwsgi", "forkwsgi-coalesce-0", "bjoern", "fastpysgi", "granian", "gunicorn-gthread"]
+SERVERS = ["forkwsgi", "bjoern", "fastpysgi", "granian", "gunicorn-gthread"]
 APPS = {"route": ("apps:route", "/"), "flask": ("framework_apps:flask_app", "/user/7")}
 TITLE = "## Tail latency at a fixed rate"
 CONNS = 50
@@ -32,10 +31,8 @@ CONNS = 50
 
 def command(server, spec, port):
     module, name = spec.split(":")
-    if server.startswith("forkwsgi"):
-        extra = ["--write-coalesce", "0"] if server == "forkwsgi-coalesce-0" else []
-        return [sys.executable, "-m", "forkwsgi", spec, "--bind", f"127.0.0.1:{port}", "--log-level", "warning",
-                *extra]
+    if server == "forkwsgi":
+        return [sys.executable, "-m", "forkwsgi", spec, "--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
     if server == "granian":
         return [VENV_PY, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", str(port),
                 "--workers", "1", "--blocking-threads", "1", "--no-ws", spec]

@@ -130,7 +130,6 @@ void fw_conn_close(fw_conn *c)
     fw_server *srv = c->srv;
     if (c->state == FW_C_CLOSED)
         return;
-    c->deferred = 0;            /* its slot in srv->deferred is skipped */
     if (c->parked) {
         /* Never under its thread, which sleeps holding it: the thread is
          * told, and the connection closes when the app returns. */
@@ -909,83 +908,6 @@ static int step_body(fw_conn *c)
     return wait_for_input(c);
 }
 
-/* ---- write coalescing ---------------------------------------------------------
- *
- * Inline, the loop serves the requests of one pass one after the other. On
- * this machine's loopback (a proxy or a load generator next to the server)
- * each write wakes the client, and that wake-up is paid on the server's CPU:
- * for an app of 50-100 us a request, it was ~12 % of it. Responses finished
- * while more events of the pass wait are written together at the pass's end
- * instead, as libev servers do; unlike them, the wait is bounded: once the
- * first that waits plus one more request (at the pass's average) would pass
- * cfg.coalesce_us, they are written between two events. A response never
- * waits for an app call of its own (PEP 3333: a chunk is on the wire before
- * the next one is asked for), nor with app threads, where each thread writes
- * its own response at once. */
-
-static int defer_fits(const fw_server *srv, uint64_t now)
-{
-    uint64_t first = srv->ndeferred ? srv->defer_since_ns : now;
-    uint64_t per_request = (now - srv->pass_ns) / (uint64_t)(srv->ndeferred + 1);
-    return now - first + per_request <= (uint64_t)srv->cfg.coalesce_us * 1000u;
-}
-
-int fw_conn_may_defer(fw_conn *c)
-{
-    fw_server *srv = c->srv;
-    if (srv->pool || srv->loop.left == 0 || srv->cfg.coalesce_us <= 0 || srv->ndeferred >= FW_DEFER_MAX ||
-        c->parked || c->deferred)
-        return 0;
-    uint64_t now = fw_now_ns();
-    return now >= srv->quiet_until_ns && defer_fits(srv, now);
-}
-
-static void defer(fw_conn *c)
-{
-    fw_server *srv = c->srv;
-    if (srv->ndeferred == 0)
-        srv->defer_since_ns = fw_now_ns();
-    srv->deferred[srv->ndeferred++] = c;
-    c->deferred = 1;
-}
-
-void fw_conn_event_served(fw_server *srv, int last)
-{
-    if (srv->pool || srv->cfg.coalesce_us <= 0)
-        return;
-    /* The average of a pass cannot foresee one slow request, which would
-     * hold every response that waits: after an event that took longer
-     * than the budget (a slow app call), none waits for 5 seconds. */
-    uint64_t now = fw_now_ns(), budget = (uint64_t)srv->cfg.coalesce_us * 1000u;
-    if (now - srv->event_ns > budget)
-        srv->quiet_until_ns = now + 5000000000u;
-    srv->event_ns = now;
-    if (srv->ndeferred && (last || !defer_fits(srv, now)))
-        fw_conn_write_deferred(srv);
-}
-
-void fw_conn_write_deferred(fw_server *srv)
-{
-    /* Driven on, a connection may finish a pipelined request and wait
-     * again: the list is taken first, and nothing is deferred meanwhile
-     * (loop.left is 0). Closed ones (still in memory: the graveyard is
-     * freed after the pass) are skipped. */
-    fw_conn *batch[FW_DEFER_MAX];
-    int n = srv->ndeferred;
-    memcpy(batch, srv->deferred, (size_t)n * sizeof(batch[0]));
-    srv->ndeferred = 0;
-    int left = srv->loop.left;
-    srv->loop.left = 0;
-    for (int i = 0; i < n; i++) {
-        fw_conn *c = batch[i];
-        if (!c->deferred)
-            continue;
-        c->deferred = 0;
-        conn_drive(c);
-    }
-    srv->loop.left = left;
-}
-
 /* WRITE or FLUSH: write what is owed. Returns 1 to keep driving, 0 to wait. */
 static int step_write(fw_conn *c)
 {
@@ -995,10 +917,6 @@ static int step_write(fw_conn *c)
         c->batched++;
         request_end(c);
         return 1;
-    }
-    if (pending_out(c) > 0 && fw_conn_may_defer(c)) {
-        defer(c);               /* written at the end of the pass, with the others */
-        return 0;
     }
     app_unlock(srv);
     uint64_t before = pending_out(c);

@@ -181,7 +181,6 @@ struct fw_conn {
     fw_pool_job job;                  /* srv->pool's lists while a pool thread owns it */
     int pool_rc;                      /* what the app call returned, for the loop */
     int parked;                       /* its app thread waits for the loop to drain `out` */
-    int deferred;                     /* in srv->deferred: written at the end of the pass */
     int dropping;                     /* closed while the app held its request: an app thread
                                        * runs the app's cleanup (on_drop), then it closes */
     int outq_mark;                    /* bytes the kernel held to send when the loop last
@@ -317,15 +316,6 @@ int fw_conn_drain_wait(fw_conn *c);
  * read, nothing of it is to come from a file, and the batch has room. Asked
  * by the thread that owns c, when the app is done with the response. */
 int fw_conn_may_batch(const fw_conn *c);
-
-/* Question (1 yes, 0 no): may what c owes now wait for the end of the
- * loop's pass, to leave with the other responses finished in it? Only
- * inline (threads == 1), while more events of the pass are still to be
- * served, and within cfg.coalesce_us of the first response that waits
- * (counting one more request of the pass, at their average so far). The
- * app layer asks before it queues a response iterator's first chunk
- * instead of sending it. */
-int fw_conn_may_defer(fw_conn *c);
 
 /* Queue a complete server-generated error response; the connection closes
  * after it. */

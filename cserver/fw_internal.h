@@ -12,14 +12,6 @@
  * spans with it. 0, or an HTTP status (not expected: it parsed before). */
 int fw_conn_parse_head(fw_conn *c);
 
-/* Write coalescing (fw_conn_may_defer). After each event of a pass (last:
- * the pass's last one): the responses that wait are written if it was the
- * last, or if they have waited long enough. */
-void fw_conn_event_served(fw_server *srv, int last);
-/* At the end of a pass (and when due): write every response that waits,
- * each connection then driven on as usual. */
-void fw_conn_write_deferred(fw_server *srv);
-
 /* ---- fw_body.c: the body of a parsed request --------------------------- */
 
 /* How the body of the request just parsed is to be read (fw_body_setup). */

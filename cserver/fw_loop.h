@@ -31,11 +31,6 @@ struct fw_loop {
     int epfd;
     int nevents;
     struct epoll_event *events;   /* owned, nevents long */
-    int left;                     /* in a callback: events of this pass still to dispatch */
-    /* Optional, set by the owner: called between two callbacks of a pass
-     * (not after the last one). */
-    void (*between)(void *ctx);
-    void *between_ctx;
 };
 
 int fw_loop_init(fw_loop *loop, int nevents);

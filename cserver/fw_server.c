@@ -47,7 +47,6 @@ void fw_config_defaults(fw_config *cfg)
     cfg->spool_dir = NULL;
     cfg->max_connections = 10000;
     cfg->accept_batch = 64;
-    cfg->coalesce_us = 200;
 }
 
 void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
@@ -433,13 +432,6 @@ static const fw_balance_ops balance_ops = {
     .set_listeners = bal_set_listeners, .take = bal_take, .log = bal_log, .offer = bal_offer,
 };
 
-/* Between two events of a loop pass: write coalescing times the event,
- * and writes the responses that waited long enough (fw_conn.c). */
-static void between_events(void *ctx)
-{
-    fw_conn_event_served(ctx, 0);
-}
-
 fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
                          const fw_app_ops *ops, void *app)
 {
@@ -461,8 +453,6 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     fw_backlog_init(&srv->backlog);
     if (fw_loop_init(&srv->loop, 512) != 0)
         goto fail;
-    srv->loop.between = between_events;
-    srv->loop.between_ctx = srv;
     srv->listeners = calloc((size_t)(nfds > 0 ? nfds : 1), sizeof(fw_listener));
     if (!srv->listeners)
         goto fail;
@@ -835,8 +825,7 @@ int fw_server_run(fw_server *srv)
         int wait_ms = next_timeout(srv);
         fw_balance_beat(&srv->bal, fw_now_ms());
         int n = fw_loop_wait(&srv->loop, wait_ms);
-        srv->pass_ns = srv->event_ns = fw_now_ns();
-        srv->now = (int64_t)(srv->pass_ns / 1000000u);
+        srv->now = fw_now_ms();
         fw_balance_beat(&srv->bal, srv->now);
         if (n < 0) {
             if (errno == EINTR) {
@@ -851,8 +840,6 @@ int fw_server_run(fw_server *srv)
             break;
         }
         fw_loop_dispatch(&srv->loop, n);
-        if (n > 0)
-            fw_conn_event_served(srv, 1);
         if (srv->sig_stop) {
             rc = 1;
             break;

@@ -27,8 +27,6 @@
 typedef struct fw_conn fw_conn;
 typedef struct fw_server fw_server;
 
-#define FW_DEFER_MAX 32        /* responses written together at the end of a pass, at most */
-
 /* "Date: ...\r\n" for the current second, one per thread that writes
  * response heads, so no thread reads a string another is rewriting. */
 typedef struct fw_date {
@@ -60,9 +58,6 @@ typedef struct fw_config {
     const char *spool_dir;     /* directory for spool files; not owned */
     int max_connections;
     int accept_batch;          /* accepts per listener wake-up */
-    int coalesce_us;           /* inline: how long a finished response may wait for the others
-                                * of its loop pass, to leave with them (fw_conn_may_defer);
-                                * 0: each leaves at once */
     uint64_t max_requests;     /* stop gracefully after this many responses; 0 = never */
     int threads;               /* app threads; 1 = the app runs inline on the loop thread */
     int release_listeners;     /* on stop, drop this process's hold on the listening sockets
@@ -177,17 +172,6 @@ struct fw_server {
     int closing;               /* the loop is over: what a thread hands back closes */
 
     int64_t now;               /* monotonic ms, refreshed each pass */
-
-    /* Inline, responses finished in one loop pass while more of its events
-     * wait are written together at its end (within cfg.coalesce_us), so a
-     * client on this machine (a proxy, a load generator) is woken once per
-     * pass rather than once per response: fw_conn_may_defer. */
-    fw_conn *deferred[FW_DEFER_MAX];    /* not owned; emptied every pass */
-    int ndeferred;
-    uint64_t pass_ns;          /* when this pass began (after epoll_wait) */
-    uint64_t defer_since_ns;   /* when deferred[0] was ready */
-    uint64_t event_ns;         /* when the event being served began */
-    uint64_t quiet_until_ns;   /* an event took longer than coalesce_us: none waits until then */
 
     uint64_t requests;         /* responses completed */
     int exit_code;             /* 0, or -1 when the loop failed */

@@ -76,7 +76,6 @@ CORE_SETTINGS = {
     "max_connections": (K_INT, _at(&_layout.max_connections)),
     "max_requests": (K_U64, _at(&_layout.max_requests)),
     "threads": (K_INT, _at(&_layout.threads)),
-    "write_coalesce": (K_INT, _at(&_layout.coalesce_us)),
     "forwarded_allow_ips": (K_NETS, _at(&_layout.forwarded_allow)),
     "proxy_protocol": (K_PROXY, _at(&_layout.proxy_protocol)),
     "proxy_allow_ips": (K_NETS, _at(&_layout.proxy_allow)),

@@ -368,16 +368,7 @@ static int iterate(fw_req *r)
             return app_failed(r, "Bad response to");
         }
         int rc;
-        if (r->iter && n < LEND_MIN && fw_conn_may_defer(c)) {
-            /* Inline, more requests of this loop pass wait: the chunk is
-             * queued and leaves with their responses at the pass's end
-             * (fw_conn.c, write coalescing); the iterator is asked for
-             * its next chunk only once this one is on the wire. */
-            rc = fw_resp_queue(c, PyBytes_AS_STRING(chunk), (size_t)n);
-            Py_DECREF(chunk);
-            if (rc == FW_IO_DONE)
-                return FW_APP_WAIT;
-        } else if (!r->iter && n < LEND_MIN) {
+        if (!r->iter && n < LEND_MIN) {
             /* Everything is ready: small pieces are queued, and the loop
              * writes them in one go. */
             rc = fw_resp_queue(c, PyBytes_AS_STRING(chunk), (size_t)n);

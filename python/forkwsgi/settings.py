@@ -73,12 +73,6 @@ SETTINGS = [
             "worker processes under a master; 0 serves from this process, with no master", section="Processes"),
     Setting("threads", ["--threads"], 1, positive_int,
             "app threads per worker; 1 runs the app on the worker's I/O loop thread", section="Processes"),
-    Setting("write_coalesce", ["--write-coalesce"], 200, non_negative_int, metavar="MICROSECONDS",
-            section="Processes",
-            help="with --threads 1: a response finished while more requests of the same loop pass wait "
-                 "may wait up to this long to leave with theirs, so a client on this machine (a proxy, a "
-                 "load generator) is woken once, not once per response; never while its own app call "
-                 "runs, and after a request slower than this, none waits for 5 s; 0: each leaves at once"),
     Setting("balance", ["--balance"], "least-busy", balance,
             "how workers share connections: least-busy (the worker with the fewest requests in flight "
             "and a free thread accepts; kept-alive connections move to free workers), reuseport "
