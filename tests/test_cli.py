@@ -55,6 +55,11 @@ def test_help_lists_every_setting_with_default():
     (["apps:echo", "--no-such-option"], "unrecognized arguments: --no-such-option"),
     (["apps:echo", "--keep-alive", "soon"], "invalid value for --keep-alive"),
     (["apps:echo", "--backlog", "0"], "invalid value for --backlog"),
+    # past a C int: refused at start, not by the worker (a traceback and exit 3 before)
+    (["apps:echo", "--max-connections", "99999999999"], "--max-connections (command line): '99999999999': "
+                                                        "must be at most 2147483647"),
+    (["apps:echo", "--body-min-rate", "3G"], "--body-min-rate (command line): '3G': must be at most"),
+    (["apps:echo", "--threads", "4294967297"], "invalid value for --threads"),
     (["apps:echo", "--bind", "nonsense"], "bind address 'nonsense'"),
     (["apps:echo", "--bind", "127.0.0.1:99999"], "invalid port"),
     (["apps:echo", "--bind", "fd://notanumber"], "fd://N needs a number"),

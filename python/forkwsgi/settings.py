@@ -5,7 +5,7 @@ default, value type, help and --help section), from which the command line
 """
 from .valuetypes import (KAFKA_PRODUCERS, addresses, balance, boolean, choice, env_pair, fsync, group, json_dict,
                          kafka_option, kafka_producer, log_level, nice, non_negative_int, offload_sink, overflow,
-                         positive_int, proxy_protocol, root_path, scheme_headers, seconds, size, socket_mode,
+                         positive_int, proxy_protocol, rate, root_path, scheme_headers, seconds, size, socket_mode,
                          statsd_address, topic, umask, user)
 
 
@@ -187,7 +187,7 @@ SETTINGS = [
             "seconds from a request's first byte to the end of its head (408 past it)", section="Timeouts"),
     Setting("body_timeout", ["--body-timeout"], 30.0, seconds,
             "longest pause in seconds while a request body arrives (408 past it)", section="Timeouts"),
-    Setting("body_min_rate", ["--body-min-rate"], 500, size,
+    Setting("body_min_rate", ["--body-min-rate"], 500, rate,
             "bytes a second a request body must average once it has taken longer than --body-timeout "
             "(30 s when that is 0) (408 past it, as Apache's mod_reqtimeout MinRate); 0: no minimum. A body "
             "that trickles a byte now and then is cut at its next byte", section="Timeouts"),

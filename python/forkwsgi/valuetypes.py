@@ -10,10 +10,17 @@ import json
 from .offload.records import topic_ok
 
 
+# Counts and limits end up in C ints (the core's fw_config): a number past
+# this is refused here, in one line, not by the worker that would store it.
+INT_MAX = 0x7fffffff
+
+
 def positive_int(v):
     n = int(v)
     if n < 1:
         raise ValueError("must be at least 1")
+    if n > INT_MAX:
+        raise ValueError(f"must be at most {INT_MAX}")
     return n
 
 
@@ -21,6 +28,8 @@ def non_negative_int(v):
     n = int(v)
     if n < 0:
         raise ValueError("must not be negative")
+    if n > INT_MAX:
+        raise ValueError(f"must be at most {INT_MAX}")
     return n
 
 
@@ -208,6 +217,16 @@ def size(v):
     n = int(s) * mult
     if n < 0:
         raise ValueError("must not be negative")
+    if n >= 1 << 62:
+        raise ValueError("too large")
+    return n
+
+
+def rate(v):
+    """Bytes a second (a size, as above), kept in a C int."""
+    n = size(v)
+    if n > INT_MAX:
+        raise ValueError(f"must be at most {INT_MAX}")
     return n
 
 
