@@ -168,7 +168,7 @@ SETTINGS = [
             help="send gunicorn's statsd metrics (gunicorn.requests, gunicorn.request.duration, "
                  "gunicorn.request.status.NNN, gunicorn.workers, gunicorn.log.*) to ADDR (HOST:PORT, or "
                  "unix:PATH) over UDP: the master sends what the workers counted, every second; the "
-                 "durations come from a histogram (see the README)"),
+                 "durations come from a histogram (see docs/observability.md)"),
     Setting("statsd_prefix", ["--statsd-prefix"], "", section="Observability", metavar="PREFIX",
             help="put before each statsd metric's name (a '.' is added if missing)"),
     Setting("dogstatsd_tags", ["--dogstatsd-tags"], "", section="Observability", metavar="TAGS",

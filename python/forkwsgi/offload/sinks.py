@@ -501,7 +501,7 @@ def check_sink(cfg):
 
 
 def make_sink(spec, cfg, stopping=lambda: False):
-    """jsonl:PATH, kafka://HOSTS or python:MODULE:FACTORY (config.py validated
+    """jsonl:PATH, kafka://HOSTS or python:MODULE:FACTORY (valuetypes.offload_sink validated
     the form). stopping: tells a sink that waits when to give up."""
     kind, _, rest = spec.partition(":")
     if kind == "jsonl" and rest:
