@@ -334,6 +334,10 @@ def test_a_frozen_worker_is_replaced(make_server):
     s = make_server("apps:pid", "--workers", "1", "--heartbeat-timeout", "1.5")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     frozen = s.worker_pids()[0]
+    # its loop runs (stopped while still booting, it would never beat: that
+    # is not what this checks)
+    r = request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert r.status == 200 and int(r.body) == frozen
     os.kill(frozen, signal.SIGSTOP)
     try:
         assert wait_for(lambda: "is frozen" in s.log(), timeout=10), s.log()
