@@ -19,7 +19,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import (BENCH, OUT, RESULTS, ServerTree, free_port, git_head, invocation, log,  # noqa: E402
-                    rotated, run_wrk, stop_all, wait_until_quiet, write_section)
+                    peer_command, rotated, run_wrk, stop_all, wait_until_quiet, write_section)
 
 VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
 APPS = {"flask": "flask_app", "django": "django_app"}
@@ -32,13 +32,7 @@ def command(server, app, port):
     if server == "forkwsgi":
         return [sys.executable, "-m", "forkwsgi", f"framework_apps:{app}", "--bind", f"127.0.0.1:{port}",
                 "--log-level", "warning"]
-    if server == "granian":
-        return [VENV_PY, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", str(port),
-                "--workers", "1", "--blocking-threads", "1", "--no-ws", f"framework_apps:{app}"]
-    code = {"bjoern": f"import bjoern, framework_apps as a; bjoern.run(a.{app}, '127.0.0.1', {port})",
-            "fastpysgi": f"import fastpysgi, framework_apps as a; fastpysgi.run(a.{app}, '127.0.0.1', {port}, "
-                         f"workers=1)"}[server]
-    return [VENV_PY, "-c", code]
+    return peer_command(server, f"framework_apps:{app}", port, VENV_PY)
 
 
 def measure(server, app, seconds):

@@ -19,7 +19,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import (BENCH, OUT, RESULTS, ServerTree, free_port, git_head, invocation, log,  # noqa: E402
-                    rotated, run_wrk, stop_all, wait_until_quiet, write_section)
+                    peer_command, rotated, run_wrk, stop_all, wait_until_quiet, write_section)
 from common.openloop import build_openloop, run_openloop  # noqa: E402
 
 VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
@@ -30,18 +30,9 @@ CONNS = 50
 
 
 def command(server, spec, port):
-    module, name = spec.split(":")
     if server == "forkwsgi":
         return [sys.executable, "-m", "forkwsgi", spec, "--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
-    if server == "granian":
-        return [VENV_PY, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", str(port),
-                "--workers", "1", "--blocking-threads", "1", "--no-ws", spec]
-    if server == "gunicorn-gthread":
-        return [VENV_PY, "-m", "gunicorn", "-w", "1", "-k", "gthread", "--threads", "1", "--no-control-socket",
-                "-b", f"127.0.0.1:{port}", spec]
-    run = {"bjoern": f"import bjoern; bjoern.run({name}, '127.0.0.1', {port})",
-           "fastpysgi": f"import fastpysgi; fastpysgi.run({name}, '127.0.0.1', {port}, workers=1)"}[server]
-    return [VENV_PY, "-c", f"from {module} import {name}; {run}"]
+    return peer_command(server, spec, port, VENV_PY)
 
 
 def start(server, spec, path):

@@ -22,7 +22,7 @@ from .base import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, apt_
 from .cpu import (CpuMeter, CpuSpan, children_cpu_seconds, cpu_times, pid_cpu_seconds, proc_table,
                   self_cpu_seconds, steal_seconds, wait_until_quiet)
 from .results import write_section
-from .servers import (LIVE, ServerTree, free_port, nginx_conf, pin_self, pinned, start_nginx, stop_all,
+from .servers import (LIVE, ServerTree, free_port, nginx_conf, peer_command, pin_self, pinned, start_nginx, stop_all,
                       wait_http, wait_listening)
 from .wrk import WrkRun, run_wrk, wrk_stats
 
@@ -31,6 +31,6 @@ __all__ = [
     "first_error_line", "git_head", "invocation", "log", "rotated", "run_quiet", "CpuMeter",
     "CpuSpan", "children_cpu_seconds", "cpu_times", "pid_cpu_seconds", "proc_table",
     "self_cpu_seconds", "steal_seconds", "wait_until_quiet", "write_section", "LIVE", "ServerTree",
-    "free_port", "nginx_conf", "pin_self", "pinned", "start_nginx", "stop_all", "wait_http",
+    "free_port", "nginx_conf", "peer_command", "pin_self", "pinned", "start_nginx", "stop_all", "wait_http",
     "wait_listening", "WrkRun", "run_wrk", "wrk_stats",
 ]

@@ -239,3 +239,19 @@ def start_nginx(dir, http, port, cpu=CLIENT_CPU):
                       cpu=cpu)
     tree.error_log = error_log
     return tree
+
+
+def peer_command(server, spec, port, python):
+    """The command that serves the WSGI app `spec` (MODULE:NAME) with one
+    process and one thread of a peer server (bjoern, fastpysgi, granian,
+    gunicorn-gthread) on 127.0.0.1:port, run by `python` (bench/.venv's)."""
+    module, name = spec.split(":")
+    if server == "granian":
+        return [python, "-m", "granian", "--interface", "wsgi", "--host", HOST, "--port", str(port),
+                "--workers", "1", "--blocking-threads", "1", "--no-ws", spec]
+    if server == "gunicorn-gthread":
+        return [python, "-m", "gunicorn", "-w", "1", "-k", "gthread", "--threads", "1", "--no-control-socket",
+                "-b", f"{HOST}:{port}", spec]
+    run = {"bjoern": f"import bjoern; bjoern.run({name}, '{HOST}', {port})",
+           "fastpysgi": f"import fastpysgi; fastpysgi.run({name}, '{HOST}', {port}, workers=1)"}[server]
+    return [python, "-c", f"from {module} import {name}; {run}"]

@@ -200,16 +200,9 @@ def serve_for(observers, timeout, master, read_fds=(), write_fds=()):
         readable, writable = select_fds(rfds, wfds, timeout)
     except InterruptedError:
         return [], []
-    others_r, others_w = [], []
-    for fd in set(readable) | set(writable):
-        obs = next((o for o in observers if o.owns(fd)), None)
-        if obs is not None:
-            obs.ready(fd, master)
-        else:
-            if fd in readable:
-                others_r.append(fd)
-            if fd in writable:
-                others_w.append(fd)
+    others = _serve_ready(observers, set(readable) | set(writable), master)
+    others_r = [fd for fd in others if fd in readable]
+    others_w = [fd for fd in others if fd in writable]
     now = time.monotonic()
     for obs in observers:
         obs.expire(now)
@@ -238,10 +231,19 @@ def finish(observers, master, budget):
             readable, writable = select_fds(rfds, wfds, min(left, 0.05))
         except InterruptedError:
             continue
-        for fd in set(readable) | set(writable):
-            obs = next((o for o in observers if o.owns(fd)), None)
-            if obs is not None:
-                obs.ready(fd, master)
+        _serve_ready(observers, set(readable) | set(writable), master)
+
+
+def _serve_ready(observers, fds, master):
+    """Serve the observers' fds among fds; returns the others."""
+    others = []
+    for fd in fds:
+        obs = next((o for o in observers if o.owns(fd)), None)
+        if obs is not None:
+            obs.ready(fd, master)
+        else:
+            others.append(fd)
+    return others
 
 
 def select_fds(rfds, wfds, timeout):

@@ -15,22 +15,24 @@ from .offload.records import topic_ok
 INT_MAX = 0x7fffffff
 
 
+def _c_int(n):
+    if n > INT_MAX:
+        raise ValueError(f"must be at most {INT_MAX}")
+    return n
+
+
 def positive_int(v):
     n = int(v)
     if n < 1:
         raise ValueError("must be at least 1")
-    if n > INT_MAX:
-        raise ValueError(f"must be at most {INT_MAX}")
-    return n
+    return _c_int(n)
 
 
 def non_negative_int(v):
     n = int(v)
     if n < 0:
         raise ValueError("must not be negative")
-    if n > INT_MAX:
-        raise ValueError(f"must be at most {INT_MAX}")
-    return n
+    return _c_int(n)
 
 
 def umask(v):
@@ -224,10 +226,7 @@ def size(v):
 
 def rate(v):
     """Bytes a second (a size, as above), kept in a C int."""
-    n = size(v)
-    if n > INT_MAX:
-        raise ValueError(f"must be at most {INT_MAX}")
-    return n
+    return _c_int(size(v))
 
 
 def nice(v):
