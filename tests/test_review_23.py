@@ -255,7 +255,7 @@ def test_slow_readers_of_write_responses_do_not_pin_every_app_thread(servers):
     assert not bad, f"{len(bad)} of {len(got)} probes failed: {bad[:3]}"
 
 
-def test_inline_write_to_clients_that_do_not_read_has_a_memory_bound(servers):
+def test_inline_write_to_clients_that_do_not_read_bounded_memory(servers):
     """--threads 1 (the default), an app that sends 60 MiB with write();
     ten clients ask for it and do not read (a few hundred bytes each).
 
