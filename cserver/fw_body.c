@@ -223,33 +223,33 @@ int fw_body_peek(fw_conn *c, const char **p, size_t *n)
     if (b->span_len > 0) {
         *p = b->span;
         *n = b->span_len;
-        return FW_IO_DONE;
+        return 0;
     }
     if (b->error)
-        return FW_IO_ERR;
+        return b->error;
     if (b->src != FW_B_FILE || b->file_pos >= b->file_size)
-        return FW_IO_DONE;
+        return 0;
     uint64_t left = b->file_size - b->file_pos;
     size_t want = left < FILE_WINDOW ? (size_t)left : FILE_WINDOW;
     fw_buf_reset(&b->fbuf, FILE_WINDOW);
     if (fw_buf_reserve(&b->fbuf, want) != 0) {
-        b->error = FW_IO_ERR;
-        return FW_IO_ERR;
+        b->error = -ENOMEM;
+        return b->error;
     }
     ssize_t k;
     do {
         k = pread(b->fd, b->fbuf.data, want, (off_t)b->file_pos);
     } while (k < 0 && errno == EINTR);
     if (k <= 0) {
-        b->error = FW_IO_ERR;
-        return FW_IO_ERR;
+        b->error = k < 0 ? -errno : -EIO;     /* (0: the file ended before its size) */
+        return b->error;
     }
     b->file_pos += (uint64_t)k;
     b->span = b->fbuf.data;
     b->span_len = (size_t)k;
     *p = b->span;
     *n = b->span_len;
-    return FW_IO_DONE;
+    return 0;
 }
 
 void fw_body_consume(fw_conn *c, size_t n)

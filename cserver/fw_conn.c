@@ -134,7 +134,7 @@ void fw_conn_close(fw_conn *c)
         /* Never under its thread, which sleeps holding it: the thread is
          * told, and the connection closes when the app returns. */
         c->must_close = 1;
-        unpark(c, FW_IO_ERR);
+        unpark(c, -ECONNABORTED);
         return;
     }
     if (c->state == FW_C_QUEUED)
@@ -300,12 +300,14 @@ static ssize_t conn_read(fw_conn *c, size_t want)
     }
 }
 
+/* A send on c's socket failed with errno e: FW_AGAIN when the socket is
+ * full, else -e (the client is gone: c must close). */
 static int io_error(fw_conn *c, int e)
 {
     if (e == EAGAIN || e == EWOULDBLOCK)
-        return FW_IO_AGAIN;
+        return FW_AGAIN;
     c->must_close = 1;
-    return FW_IO_ERR;
+    return -e;
 }
 
 /* Bytes the kernel still holds to send on c's socket (unsent, or sent and
@@ -377,16 +379,16 @@ int fw_conn_flush(fw_conn *c)
         }
         if (n == 0) {
             c->must_close = 1;           /* the file shrank under us */
-            return FW_IO_ERR;
+            return -ENODATA;
         }
         r->sf_off += (uint64_t)n;
         r->sf_left -= (uint64_t)n;
     }
-    return FW_IO_DONE;
+    return 0;
 }
 
-/* fw_conn_send and fw_conn_send_borrowed: borrow says what becomes of
- * what the socket does not take. */
+/* fw_conn_send and fw_conn_send_borrowed (their returns): borrow says what
+ * becomes of what the socket does not take. */
 static int send_body(fw_conn *c, const char *data, size_t len, int borrow)
 {
     const char *tail;
@@ -405,7 +407,7 @@ static int send_body(fw_conn *c, const char *data, size_t len, int borrow)
     } while (n < 0 && errno == EINTR);
     if (n < 0) {
         int rc = io_error(c, errno);
-        if (rc == FW_IO_ERR)
+        if (rc < 0)
             return rc;
         n = 0;
     }
@@ -423,14 +425,14 @@ static int send_body(fw_conn *c, const char *data, size_t len, int borrow)
         c->ext_len = len - from_data;
         memcpy(c->ext_tail, tail, tail_len);
         c->ext_tail_len = tail_len;
-        return FW_IO_AGAIN;
+        return FW_AGAIN;
     }
     if (fw_buf_append(&c->out, data + from_data, len - from_data) != 0 ||
         fw_buf_append(&c->out, tail + w, tail_len - w) != 0) {
         c->must_close = 1;
-        return FW_IO_ERR;
+        return -ENOMEM;
     }
-    return fw_buf_used(&c->out) ? FW_IO_AGAIN : FW_IO_DONE;
+    return fw_buf_used(&c->out) ? FW_AGAIN : 0;
 }
 
 int fw_conn_send(fw_conn *c, const char *data, size_t len)
@@ -445,7 +447,8 @@ int fw_conn_send_borrowed(fw_conn *c, const char *data, size_t len)
 
 /* ---- app threads that wait for the loop ------------------------------------ */
 
-/* Loop thread: give c back to its parked thread with rc. From the moment
+/* Loop thread: give c back to its parked thread with rc (what
+ * fw_conn_drain_wait returns there). From the moment
  * fw_pool_resume returns, the thread owns c: nothing after it touches c. */
 static void unpark(fw_conn *c, int rc)
 {
@@ -466,7 +469,7 @@ static void unpark(fw_conn *c, int rc)
 int fw_conn_drain_wait(fw_conn *c)
 {
     int rc = fw_conn_flush(c);
-    if (rc != FW_IO_AGAIN || !c->srv->pool)
+    if (rc != FW_AGAIN || !c->srv->pool)
         return rc;      /* inline, the loop thread cannot wait for itself */
     /* Hand c to the loop and sleep until it is given back. Meanwhile this
      * thread holds no capacity: a spare runs requests in its place. */
@@ -500,10 +503,10 @@ void fw_conn_parked(fw_conn *c)
 }
 
 /* The body could not be read: status (400, 408, 413, 500) is answered,
- * FW_IO_ERR (the client is gone) closes. */
+ * a -errno (the client is gone) closes. */
 static void body_failed(fw_conn *c, int status)
 {
-    if (status == FW_IO_ERR)
+    if (status < 0)
         fw_conn_close(c);
     else
         conn_fail(c, status);
@@ -925,7 +928,7 @@ static int step_write(fw_conn *c)
      * takes bytes, however slowly, is kept. */
     if (pending_out(c) < before || c->timer.list != &srv->t_write)
         fw_timer_start(&srv->t_write, &c->timer, srv->now);
-    if (rc == FW_IO_AGAIN) {
+    if (rc == FW_AGAIN) {
         /* The socket is full. It turns writable again only once the kernel
          * has sent a good part of what it holds, which can be megabytes: a
          * slow reader may take longer than the write timeout to get there
@@ -934,13 +937,13 @@ static int step_write(fw_conn *c)
         conn_watch(c, EPOLLOUT);
         return 0;
     }
-    if (rc != FW_IO_DONE) {
+    if (rc < 0) {
         fw_conn_close(c);
         return 0;
     }
     c->batched = 0;
     if (c->state == FW_C_WRITE && c->parked) {
-        unpark(c, FW_IO_DONE);      /* drained for write() */
+        unpark(c, 0);               /* drained for write() */
         return 0;
     }
     if (c->state == FW_C_FLUSH) {
@@ -976,12 +979,12 @@ static int step_app(fw_conn *c)
         if (fw_buf_used(&c->out) > 0) {
             app_unlock(srv);
             int rc = fw_conn_flush(c);
-            if (rc == FW_IO_ERR) {
+            if (rc < 0) {
                 fw_conn_close(c);
                 return 0;
             }
             c->batched = 0;
-            if (rc == FW_IO_AGAIN)
+            if (rc == FW_AGAIN)
                 conn_watch(c, EPOLLOUT);
             if (c->state == FW_C_CLOSED)
                 return 0;
@@ -1116,9 +1119,9 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
          * it waits for a thread. */
         if (!(events & EPOLLERR)) {
             int rc = fw_conn_flush(c);
-            if (rc == FW_IO_AGAIN)
+            if (rc == FW_AGAIN)
                 conn_watch(c, EPOLLOUT);
-            if (rc != FW_IO_ERR)
+            if (rc >= 0)
                 return;
         }
         fw_conn_close(c);
@@ -1169,7 +1172,7 @@ void fw_conn_on_timeout(fw_conn *c)
             fw_server_log(srv, FW_LOG_DEBUG, "SO_LINGER: %s", strerror(errno));
         if (c->parked) {
             c->must_close = 1;          /* closes (with a reset) once the app returns */
-            unpark(c, FW_IO_TIMEOUT);
+            unpark(c, -ETIMEDOUT);
         } else {
             fw_conn_close(c);
         }

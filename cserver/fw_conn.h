@@ -52,6 +52,7 @@
 
 #include "fw_buf.h"
 #include "fw_http.h"
+#include "fw_rc.h"
 #include "fw_reqread.h"
 #include "fw_server.h"
 #include "fw_timer.h"
@@ -79,9 +80,6 @@ enum fw_conn_proxy {
     FW_PX_NAMED         /* read; peer is the client it named */
 };
 
-/* Return codes of the I/O functions below. */
-enum { FW_IO_DONE = 0, FW_IO_AGAIN = 1, FW_IO_ERR = -1, FW_IO_TIMEOUT = -2, FW_IO_BAD = -3 };
-
 /* A request body (fw_body.c decodes; fw_conn.c reads the socket). */
 typedef struct fw_body {
     int src;                 /* enum fw_body_src */
@@ -91,8 +89,8 @@ typedef struct fw_body {
     int done;                /* every body byte has been decoded (pre-read complete) */
     int continue_wanted;     /* answer 100 Continue before waiting for the body */
     int continue_sent;
-    int error;               /* reading the spool file failed (FW_IO_ERR): the connection
-                              * closes */
+    int error;               /* reading the spool file failed (-errno, fw_body_peek): the
+                              * connection closes */
     uint64_t total;          /* decoded size so far */
     int64_t started;         /* first wait for it (ms): the minimum rate counts from here */
     fw_buf mem;              /* owned: pre-read chunked/spilled body */
@@ -185,7 +183,8 @@ struct fw_conn {
                                        * runs the app's cleanup (on_drop), then it closes */
     int outq_mark;                    /* bytes the kernel held to send when the loop last
                                        * waited for the socket to drain (SIOCOUTQ), -1: unknown */
-    int park_rc;                      /* what the loop tells the parked thread (FW_IO_*) */
+    int park_rc;                      /* what the loop tells the parked thread: fw_conn_drain_wait's
+                                       * return */
     fw_balance_place place;           /* its place in this worker's count (fw_balance) */
     fw_tnode grace;                   /* srv->t_grace: ends place.pending */
     int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
@@ -252,8 +251,9 @@ void fw_conn_peer_text(fw_conn *c, const char **host, const char **port);
 /* ---- for the app layer: request body (wsgi.input) ---------------------- */
 
 /* Decoded body bytes, all read before the app ran: p and n span them (n==0
- * at the end). Returns FW_IO_DONE, or FW_IO_ERR when the spool file cannot
- * be read. May read the spool file: call without an interpreter lock
+ * at the end). Returns 0, or -errno when the spool file cannot be read
+ * (pread's errno; -EIO when it ends early; -ENOMEM), then and on every
+ * later call. May read the spool file: call without an interpreter lock
  * unless fw_body_ready. */
 int fw_body_peek(fw_conn *c, const char **p, size_t *n);
 void fw_body_consume(fw_conn *c, size_t n);
@@ -276,7 +276,8 @@ int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char
 int fw_resp_end_head(fw_conn *c, int64_t known_len);
 void fw_resp_abort_head(fw_conn *c);
 
-/* Frame and queue body bytes without writing (for bodies known to be ready). */
+/* Frame and queue body bytes without writing (for bodies known to be
+ * ready). Returns 0, or -ENOMEM. */
 int fw_resp_queue(fw_conn *c, const char *data, size_t len);
 /* Send from a file with sendfile() after what is queued. */
 void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count);
@@ -285,8 +286,10 @@ void fw_resp_finish(fw_conn *c);
 
 /* Frame and send body bytes: `out` and data leave together (writev)
  * without copying data when the socket takes it; what it does not take is
- * copied into `out`. Never blocks. Returns FW_IO_DONE (all on the wire),
- * FW_IO_AGAIN (queued) or FW_IO_ERR (the client is gone). */
+ * copied into `out`. Never blocks. Returns 0 (all on the wire), FW_AGAIN
+ * (some queued: wait for the socket to drain) or -errno (the client is
+ * gone: sendmsg's errno, -EPIPE, -ECONNRESET ...; or -ENOMEM); then the
+ * connection must close (must_close is set). */
 int fw_conn_send(fw_conn *c, const char *data, size_t len);
 /* The same, but what the socket does not take of data stays where it is,
  * borrowed (fw_conn.ext): the caller keeps data alive and returns
@@ -297,11 +300,16 @@ int fw_conn_send_borrowed(fw_conn *c, const char *data, size_t len);
  * worker's total of such bytes (srv->write_queued), until it is sent or the
  * connection closes. Returns that total. */
 size_t fw_conn_charge_write(fw_conn *c);
-/* Write what is queued without blocking: FW_IO_DONE, FW_IO_AGAIN, FW_IO_ERR. */
+/* Write what is queued without blocking. Returns 0 (all written), FW_AGAIN
+ * (wait for the socket to drain) or -errno (the client is gone: sendmsg's
+ * or sendfile's errno; -ENODATA when the file to send shrank), as
+ * fw_conn_send. */
 int fw_conn_flush(fw_conn *c);
 /* App thread (never inline): wait while the loop writes what is queued,
- * under the write timeout. FW_IO_DONE, FW_IO_TIMEOUT or FW_IO_ERR. Call
- * without an interpreter lock. */
+ * under the write timeout. Returns 0 (all written), -ETIMEDOUT (the client
+ * read nothing for the write timeout) or -errno (the client is gone, as
+ * fw_conn_flush; -ECONNABORTED when the loop closed the connection while
+ * this thread waited). Call without an interpreter lock. */
 int fw_conn_drain_wait(fw_conn *c);
 
 /* A pipelined batch: at most this many responses, and no response joins it

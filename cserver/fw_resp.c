@@ -7,6 +7,7 @@
 #include "fw_conn.h"
 #include "fw_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -264,8 +265,8 @@ int fw_resp_queue(fw_conn *c, const char *data, size_t len)
     size_t tail_len;
     len = fw_resp_frame(c, len, &tail, &tail_len);
     if (len && (fw_buf_append(&c->out, data, len) != 0 || fw_buf_append(&c->out, tail, tail_len) != 0))
-        return FW_IO_ERR;
-    return FW_IO_DONE;
+        return -ENOMEM;
+    return 0;
 }
 
 void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count)

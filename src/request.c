@@ -373,9 +373,9 @@ static int iterate(fw_req *r)
              * writes them in one go. */
             rc = fw_resp_queue(c, PyBytes_AS_STRING(chunk), (size_t)n);
             Py_DECREF(chunk);
-            if (rc == FW_IO_DONE && fw_buf_used(&c->out) < QUEUE_HIGH)
+            if (rc == 0 && fw_buf_used(&c->out) < QUEUE_HIGH)
                 continue;
-            if (rc == FW_IO_DONE) {
+            if (rc == 0) {
                 Py_BEGIN_ALLOW_THREADS
                 rc = fw_conn_flush(c);
                 Py_END_ALLOW_THREADS
@@ -388,14 +388,14 @@ static int iterate(fw_req *r)
             Py_BEGIN_ALLOW_THREADS
             rc = fw_conn_send_borrowed(c, PyBytes_AS_STRING(chunk), (size_t)n);
             Py_END_ALLOW_THREADS
-            if (rc == FW_IO_AGAIN)
+            if (rc == FW_AGAIN)
                 r->lent = chunk;
             else
                 Py_DECREF(chunk);
         }
-        if (rc == FW_IO_AGAIN)
+        if (rc == FW_AGAIN)
             return FW_APP_WAIT;
-        if (rc != FW_IO_DONE) {
+        if (rc < 0) {
             req_release(r);     /* client gone: close() still runs */
             return FW_APP_CLOSE;
         }
