@@ -708,16 +708,18 @@ static void head_parsed(fw_conn *c, const char *buf, size_t len)
      * response on this connection. */
     c->keep_alive = c->req.keep_alive && c->req.form != FW_TARGET_AUTHORITY &&
                     srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
-    switch (fw_body_setup(c)) {
+    enum fw_body_plan plan;
+    if (fw_body_setup(c, &plan) < 0) {
+        conn_fail(c, 500);
+        return;
+    }
+    switch (plan) {
     case FW_BODY_NONE:
         c->state = FW_C_APP;
         c->app_active = 0;
         break;
     case FW_BODY_READ:
         body_start(c);
-        break;
-    default:
-        conn_fail(c, 500);
         break;
     }
 }

@@ -257,7 +257,7 @@ void fw_conn_peer_text(fw_conn *c, const char **host, const char **port);
  * unless fw_body_ready. */
 int fw_body_peek(fw_conn *c, const char **p, size_t *n);
 void fw_body_consume(fw_conn *c, size_t n);
-/* Nonzero when the next peek is a span in memory (no I/O). */
+/* Question (1 yes, 0 no): is the next peek a span in memory (no I/O)? */
 int fw_body_ready(const fw_conn *c);
 
 /* ---- for the app layer: response ---------------------------------------- */
