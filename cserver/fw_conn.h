@@ -265,14 +265,16 @@ int fw_body_ready(const fw_conn *c);
 /* Queue the status line and headers. status_line is "200 OK" (validated by
  * the caller); headers come in pairs. The caller has checked that the name
  * is a token and the value has no CTL (the WSGI layer does, in
- * start_response). fw_resp_header_checked returns 0 (queued, or dropped:
- * a hop-by-hop header, a second Date or Server, a Content-Length on a 1xx
- * or 204), or -1 for a second or bad Content-Length, or out of memory:
- * nothing is queued then. */
+ * start_response). fw_resp_begin returns 0 or -ENOMEM.
+ * fw_resp_header_checked returns 0 (queued, or dropped: a hop-by-hop
+ * header, a second Date or Server, a Content-Length on a 1xx or 204),
+ * -EINVAL for a second or bad Content-Length, or -ENOMEM: nothing is
+ * queued then. */
 int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len);
 int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen);
 /* known_len >= 0: the whole body size is known (used when the app gave no
- * Content-Length), -1 otherwise. */
+ * Content-Length), -1 otherwise. Returns 0, or -ENOMEM (then
+ * fw_resp_abort_head). */
 int fw_resp_end_head(fw_conn *c, int64_t known_len);
 void fw_resp_abort_head(fw_conn *c);
 
