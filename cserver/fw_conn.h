@@ -211,7 +211,9 @@ struct fw_conn {
  * fd. With --proxy-protocol a new connection from a peer not in
  * --proxy-allow-from is closed at once (logged). age_ms: how long the
  * connection waited in the accept queue, when known (0 otherwise): a
- * request that must queue is placed by it. */
+ * request that must queue is placed by it. A constructor: returns the
+ * connection (perhaps closed already: refused, or served and gone), or NULL
+ * with errno set (ENOMEM). */
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
                      const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client,
                      int64_t age_ms);
@@ -233,10 +235,12 @@ void fw_conn_parked(fw_conn *c);
  * (taken off the ready queue by the server): serve it. */
 void fw_conn_dispatch(fw_conn *c);
 /* Loop thread: c waits in the ready queue unread: hand it to a peer with a
- * free thread. 1 if handed over (c is closed here), 0 if none took it. */
+ * free thread. Returns 0 when handed over (c is closed here), FW_AGAIN when
+ * none took it (or c may not go: read, or the server stops). */
 int fw_conn_give_away(fw_conn *c);
 /* Loop thread: idle kept-alive c may be closed to make room for a new
- * connection (--max-connections): 1 if it was closed. */
+ * connection (--max-connections). Returns 0 when it was closed, FW_AGAIN
+ * when it is not idle now (its request began or waits in the socket). */
 int fw_conn_evict_idle(fw_conn *c);
 /* Pool thread, after the app call: write what can leave at once. */
 void fw_conn_app_returning(fw_conn *c, int rc);

@@ -138,7 +138,7 @@ static int evict_idle(fw_server *srv)
 {
     for (int tries = 0; tries < 8 && evictable_at(srv) <= srv->now; tries++) {
         fw_conn *c = CONN_OF_TIMER(srv->t_idle.head);
-        if (fw_conn_evict_idle(c)) {
+        if (fw_conn_evict_idle(c) == 0) {
             srv->evictions++;
             if (srv->now >= srv->eviction_logged_at + 10000) {
                 fw_server_log(srv, FW_LOG_INFO, "--max-connections %d reached: closing the longest idle "
@@ -190,7 +190,7 @@ static void bal_offer(void *ctx)
     fw_conn *c = srv->ready_head;
     while (c && srv->nready_unread > 0) {
         fw_conn *next = c->rq_next;
-        if (c->unread && !fw_conn_give_away(c))
+        if (c->unread && fw_conn_give_away(c) != 0)
             return;
         c = next;
     }
