@@ -854,7 +854,7 @@ void fw_conn_dispatch(fw_conn *c)
 
 /* Back from the app, inline or from a pool thread. DRIVE_WAIT if c closed,
  * else DRIVE_ON (to write the response). */
-static enum drive app_returned(fw_conn *c, int rc)
+static enum drive app_returned(fw_conn *c, enum fw_app_rc rc)
 {
     fw_server *srv = c->srv;
     if (c->state == FW_C_CLOSED)
@@ -871,7 +871,7 @@ static enum drive app_returned(fw_conn *c, int rc)
     return DRIVE_ON;
 }
 
-void fw_conn_app_returning(fw_conn *c, int rc)
+void fw_conn_app_returning(fw_conn *c, enum fw_app_rc rc)
 {
     /* What it could not send, the loop sends; and the response of a
      * pipelined request waits there to leave with the next ones. */
@@ -879,7 +879,7 @@ void fw_conn_app_returning(fw_conn *c, int rc)
         (void)fw_conn_flush(c);
 }
 
-void fw_conn_app_done(fw_conn *c, int rc)
+void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc)
 {
     c->thr = &c->srv->loop_thread;
     if (app_returned(c, rc) == DRIVE_ON)
@@ -1015,7 +1015,8 @@ static enum drive step_app(fw_conn *c)
      * so the registration stays as it is, which saves an epoll_ctl pair
      * per kept-alive request (events that arrive for a connection in APP
      * state are ignored by conn_cb). */
-    int rc = c->app_active ? srv->ops->on_writable(srv->app, c) : srv->ops->on_request(srv->app, c);
+    enum fw_app_rc rc = c->app_active ? srv->ops->on_writable(srv->app, c)
+                                      : srv->ops->on_request(srv->app, c);
     return app_returned(c, rc);
 }
 

@@ -177,7 +177,7 @@ struct fw_conn {
 
     fw_thread *thr;                   /* the thread serving it (loop_thread or a pool thread's) */
     fw_pool_job job;                  /* srv->pool's lists while a pool thread owns it */
-    int pool_rc;                      /* what the app call returned, for the loop */
+    enum fw_app_rc pool_rc;           /* what the app call returned, for the loop */
     int parked;                       /* its app thread waits for the loop to drain `out` */
     int dropping;                     /* closed while the app held its request: an app thread
                                        * runs the app's cleanup (on_drop), then it closes */
@@ -228,7 +228,7 @@ void fw_conn_on_timeout(fw_conn *c);
  * again for one that becomes idle or arrives while stopping. */
 void fw_conn_start_stop(fw_conn *c);
 /* Loop thread: a pool thread is done with c; rc is what the app call said. */
-void fw_conn_app_done(fw_conn *c, int rc);
+void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc);
 /* Loop thread: c's app thread parked it (c->parked says why). */
 void fw_conn_parked(fw_conn *c);
 /* Loop thread: a thread is free, c is the oldest request waiting for one
@@ -243,7 +243,7 @@ int fw_conn_give_away(fw_conn *c);
  * when it is not idle now (its request began or waits in the socket). */
 int fw_conn_evict_idle(fw_conn *c);
 /* Pool thread, after the app call: write what can leave at once. */
-void fw_conn_app_returning(fw_conn *c, int rc);
+void fw_conn_app_returning(fw_conn *c, enum fw_app_rc rc);
 
 /* The client's address as text (REMOTE_ADDR, log lines), formatted once
  * per connection: the socket's peer or, once a PROXY protocol header named
