@@ -4,6 +4,7 @@
 #define FW_INTERNAL_H
 
 #include "fw_conn.h"
+#include "fw_rc.h"
 
 /* ---- fw_conn.c --------------------------------------------------------- */
 
