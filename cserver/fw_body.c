@@ -26,19 +26,20 @@
 #define BODY_CHUNK (64 * 1024)     /* socket reads while a body arrives */
 
 /* Move the head out of `in` (so the body can stream through it) and re-parse
- * it from its new home. */
+ * it from its new home. Returns 0, -ENOMEM, or -EPROTO when it no longer
+ * parses (not expected: it parsed before). */
 static int head_detach(fw_conn *c)
 {
     c->head_copy = malloc(c->head_len);
     if (!c->head_copy)
-        return -1;
+        return -ENOMEM;
     memcpy(c->head_copy, c->head, c->head_len);
     fw_buf_consume(&c->in, c->head_len);
     c->head = c->head_copy;
-    return fw_conn_parse_head(c) == 0 ? 0 : -1;
+    return fw_conn_parse_head(c) == 0 ? 0 : -EPROTO;
 }
 
-int fw_body_setup(fw_conn *c)
+int fw_body_setup(fw_conn *c, enum fw_body_plan *plan)
 {
     fw_body *b = &c->body;
     const fw_request *r = &c->req;
@@ -48,7 +49,8 @@ int fw_body_setup(fw_conn *c)
         b->src = FW_B_NONE;
         b->done = 1;
         c->consume_at_end = c->head_len;
-        return FW_BODY_NONE;
+        *plan = FW_BODY_NONE;
+        return 0;
     }
     b->src = FW_B_MEM;
     fw_bodydec_init(&b->dec, r);
@@ -59,10 +61,13 @@ int fw_body_setup(fw_conn *c)
     if (!r->chunked && r->content_length <= c->srv->cfg.spool_threshold) {
         b->inplace = 1;
         c->consume_at_end = c->head_len + (size_t)r->content_length;
-    } else if (head_detach(c) != 0) {
-        return -1;
+    } else {
+        int rc = head_detach(c);
+        if (rc < 0)
+            return rc;
     }
-    return FW_BODY_READ;
+    *plan = FW_BODY_READ;
+    return 0;
 }
 
 size_t fw_body_read_size(const fw_conn *c)
@@ -92,8 +97,8 @@ int fw_body_arrived(const fw_conn *c)
 }
 
 /* Next decoded span from `in` (consumed from `in`; the span stays valid
- * until the next read into `in`). FW_CHUNK_DATA, FW_CHUNK_DONE,
- * FW_HTTP_INCOMPLETE, or an HTTP status. */
+ * until the next read into `in`). A protocol step, as fw_bodydec_next:
+ * FW_CHUNK_DATA, FW_CHUNK_DONE, FW_HTTP_INCOMPLETE, or an HTTP status. */
 static int decode_step(fw_conn *c, const char **p, size_t *n)
 {
     fw_body *b = &c->body;
@@ -105,6 +110,7 @@ static int decode_step(fw_conn *c, const char **p, size_t *n)
     return rc;
 }
 
+/* An unlinked temp file for a body: its fd, or -errno. */
 static int spool_open(fw_conn *c)
 {
     const char *dir = c->srv->cfg.spool_dir ? c->srv->cfg.spool_dir : "/tmp";
@@ -113,31 +119,36 @@ static int spool_open(fw_conn *c)
         /* Filesystems without O_TMPFILE: a named file, unlinked at once. */
         char path[4096];
         if (snprintf(path, sizeof(path), "%s/forkwsgi-body-XXXXXX", dir) >= (int)sizeof(path))
-            return -1;
+            return -ENAMETOOLONG;
         fd = mkostemp(path, O_CLOEXEC);
         if (fd < 0)
-            return -1;
+            return -errno;
         if (unlink(path) != 0) {
+            int e = errno;
             close(fd);
-            return -1;
+            return -e;
         }
     }
     return fd;
 }
 
+/* Keep n decoded body bytes: in memory, spilling to a spool file past the
+ * threshold. Returns 0, or -errno (-ENOMEM, or the file's: said in the
+ * log). */
 static int spool_append(fw_conn *c, const char *p, size_t n)
 {
     fw_body *b = &c->body;
     if (b->fd < 0) {
         if (fw_buf_append(&b->mem, p, n) != 0)
-            return -1;
+            return -ENOMEM;
         if (fw_buf_used(&b->mem) <= c->srv->cfg.spool_threshold)
             return 0;
-        b->fd = spool_open(c);
-        if (b->fd < 0) {
-            fw_server_log(c->srv, FW_LOG_ERROR, "cannot create a spool file: %s", strerror(errno));
-            return -1;
+        int fd = spool_open(c);
+        if (fd < 0) {
+            fw_server_log(c->srv, FW_LOG_ERROR, "cannot create a spool file: %s", strerror(-fd));
+            return fd;
         }
+        b->fd = fd;
         if (fw_write_all(b->fd, fw_buf_head(&b->mem), fw_buf_used(&b->mem)) != 0)
             goto fail;
         fw_buf_free(&b->mem);
@@ -145,9 +156,11 @@ static int spool_append(fw_conn *c, const char *p, size_t n)
     }
     if (fw_write_all(b->fd, p, n) == 0)
         return 0;
-fail:
-    fw_server_log(c->srv, FW_LOG_ERROR, "cannot write a spool file: %s", strerror(errno));
-    return -1;
+fail: {
+        int e = errno;      /* (the log line may change errno) */
+        fw_server_log(c->srv, FW_LOG_ERROR, "cannot write a spool file: %s", strerror(e));
+        return -e;
+    }
 }
 
 int fw_body_preread(fw_conn *c)
@@ -223,33 +236,33 @@ int fw_body_peek(fw_conn *c, const char **p, size_t *n)
     if (b->span_len > 0) {
         *p = b->span;
         *n = b->span_len;
-        return FW_IO_DONE;
+        return 0;
     }
     if (b->error)
-        return FW_IO_ERR;
+        return b->error;
     if (b->src != FW_B_FILE || b->file_pos >= b->file_size)
-        return FW_IO_DONE;
+        return 0;
     uint64_t left = b->file_size - b->file_pos;
     size_t want = left < FILE_WINDOW ? (size_t)left : FILE_WINDOW;
     fw_buf_reset(&b->fbuf, FILE_WINDOW);
     if (fw_buf_reserve(&b->fbuf, want) != 0) {
-        b->error = FW_IO_ERR;
-        return FW_IO_ERR;
+        b->error = -ENOMEM;
+        return b->error;
     }
     ssize_t k;
     do {
         k = pread(b->fd, b->fbuf.data, want, (off_t)b->file_pos);
     } while (k < 0 && errno == EINTR);
     if (k <= 0) {
-        b->error = FW_IO_ERR;
-        return FW_IO_ERR;
+        b->error = k < 0 ? -errno : -EIO;     /* (0: the file ended before its size) */
+        return b->error;
     }
     b->file_pos += (uint64_t)k;
     b->span = b->fbuf.data;
     b->span_len = (size_t)k;
     *p = b->span;
     *n = b->span_len;
-    return FW_IO_DONE;
+    return 0;
 }
 
 void fw_body_consume(fw_conn *c, size_t n)

@@ -30,6 +30,13 @@
 
 static const char CONTINUE_100[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
+/* An outcome (fw_rc.h): what the driver (conn_drive_steps) does after a
+ * step. */
+enum drive {
+    DRIVE_WAIT = 0,     /* stop: c waits (for input, the socket, a thread) or closed */
+    DRIVE_ON = 1        /* drive on: c's state has changed, or may move again */
+};
+
 static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events);
 static void conn_drive(fw_conn *c);
 static void read_and_drive(fw_conn *c);
@@ -134,7 +141,7 @@ void fw_conn_close(fw_conn *c)
         /* Never under its thread, which sleeps holding it: the thread is
          * told, and the connection closes when the app returns. */
         c->must_close = 1;
-        unpark(c, FW_IO_ERR);
+        unpark(c, -ECONNABORTED);
         return;
     }
     if (c->state == FW_C_QUEUED)
@@ -278,34 +285,37 @@ static void conn_fail(fw_conn *c, int status)
 
 /* ---- the socket ------------------------------------------------------------ */
 
-/* Read once from the socket into `in`. Returns the bytes read (> 0), 0 on
- * EAGAIN, -1 on EOF or error (the caller decides how to close). */
-static ssize_t conn_read(fw_conn *c, size_t want)
+/* Read once from the socket into `in`. Returns 0 (bytes came), FW_AGAIN
+ * (none yet: EAGAIN) or -errno: -ECONNRESET at EOF (the client closed),
+ * read's errno, -ENOMEM (the caller decides how to close). */
+static int conn_read(fw_conn *c, size_t want)
 {
     if (fw_buf_reserve(&c->in, want) != 0)
-        return -1;
+        return -ENOMEM;
     for (;;) {
         ssize_t n = read(c->w.fd, fw_buf_tail(&c->in), fw_buf_room(&c->in));
         if (n > 0) {
             c->in.len += (size_t)n;
-            return n;
+            return 0;
         }
         if (n == 0)
-            return -1;
+            return -ECONNRESET;
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return 0;
-        return -1;
+            return FW_AGAIN;
+        return -errno;
     }
 }
 
+/* A send on c's socket failed with errno e: FW_AGAIN when the socket is
+ * full, else -e (the client is gone: c must close). */
 static int io_error(fw_conn *c, int e)
 {
     if (e == EAGAIN || e == EWOULDBLOCK)
-        return FW_IO_AGAIN;
+        return FW_AGAIN;
     c->must_close = 1;
-    return FW_IO_ERR;
+    return -e;
 }
 
 /* Bytes the kernel still holds to send on c's socket (unsent, or sent and
@@ -377,16 +387,16 @@ int fw_conn_flush(fw_conn *c)
         }
         if (n == 0) {
             c->must_close = 1;           /* the file shrank under us */
-            return FW_IO_ERR;
+            return -ENODATA;
         }
         r->sf_off += (uint64_t)n;
         r->sf_left -= (uint64_t)n;
     }
-    return FW_IO_DONE;
+    return 0;
 }
 
-/* fw_conn_send and fw_conn_send_borrowed: borrow says what becomes of
- * what the socket does not take. */
+/* fw_conn_send and fw_conn_send_borrowed (their returns): borrow says what
+ * becomes of what the socket does not take. */
 static int send_body(fw_conn *c, const char *data, size_t len, int borrow)
 {
     const char *tail;
@@ -405,7 +415,7 @@ static int send_body(fw_conn *c, const char *data, size_t len, int borrow)
     } while (n < 0 && errno == EINTR);
     if (n < 0) {
         int rc = io_error(c, errno);
-        if (rc == FW_IO_ERR)
+        if (rc < 0)
             return rc;
         n = 0;
     }
@@ -423,14 +433,14 @@ static int send_body(fw_conn *c, const char *data, size_t len, int borrow)
         c->ext_len = len - from_data;
         memcpy(c->ext_tail, tail, tail_len);
         c->ext_tail_len = tail_len;
-        return FW_IO_AGAIN;
+        return FW_AGAIN;
     }
     if (fw_buf_append(&c->out, data + from_data, len - from_data) != 0 ||
         fw_buf_append(&c->out, tail + w, tail_len - w) != 0) {
         c->must_close = 1;
-        return FW_IO_ERR;
+        return -ENOMEM;
     }
-    return fw_buf_used(&c->out) ? FW_IO_AGAIN : FW_IO_DONE;
+    return fw_buf_used(&c->out) ? FW_AGAIN : 0;
 }
 
 int fw_conn_send(fw_conn *c, const char *data, size_t len)
@@ -445,7 +455,8 @@ int fw_conn_send_borrowed(fw_conn *c, const char *data, size_t len)
 
 /* ---- app threads that wait for the loop ------------------------------------ */
 
-/* Loop thread: give c back to its parked thread with rc. From the moment
+/* Loop thread: give c back to its parked thread with rc (what
+ * fw_conn_drain_wait returns there). From the moment
  * fw_pool_resume returns, the thread owns c: nothing after it touches c. */
 static void unpark(fw_conn *c, int rc)
 {
@@ -466,7 +477,7 @@ static void unpark(fw_conn *c, int rc)
 int fw_conn_drain_wait(fw_conn *c)
 {
     int rc = fw_conn_flush(c);
-    if (rc != FW_IO_AGAIN || !c->srv->pool)
+    if (rc != FW_AGAIN || !c->srv->pool)
         return rc;      /* inline, the loop thread cannot wait for itself */
     /* Hand c to the loop and sleep until it is given back. Meanwhile this
      * thread holds no capacity: a spare runs requests in its place. */
@@ -500,10 +511,10 @@ void fw_conn_parked(fw_conn *c)
 }
 
 /* The body could not be read: status (400, 408, 413, 500) is answered,
- * FW_IO_ERR (the client is gone) closes. */
+ * a -errno (the client is gone) closes. */
 static void body_failed(fw_conn *c, int status)
 {
-    if (status == FW_IO_ERR)
+    if (status < 0)
         fw_conn_close(c);
     else
         conn_fail(c, status);
@@ -650,44 +661,48 @@ int fw_conn_may_batch(const fw_conn *c)
 
 /* c (READ_HEAD or READ_BODY) is about to wait for input. Batched responses
  * still owed are written first (FLUSH, under the write timeout), then c
- * comes back to this state: returns 1 to keep driving. With nothing owed,
- * watches for input: returns 0 to wait. */
-static int wait_for_input(fw_conn *c)
+ * comes back to this state: DRIVE_ON. With nothing owed, watches for
+ * input: DRIVE_WAIT. */
+static enum drive wait_for_input(fw_conn *c)
 {
     if (fw_buf_used(&c->out) == 0) {
         conn_watch(c, EPOLLIN);
-        return 0;
+        return DRIVE_WAIT;
     }
     c->flush_then = c->state;
     c->state = FW_C_FLUSH;
     fw_timer_start(&c->srv->t_write, &c->timer, c->srv->now);
-    return 1;
+    return DRIVE_ON;
 }
 
-/* A uwsgi packet at buf[0..len) into c->req: its length (> 0), or
- * FW_UWSGI_INCOMPLETE, or an HTTP status negated (-400, -413, -431) with
- * *why. */
-static long parse_uwsgi(fw_conn *c, const char *buf, size_t len, const char **why)
+/* A uwsgi packet at buf[0..len) into c->req. A protocol step (fw_rc.h):
+ * 0 with *plen its length, FW_HTTP_INCOMPLETE for more bytes, or the HTTP
+ * status to refuse it with (400, 413, 431), *why saying why. */
+static int parse_uwsgi(fw_conn *c, const char *buf, size_t len, size_t *plen, const char **why)
 {
     const fw_http_limits *lim = &c->srv->cfg.limits;
     fw_uwsgi_packet p = { .vars = c->hdrs, .max_vars = max_vars(c->srv, c->lst) };
     long n = fw_uwsgi_parse(buf, len, lim->max_head, &p);
+    *plen = 0;
     *why = p.why;
     if (n == FW_UWSGI_INCOMPLETE)
-        return n;
+        return FW_HTTP_INCOMPLETE;
     if (n < 0)
-        return n == FW_UWSGI_TOO_LARGE ? -431 : -400;
+        return n == FW_UWSGI_TOO_LARGE ? 431 : 400;
     int rc = fw_uwsgi_request(&p, lim, &c->req, why);
-    return rc ? -rc : n;
+    if (rc == 0)
+        *plen = (size_t)n;
+    return rc;
 }
 
 int fw_conn_parse_head(fw_conn *c)
 {
     const char *why;
+    size_t n;
     c->req.headers = c->hdrs;
     if (!c->lst->uwsgi)
         return fw_http_parse_head(c->head, c->head_len, &c->srv->cfg.limits, &c->req);
-    return parse_uwsgi(c, c->head, c->head_len, &why) == (long)c->head_len ? 0 : 400;
+    return parse_uwsgi(c, c->head, c->head_len, &n, &why) == 0 && n == c->head_len ? 0 : 400;
 }
 
 /* A head of len bytes at the start of `in` is parsed into c->req: on to
@@ -705,7 +720,12 @@ static void head_parsed(fw_conn *c, const char *buf, size_t len)
      * response on this connection. */
     c->keep_alive = c->req.keep_alive && c->req.form != FW_TARGET_AUTHORITY &&
                     srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
-    switch (fw_body_setup(c)) {
+    enum fw_body_plan plan;
+    if (fw_body_setup(c, &plan) < 0) {
+        conn_fail(c, 500);
+        return;
+    }
+    switch (plan) {
     case FW_BODY_NONE:
         c->state = FW_C_APP;
         c->app_active = 0;
@@ -713,59 +733,59 @@ static void head_parsed(fw_conn *c, const char *buf, size_t len)
     case FW_BODY_READ:
         body_start(c);
         break;
-    default:
-        conn_fail(c, 500);
-        break;
     }
 }
 
-/* READ_HEAD, HTTP: a head in the `used` bytes at buf? Returns 1 to keep
- * driving, 0 to wait. */
-static int http_head(fw_conn *c, const char *buf, size_t used)
+/* READ_HEAD, HTTP: a head in the `used` bytes at buf? DRIVE_WAIT for more
+ * bytes, else DRIVE_ON. */
+static enum drive http_head(fw_conn *c, const char *buf, size_t used)
 {
     size_t end;
     int stage;
     c->req.headers = c->hdrs;
     int rc = fw_reqread_head(buf, used, &c->head_scan, &c->srv->cfg.limits, &c->req, &end, &stage);
     if (rc == FW_HTTP_INCOMPLETE)
-        return 0;
+        return DRIVE_WAIT;
     if (rc != 0) {
         conn_fail(c, rc);
-        return 1;
+        return DRIVE_ON;
     }
     head_parsed(c, buf, end);
-    return 1;
+    return DRIVE_ON;
 }
 
-/* READ_HEAD, uwsgi: a packet in the `used` bytes at buf? Returns 1 to keep
- * driving, 0 to wait. The packet names the client (REMOTE_ADDR) for the
+/* READ_HEAD, uwsgi: a packet in the `used` bytes at buf? DRIVE_WAIT for
+ * more bytes, else DRIVE_ON. The packet names the client (REMOTE_ADDR) for the
  * log lines and the access log. */
-static int uwsgi_head(fw_conn *c, const char *buf, size_t used)
+static enum drive uwsgi_head(fw_conn *c, const char *buf, size_t used)
 {
     const char *why;
-    long n = parse_uwsgi(c, buf, used, &why);
-    if (n == FW_UWSGI_INCOMPLETE)
-        return 0;
-    if (n < 0) {
-        conn_refuse(c, (int)-n, why);
-        return 1;
+    size_t n;
+    int rc = parse_uwsgi(c, buf, used, &n, &why);
+    if (rc == FW_HTTP_INCOMPLETE)
+        return DRIVE_WAIT;
+    if (rc != 0) {
+        conn_refuse(c, rc, why);
+        return DRIVE_ON;
     }
     fw_peer_from_uwsgi(c);
-    head_parsed(c, buf, (size_t)n);
-    return 1;
+    head_parsed(c, buf, n);
+    return DRIVE_ON;
 }
 
 /* READ_HEAD: try to parse a head from `in`, as the listener's protocol
- * says. Returns 1 to keep driving, 0 to wait. */
-static int step_head(fw_conn *c)
+ * says. DRIVE_WAIT for more bytes, else DRIVE_ON. */
+static enum drive step_head(fw_conn *c)
 {
     fw_server *srv = c->srv;
     if (c->proxy == FW_PX_WAIT) {
         int rc = fw_peer_read_proxy(c);
-        if (rc < 0)
+        if (rc < 0) {
             fw_conn_close(c);   /* said why */
-        if (rc <= 0)
-            return rc < 0;      /* closed: drive on to see it */
+            return DRIVE_ON;    /* closed: drive on to see it */
+        }
+        if (rc == 0)
+            return DRIVE_WAIT;
     }
     size_t used = fw_buf_used(&c->in);
     if (!c->lst->uwsgi && c->head_scan == 0 && used > 0) {
@@ -774,7 +794,7 @@ static int step_head(fw_conn *c)
         used -= k;
     }
     if (used == 0)
-        return 0;
+        return DRIVE_WAIT;
     if (!c->head_started) {
         /* First byte of a request on a kept-alive connection: the idle
          * timer gives way to the header timer. */
@@ -832,25 +852,26 @@ void fw_conn_dispatch(fw_conn *c)
     read_and_drive(c);
 }
 
-/* Back from the app, inline or from a pool thread. Returns 0 if c closed. */
-static int app_returned(fw_conn *c, int rc)
+/* Back from the app, inline or from a pool thread. DRIVE_WAIT if c closed,
+ * else DRIVE_ON (to write the response). */
+static enum drive app_returned(fw_conn *c, enum fw_app_rc rc)
 {
     fw_server *srv = c->srv;
     if (c->state == FW_C_CLOSED)
-        return 0;
+        return DRIVE_WAIT;
     if (rc == FW_APP_CLOSE) {
         fw_conn_close(c);
-        return 0;
+        return DRIVE_WAIT;
     }
     c->app_active = rc == FW_APP_WAIT;
     if (!c->app_active)
         c->app_state = NULL;
     c->state = FW_C_WRITE;
     fw_timer_start(&srv->t_write, &c->timer, srv->now);
-    return 1;
+    return DRIVE_ON;
 }
 
-void fw_conn_app_returning(fw_conn *c, int rc)
+void fw_conn_app_returning(fw_conn *c, enum fw_app_rc rc)
 {
     /* What it could not send, the loop sends; and the response of a
      * pipelined request waits there to leave with the next ones. */
@@ -858,10 +879,10 @@ void fw_conn_app_returning(fw_conn *c, int rc)
         (void)fw_conn_flush(c);
 }
 
-void fw_conn_app_done(fw_conn *c, int rc)
+void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc)
 {
     c->thr = &c->srv->loop_thread;
-    if (app_returned(c, rc))
+    if (app_returned(c, rc) == DRIVE_ON)
         conn_drive(c);
 }
 
@@ -878,9 +899,9 @@ static void app_unlock(fw_server *srv)
 
 /* ---- the driver ---------------------------------------------------------------- */
 
-/* READ_BODY: decode what arrived. Returns 1 to keep driving, 0 when c
- * waits for input or went to its parked thread. */
-static int step_body(fw_conn *c)
+/* READ_BODY: decode what arrived. DRIVE_WAIT when c waits for input, else
+ * DRIVE_ON. */
+static enum drive step_body(fw_conn *c)
 {
     fw_body *b = &c->body;
     /* A body not read in place may be spooled to a file. */
@@ -890,11 +911,11 @@ static int step_body(fw_conn *c)
     if (rc == 0) {
         c->state = FW_C_APP;
         c->app_active = 0;
-        return 1;
+        return DRIVE_ON;
     }
     if (rc != FW_HTTP_INCOMPLETE) {
         body_failed(c, rc);
-        return 1;
+        return DRIVE_ON;
     }
     if (b->continue_wanted) {
         /* The client waits for it before sending the body; only while it
@@ -908,15 +929,16 @@ static int step_body(fw_conn *c)
     return wait_for_input(c);
 }
 
-/* WRITE or FLUSH: write what is owed. Returns 1 to keep driving, 0 to wait. */
-static int step_write(fw_conn *c)
+/* WRITE or FLUSH: write what is owed. DRIVE_WAIT when c waits for the
+ * socket, closed or went to its parked thread, else DRIVE_ON. */
+static enum drive step_write(fw_conn *c)
 {
     fw_server *srv = c->srv;
     if (c->state == FW_C_WRITE && !c->app_active && !c->parked && fw_conn_may_batch(c)) {
         /* The next request is already here: its response joins this one. */
         c->batched++;
         request_end(c);
-        return 1;
+        return DRIVE_ON;
     }
     app_unlock(srv);
     uint64_t before = pending_out(c);
@@ -925,23 +947,23 @@ static int step_write(fw_conn *c)
      * takes bytes, however slowly, is kept. */
     if (pending_out(c) < before || c->timer.list != &srv->t_write)
         fw_timer_start(&srv->t_write, &c->timer, srv->now);
-    if (rc == FW_IO_AGAIN) {
+    if (rc == FW_AGAIN) {
         /* The socket is full. It turns writable again only once the kernel
          * has sent a good part of what it holds, which can be megabytes: a
          * slow reader may take longer than the write timeout to get there
          * while it reads all along. The timeout looks at this again. */
         c->outq_mark = kernel_outq(c);
         conn_watch(c, EPOLLOUT);
-        return 0;
+        return DRIVE_WAIT;
     }
-    if (rc != FW_IO_DONE) {
+    if (rc < 0) {
         fw_conn_close(c);
-        return 0;
+        return DRIVE_WAIT;
     }
     c->batched = 0;
     if (c->state == FW_C_WRITE && c->parked) {
-        unpark(c, FW_IO_DONE);      /* drained for write() */
-        return 0;
+        unpark(c, 0);               /* drained for write() */
+        return DRIVE_WAIT;
     }
     if (c->state == FW_C_FLUSH) {
         /* Back to reading, its timeout starting now, as after any write. */
@@ -956,54 +978,55 @@ static int step_write(fw_conn *c)
     } else {
         request_end(c);
     }
-    return 1;
+    return DRIVE_ON;
 }
 
 /* APP: hand the request to the app: to a free thread, or to the ready
- * queue when there is none; inline, call it here. Returns 1 to keep
- * driving, 0 when c left the loop's hands. */
-static int step_app(fw_conn *c)
+ * queue when there is none; inline, call it here. DRIVE_WAIT when c left
+ * the loop's hands (or closed), DRIVE_ON after an inline call. */
+static enum drive step_app(fw_conn *c)
 {
     fw_server *srv = c->srv;
     fw_timer_stop(&c->timer);
     if (srv->pool) {
         if (fw_server_thread_free(srv)) {
             submit(c);
-            return 0;
+            return DRIVE_WAIT;
         }
         /* It waits for a thread: the responses owed before it (a pipelined
          * batch) must not wait with it. */
         if (fw_buf_used(&c->out) > 0) {
             app_unlock(srv);
             int rc = fw_conn_flush(c);
-            if (rc == FW_IO_ERR) {
+            if (rc < 0) {
                 fw_conn_close(c);
-                return 0;
+                return DRIVE_WAIT;
             }
             c->batched = 0;
-            if (rc == FW_IO_AGAIN)
+            if (rc == FW_AGAIN)
                 conn_watch(c, EPOLLOUT);
             if (c->state == FW_C_CLOSED)
-                return 0;
+                return DRIVE_WAIT;
         }
         queue_ready(c, 0);
-        return 0;
+        return DRIVE_WAIT;
     }
     /* Inline: no event for this fd can be dispatched while the app runs,
      * so the registration stays as it is, which saves an epoll_ctl pair
      * per kept-alive request (events that arrive for a connection in APP
      * state are ignored by conn_cb). */
-    int rc = c->app_active ? srv->ops->on_writable(srv->app, c) : srv->ops->on_request(srv->app, c);
+    enum fw_app_rc rc = c->app_active ? srv->ops->on_writable(srv->app, c)
+                                      : srv->ops->on_request(srv->app, c);
     return app_returned(c, rc);
 }
 
 static void conn_drive_steps(fw_conn *c)
 {
     for (;;) {
-        int more;
+        enum drive more;
         switch (c->state) {
         case FW_C_READ_HEAD:
-            more = step_head(c) || wait_for_input(c);
+            more = step_head(c) == DRIVE_ON ? DRIVE_ON : wait_for_input(c);
             break;
         case FW_C_READ_BODY:
             more = step_body(c);
@@ -1016,10 +1039,10 @@ static void conn_drive_steps(fw_conn *c)
             more = step_write(c);
             break;
         default:        /* QUEUED, LINGER, CLOSED */
-            more = 0;
+            more = DRIVE_WAIT;
             break;
         }
-        if (!more)
+        if (more == DRIVE_WAIT)
             return;
     }
 }
@@ -1036,13 +1059,13 @@ static void read_and_drive(fw_conn *c)
 {
     fw_server *srv = c->srv;
     int body = c->state == FW_C_READ_BODY;
-    ssize_t n = conn_read(c, body ? fw_body_read_size(c) : READ_CHUNK);
-    if (n < 0) {
+    int rc = conn_read(c, body ? fw_body_read_size(c) : READ_CHUNK);
+    if (rc < 0) {
         /* EOF or reset: never answer a request that was not fully sent. */
         fw_conn_close(c);
         return;
     }
-    if (body && n > 0) {
+    if (body && rc == 0) {
         fw_timer_start(&srv->t_body, &c->timer, srv->now);
         if (body_too_slow(c)) {
             fw_peer_log(c, FW_LOG_INFO, 0, "request body below --body-min-rate: %llu bytes in %lld ms",
@@ -1116,9 +1139,9 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
          * it waits for a thread. */
         if (!(events & EPOLLERR)) {
             int rc = fw_conn_flush(c);
-            if (rc == FW_IO_AGAIN)
+            if (rc == FW_AGAIN)
                 conn_watch(c, EPOLLOUT);
-            if (rc != FW_IO_ERR)
+            if (rc >= 0)
                 return;
         }
         fw_conn_close(c);
@@ -1169,7 +1192,7 @@ void fw_conn_on_timeout(fw_conn *c)
             fw_server_log(srv, FW_LOG_DEBUG, "SO_LINGER: %s", strerror(errno));
         if (c->parked) {
             c->must_close = 1;          /* closes (with a reset) once the app returns */
-            unpark(c, FW_IO_TIMEOUT);
+            unpark(c, -ETIMEDOUT);
         } else {
             fw_conn_close(c);
         }
@@ -1195,25 +1218,26 @@ static int input_waiting(const fw_conn *c)
 }
 
 /* Idle, or queued before its next request was read: while retiring, give it
- * unread to a worker that serves on. Returns 1 if handed over (closed
- * here), 0 if it is to be tried again soon, -1 if nobody will take it. */
+ * unread to a worker that serves on. Returns 0 when handed over (closed
+ * here), FW_AGAIN when it is to be tried again soon, -ESRCH when nobody
+ * will take it (or the server is not handing on). */
 static int pass_idle_on(fw_conn *c)
 {
     fw_server *srv = c->srv;
     if (!srv->handing_on)
-        return -1;
+        return -ESRCH;
     int rc = fw_balance_pass_on(&srv->bal, c->w.fd, listener_index(c), served_before(c), fw_peer_passed(c));
     if (rc == 0) {
         fw_conn_close_passed(c);
-        return 1;
+        return 0;
     }
     /* Again soon: their queues are full, or (early in the stop) the
      * replacement that made the master retire us is not up yet. */
     if (rc == FW_AGAIN || srv->now < srv->pass_wait_until) {
         srv->pass_waiting = 1;
-        return 0;
+        return FW_AGAIN;
     }
-    return -1;
+    return -ESRCH;
 }
 
 void fw_conn_start_stop(fw_conn *c)
@@ -1237,7 +1261,8 @@ void fw_conn_start_stop(fw_conn *c)
             return;
         }
         /* Idle (kept alive, or new and silent). A retiring worker gives it,
-         * unread, to a worker that serves on: the client never notices. */
+         * unread, to a worker that serves on: the client never notices.
+         * Handed over, or to be tried again soon: nothing more now. */
         if (pass_idle_on(c) >= 0)
             return;
         /* Nobody to give it to. A kept-alive connection with nothing
@@ -1266,16 +1291,16 @@ int fw_conn_give_away(fw_conn *c)
     fw_server *srv = c->srv;
     if (!c->unread || srv->stopping ||
         !fw_balance_give(&srv->bal, c->w.fd, listener_index(c), served_before(c), fw_peer_passed(c)))
-        return 0;
+        return FW_AGAIN;
     fw_conn_close_passed(c);        /* leaves the ready queue with it */
-    return 1;
+    return 0;
 }
 
 int fw_conn_evict_idle(fw_conn *c)
 {
     if (c->state != FW_C_READ_HEAD || c->head_started || fw_buf_used(&c->in) > 0 || fw_buf_used(&c->out) > 0 ||
         input_waiting(c))
-        return 0;
+        return FW_AGAIN;
     fw_conn_close(c);
-    return 1;
+    return 0;
 }

@@ -52,6 +52,7 @@
 
 #include "fw_buf.h"
 #include "fw_http.h"
+#include "fw_rc.h"
 #include "fw_reqread.h"
 #include "fw_server.h"
 #include "fw_timer.h"
@@ -79,9 +80,6 @@ enum fw_conn_proxy {
     FW_PX_NAMED         /* read; peer is the client it named */
 };
 
-/* Return codes of the I/O functions below. */
-enum { FW_IO_DONE = 0, FW_IO_AGAIN = 1, FW_IO_ERR = -1, FW_IO_TIMEOUT = -2, FW_IO_BAD = -3 };
-
 /* A request body (fw_body.c decodes; fw_conn.c reads the socket). */
 typedef struct fw_body {
     int src;                 /* enum fw_body_src */
@@ -91,8 +89,8 @@ typedef struct fw_body {
     int done;                /* every body byte has been decoded (pre-read complete) */
     int continue_wanted;     /* answer 100 Continue before waiting for the body */
     int continue_sent;
-    int error;               /* reading the spool file failed (FW_IO_ERR): the connection
-                              * closes */
+    int error;               /* reading the spool file failed (-errno, fw_body_peek): the
+                              * connection closes */
     uint64_t total;          /* decoded size so far */
     int64_t started;         /* first wait for it (ms): the minimum rate counts from here */
     fw_buf mem;              /* owned: pre-read chunked/spilled body */
@@ -179,13 +177,14 @@ struct fw_conn {
 
     fw_thread *thr;                   /* the thread serving it (loop_thread or a pool thread's) */
     fw_pool_job job;                  /* srv->pool's lists while a pool thread owns it */
-    int pool_rc;                      /* what the app call returned, for the loop */
+    enum fw_app_rc pool_rc;           /* what the app call returned, for the loop */
     int parked;                       /* its app thread waits for the loop to drain `out` */
     int dropping;                     /* closed while the app held its request: an app thread
                                        * runs the app's cleanup (on_drop), then it closes */
     int outq_mark;                    /* bytes the kernel held to send when the loop last
                                        * waited for the socket to drain (SIOCOUTQ), -1: unknown */
-    int park_rc;                      /* what the loop tells the parked thread (FW_IO_*) */
+    int park_rc;                      /* what the loop tells the parked thread: fw_conn_drain_wait's
+                                       * return */
     fw_balance_place place;           /* its place in this worker's count (fw_balance) */
     fw_tnode grace;                   /* srv->t_grace: ends place.pending */
     int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
@@ -212,7 +211,9 @@ struct fw_conn {
  * fd. With --proxy-protocol a new connection from a peer not in
  * --proxy-allow-from is closed at once (logged). age_ms: how long the
  * connection waited in the accept queue, when known (0 otherwise): a
- * request that must queue is placed by it. */
+ * request that must queue is placed by it. A constructor: returns the
+ * connection (perhaps closed already: refused, or served and gone), or NULL
+ * with errno set (ENOMEM). */
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
                      const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client,
                      int64_t age_ms);
@@ -227,20 +228,22 @@ void fw_conn_on_timeout(fw_conn *c);
  * again for one that becomes idle or arrives while stopping. */
 void fw_conn_start_stop(fw_conn *c);
 /* Loop thread: a pool thread is done with c; rc is what the app call said. */
-void fw_conn_app_done(fw_conn *c, int rc);
+void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc);
 /* Loop thread: c's app thread parked it (c->parked says why). */
 void fw_conn_parked(fw_conn *c);
 /* Loop thread: a thread is free, c is the oldest request waiting for one
  * (taken off the ready queue by the server): serve it. */
 void fw_conn_dispatch(fw_conn *c);
 /* Loop thread: c waits in the ready queue unread: hand it to a peer with a
- * free thread. 1 if handed over (c is closed here), 0 if none took it. */
+ * free thread. Returns 0 when handed over (c is closed here), FW_AGAIN when
+ * none took it (or c may not go: read, or the server stops). */
 int fw_conn_give_away(fw_conn *c);
 /* Loop thread: idle kept-alive c may be closed to make room for a new
- * connection (--max-connections): 1 if it was closed. */
+ * connection (--max-connections). Returns 0 when it was closed, FW_AGAIN
+ * when it is not idle now (its request began or waits in the socket). */
 int fw_conn_evict_idle(fw_conn *c);
 /* Pool thread, after the app call: write what can leave at once. */
-void fw_conn_app_returning(fw_conn *c, int rc);
+void fw_conn_app_returning(fw_conn *c, enum fw_app_rc rc);
 
 /* The client's address as text (REMOTE_ADDR, log lines), formatted once
  * per connection: the socket's peer or, once a PROXY protocol header named
@@ -252,12 +255,13 @@ void fw_conn_peer_text(fw_conn *c, const char **host, const char **port);
 /* ---- for the app layer: request body (wsgi.input) ---------------------- */
 
 /* Decoded body bytes, all read before the app ran: p and n span them (n==0
- * at the end). Returns FW_IO_DONE, or FW_IO_ERR when the spool file cannot
- * be read. May read the spool file: call without an interpreter lock
+ * at the end). Returns 0, or -errno when the spool file cannot be read
+ * (pread's errno; -EIO when it ends early; -ENOMEM), then and on every
+ * later call. May read the spool file: call without an interpreter lock
  * unless fw_body_ready. */
 int fw_body_peek(fw_conn *c, const char **p, size_t *n);
 void fw_body_consume(fw_conn *c, size_t n);
-/* Nonzero when the next peek is a span in memory (no I/O). */
+/* Question (1 yes, 0 no): is the next peek a span in memory (no I/O)? */
 int fw_body_ready(const fw_conn *c);
 
 /* ---- for the app layer: response ---------------------------------------- */
@@ -265,18 +269,21 @@ int fw_body_ready(const fw_conn *c);
 /* Queue the status line and headers. status_line is "200 OK" (validated by
  * the caller); headers come in pairs. The caller has checked that the name
  * is a token and the value has no CTL (the WSGI layer does, in
- * start_response). fw_resp_header_checked returns 0 (queued, or dropped:
- * a hop-by-hop header, a second Date or Server, a Content-Length on a 1xx
- * or 204), or -1 for a second or bad Content-Length, or out of memory:
- * nothing is queued then. */
+ * start_response). fw_resp_begin returns 0 or -ENOMEM.
+ * fw_resp_header_checked returns 0 (queued, or dropped: a hop-by-hop
+ * header, a second Date or Server, a Content-Length on a 1xx or 204),
+ * -EINVAL for a second or bad Content-Length, or -ENOMEM: nothing is
+ * queued then. */
 int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len);
 int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen);
 /* known_len >= 0: the whole body size is known (used when the app gave no
- * Content-Length), -1 otherwise. */
+ * Content-Length), -1 otherwise. Returns 0, or -ENOMEM (then
+ * fw_resp_abort_head). */
 int fw_resp_end_head(fw_conn *c, int64_t known_len);
 void fw_resp_abort_head(fw_conn *c);
 
-/* Frame and queue body bytes without writing (for bodies known to be ready). */
+/* Frame and queue body bytes without writing (for bodies known to be
+ * ready). Returns 0, or -ENOMEM. */
 int fw_resp_queue(fw_conn *c, const char *data, size_t len);
 /* Send from a file with sendfile() after what is queued. */
 void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count);
@@ -285,8 +292,10 @@ void fw_resp_finish(fw_conn *c);
 
 /* Frame and send body bytes: `out` and data leave together (writev)
  * without copying data when the socket takes it; what it does not take is
- * copied into `out`. Never blocks. Returns FW_IO_DONE (all on the wire),
- * FW_IO_AGAIN (queued) or FW_IO_ERR (the client is gone). */
+ * copied into `out`. Never blocks. Returns 0 (all on the wire), FW_AGAIN
+ * (some queued: wait for the socket to drain) or -errno (the client is
+ * gone: sendmsg's errno, -EPIPE, -ECONNRESET ...; or -ENOMEM); then the
+ * connection must close (must_close is set). */
 int fw_conn_send(fw_conn *c, const char *data, size_t len);
 /* The same, but what the socket does not take of data stays where it is,
  * borrowed (fw_conn.ext): the caller keeps data alive and returns
@@ -297,11 +306,16 @@ int fw_conn_send_borrowed(fw_conn *c, const char *data, size_t len);
  * worker's total of such bytes (srv->write_queued), until it is sent or the
  * connection closes. Returns that total. */
 size_t fw_conn_charge_write(fw_conn *c);
-/* Write what is queued without blocking: FW_IO_DONE, FW_IO_AGAIN, FW_IO_ERR. */
+/* Write what is queued without blocking. Returns 0 (all written), FW_AGAIN
+ * (wait for the socket to drain) or -errno (the client is gone: sendmsg's
+ * or sendfile's errno; -ENODATA when the file to send shrank), as
+ * fw_conn_send. */
 int fw_conn_flush(fw_conn *c);
 /* App thread (never inline): wait while the loop writes what is queued,
- * under the write timeout. FW_IO_DONE, FW_IO_TIMEOUT or FW_IO_ERR. Call
- * without an interpreter lock. */
+ * under the write timeout. Returns 0 (all written), -ETIMEDOUT (the client
+ * read nothing for the write timeout) or -errno (the client is gone, as
+ * fw_conn_flush; -ECONNABORTED when the loop closed the connection while
+ * this thread waited). Call without an interpreter lock. */
 int fw_conn_drain_wait(fw_conn *c);
 
 /* A pipelined batch: at most this many responses, and no response joins it

@@ -4,33 +4,40 @@
 #define FW_INTERNAL_H
 
 #include "fw_conn.h"
+#include "fw_rc.h"
 
 /* ---- fw_conn.c --------------------------------------------------------- */
 
 /* Parse c->head[0..head_len) into c->req again, as the listener's protocol
  * says (HTTP, or a uwsgi packet): the head moved (fw_body.c), and req's
- * spans with it. 0, or an HTTP status (not expected: it parsed before). */
+ * spans with it. A protocol step (fw_rc.h): 0, or an HTTP status (not
+ * expected: it parsed before). */
 int fw_conn_parse_head(fw_conn *c);
 
 /* ---- fw_body.c: the body of a parsed request --------------------------- */
 
-/* How the body of the request just parsed is to be read (fw_body_setup). */
+/* An outcome (fw_rc.h): how the body of the request just parsed is to be
+ * read (fw_body_setup). */
 enum fw_body_plan {
     FW_BODY_NONE = 0,       /* no body: the request is ready */
     FW_BODY_READ = 1        /* pre-read it (fw_body_preread) before the app runs */
 };
 
-/* Set up the body of c's parsed head. Returns an fw_body_plan, or -1 when
- * out of memory. */
-int fw_body_setup(fw_conn *c);
-/* Decode what `in` holds. Returns 0 when the whole body is in (memory or
- * spool file), FW_HTTP_INCOMPLETE for more input, or an HTTP status. */
+/* Set up the body of c's parsed head. Returns 0 with *plan set, or -errno
+ * (-ENOMEM; -EPROTO when the head, moved out of `in`, no longer parses). */
+int fw_body_setup(fw_conn *c, enum fw_body_plan *plan);
+/* Decode what `in` holds. A protocol step (fw_rc.h): returns 0 when the
+ * whole body is in (memory or spool file), FW_HTTP_INCOMPLETE for more
+ * input, or the HTTP status to answer (400, 413, 431 from the decoder; 500
+ * when memory or the spool file fails). */
 int fw_body_preread(fw_conn *c);
-/* Bytes worth reading from the socket for this body now. */
+/* A value: bytes worth reading from the socket for this body now. */
 size_t fw_body_read_size(const fw_conn *c);
-/* Body bytes received so far, decoded or not (the minimum rate's measure). */
+/* A value: body bytes received so far, decoded or not (the minimum rate's
+ * measure). */
 uint64_t fw_body_received(const fw_conn *c);
-/* Question: has any byte of the body arrived (then 100 Continue is too late)? */
+/* Question (1 yes, 0 no): has any byte of the body arrived (then 100
+ * Continue is too late)? */
 int fw_body_arrived(const fw_conn *c);
 void fw_body_release(fw_conn *c);
 

@@ -96,19 +96,20 @@ int fw_pool_max_threads(int nthreads)
     return nthreads + (nthreads > 4 ? nthreads : 4);
 }
 
-/* Start thread number p->started. Returns 0 or an errno. */
+/* Start thread number p->started. Returns 0, or -errno (-EAGAIN: max_threads
+ * run already; -ENOMEM; pthread_create's). */
 static int start_thread(fw_pool *p)
 {
     if (p->started >= p->max_threads)
-        return EAGAIN;
+        return -EAGAIN;
     pool_thread *arg = malloc(sizeof(*arg));
     if (!arg)
-        return ENOMEM;
+        return -ENOMEM;
     *arg = (pool_thread){ .pool = p, .index = p->started };
     int e = pthread_create(&p->tids[p->started], NULL, pool_main, arg);
     if (e != 0) {
         free(arg);
-        return e;
+        return -e;
     }
     p->started++;
     return 0;
@@ -145,12 +146,12 @@ fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void
         goto fail_sync;
     pthread_mutex_lock(&p->mu);
     for (int i = 0; i < nthreads; i++) {
-        int e = start_thread(p);
-        if (e != 0) {
+        int rc = start_thread(p);
+        if (rc < 0) {
             pthread_mutex_unlock(&p->mu);
-            ops->error(ctx, "pool: cannot start a thread", e);
+            ops->error(ctx, "pool: cannot start a thread", -rc);
             fw_pool_stop(p);        /* joins the ones that started */
-            errno = e;
+            errno = -rc;
             return NULL;
         }
     }
@@ -184,7 +185,7 @@ void fw_pool_submit(fw_pool *p, fw_pool_job *job)
 
 void fw_pool_park(fw_pool *p, fw_pool_job *job)
 {
-    int e = 0;
+    int rc = 0;
     pthread_mutex_lock(&p->mu);
     job->parked = 1;
     job->next = NULL;
@@ -193,14 +194,14 @@ void fw_pool_park(fw_pool *p, fw_pool_job *job)
     p->parked++;
     /* This thread sleeps: a spare takes its place among the runnable ones. */
     if (p->started - p->parked < p->nthreads && !p->quit)
-        e = start_thread(p);
+        rc = start_thread(p);
     wake_loop_locked(p);
     while (job->parked)
         pthread_cond_wait(&p->resume_cv, &p->mu);
     p->parked--;
     pthread_mutex_unlock(&p->mu);
-    if (e != 0 && e != EAGAIN)
-        p->ops->error(p->ctx, "pool: cannot start a spare thread", e);
+    if (rc < 0 && rc != -EAGAIN)
+        p->ops->error(p->ctx, "pool: cannot start a spare thread", -rc);
 }
 
 void fw_pool_resume(fw_pool *p, fw_pool_job *job)

@@ -23,6 +23,7 @@
 #include <pthread.h>
 
 #include "fw_loop.h"
+#include "fw_rc.h"
 
 typedef struct fw_pool_job {
     struct fw_pool_job *next;      /* the pool's: work, done or parked list */
@@ -67,13 +68,14 @@ typedef struct fw_pool {
     fw_watch done_w;               /* eventfd, owned */
 } fw_pool;
 
-/* Threads a pool of nthreads may run at most: nthreads, and as many again
- * (4 at least) to stand in for parked ones. A thread's index (ops) is
- * below this. */
+/* A value: the threads a pool of nthreads may run at most: nthreads, and
+ * as many again (4 at least) to stand in for parked ones. A thread's index
+ * (ops) is below this. */
 int fw_pool_max_threads(int nthreads);
 
 /* Create the pool and start its threads; the done eventfd is watched in
- * `loop`. Returns NULL (errno set) on failure, with nothing started. */
+ * `loop`. A constructor: the pool, or NULL with errno set, nothing
+ * started. */
 fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void *ctx);
 
 /* Loop thread: hand the job to a thread. */
@@ -91,8 +93,9 @@ void fw_pool_resume(fw_pool *p, fw_pool_job *job);
  * stop); returns them as a list linked by next. */
 fw_pool_job *fw_pool_cancel_queued(fw_pool *p);
 
-/* Loop thread: a done-eventfd event (the loop dispatches it by itself; for
- * a caller that waits on the loop and dispatches only this watch). */
+/* Loop thread, a question (1 yes, 0 no): is w the done eventfd's watch? (The
+ * loop dispatches it by itself; this is for a caller that waits on the
+ * loop and dispatches only this watch.) */
 int fw_pool_is_done_watch(const fw_pool *p, const fw_watch *w);
 
 /* Loop thread: let the threads finish, join them, free the pool. Only when

@@ -7,9 +7,12 @@
  *
  * Two kinds of function say otherwise in their comment: a question (returns
  * 1 for yes, 0 for no) and a protocol step that answers with an HTTP status
- * (the parser's 4xx/5xx). A constructor returns its object or NULL with
- * errno set. Older code still has its own conventions, each documented at
- * the function; it moves to this one as it is touched. */
+ * (the parser's 4xx/5xx; it asks for more bytes with fw_http.h's
+ * FW_HTTP_INCOMPLETE). A constructor returns its object or NULL with errno
+ * set. A function whose answer is one of several ways to go on (what the
+ * caller does next, a body plan) returns an outcome: a named enum in its
+ * header, not a return code. Older code still has its own conventions,
+ * each documented at the function; it moves to this one as it is touched. */
 #ifndef FW_RC_H
 #define FW_RC_H
 

@@ -7,13 +7,15 @@
  *
  * Pure functions over caller-owned buffers: nothing here reads a socket or
  * allocates; what they return points into the buffer they were given.
- * Return convention: fw_http.h's (0 done, FW_HTTP_INCOMPLETE for more
- * bytes, else the HTTP status to refuse with), plus fw_chunked_feed's
- * FW_CHUNK_DATA / FW_CHUNK_DONE for the body. */
+ * Both steps are protocol steps (fw_rc.h): 0 done, FW_HTTP_INCOMPLETE for
+ * more bytes, else the HTTP status to refuse with; the body's step answers
+ * with fw_chunked_feed's outcomes (FW_CHUNK_DATA / FW_CHUNK_DONE) where the
+ * head's answers 0. */
 #ifndef FW_REQREAD_H
 #define FW_REQREAD_H
 
 #include "fw_http.h"
+#include "fw_rc.h"
 
 #include <stddef.h>
 #include <stdint.h>

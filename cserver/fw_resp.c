@@ -7,6 +7,7 @@
 #include "fw_conn.h"
 #include "fw_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,17 +32,19 @@ static const char *reason(int status)
     }
 }
 
+/* Append s: 0, or -ENOMEM. */
 static int append_str(fw_buf *b, const char *s)
 {
-    return fw_buf_append(b, s, strlen(s));
+    return fw_buf_append(b, s, strlen(s)) == 0 ? 0 : -ENOMEM;
 }
 
-/* The Date header of the thread writing this head (see fw_date). */
+/* The Date header of the thread writing this head (see fw_date): 0, or
+ * -ENOMEM. */
 static int append_date(fw_conn *c)
 {
     fw_date *d = &c->thr->date;
     fw_date_refresh(d);
-    return fw_buf_append(&c->out, d->buf, d->len);
+    return fw_buf_append(&c->out, d->buf, d->len) == 0 ? 0 : -ENOMEM;
 }
 
 void fw_resp_error_head(fw_conn *c, int status)
@@ -87,7 +90,7 @@ int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
     if (fw_buf_append(&c->out, "HTTP/1.1 ", 9) != 0 ||
         fw_buf_append(&c->out, status_line, status_len) != 0 ||
         fw_buf_append(&c->out, "\r\n", 2) != 0)
-        return -1;
+        return -ENOMEM;
     return 0;
 }
 
@@ -99,12 +102,13 @@ void fw_resp_abort_head(fw_conn *c)
     fw_buf_reset(&c->log_headers, 0);
 }
 
-/* What a response header name is to the server. By length first: this runs
- * for every header of every response, and most names match none. */
-enum { H_PLAIN, H_CONTENT_LENGTH, H_CONNECTION, H_HOP, H_DATE, H_SERVER };
+/* What a response header name is to the server (an outcome: how
+ * fw_resp_header_checked treats it). By length first: this runs for every
+ * header of every response, and most names match none. */
+enum hkind { H_PLAIN, H_CONTENT_LENGTH, H_CONNECTION, H_HOP, H_DATE, H_SERVER };
 
 
-static int header_kind(const char *n, size_t len)
+static enum hkind header_kind(const char *n, size_t len)
 {
     switch (len) {
     case 2:  return fw_http_token_eq(n, len, "te") ? H_HOP : H_PLAIN;
@@ -131,10 +135,10 @@ int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char
     case H_CONTENT_LENGTH: {
         uint64_t v = 0;
         if (vlen == 0 || vlen > 19 || r->fixed)
-            return -1;
+            return -EINVAL;
         for (size_t i = 0; i < vlen; i++) {
             if (value[i] < '0' || value[i] > '9')
-                return -1;
+                return -EINVAL;
             v = v * 10 + (uint64_t)(value[i] - '0');
         }
         r->fixed = 1;
@@ -167,7 +171,7 @@ int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char
         break;
     }
     if (fw_buf_reserve(&c->out, nlen + vlen + 4) != 0)
-        return -1;
+        return -ENOMEM;
     fw_buf_append(&c->out, name, nlen);
     fw_buf_append(&c->out, ": ", 2);
     fw_buf_append(&c->out, value, vlen);
@@ -192,20 +196,20 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
         if (!r->fixed && known_len > 0 && c->req.is_head && r->status != 204 && r->status >= 200) {
             int n = snprintf(line, sizeof(line), "Content-Length: %lld\r\n", (long long)known_len);
             if (fw_buf_append(&c->out, line, (size_t)n) != 0)
-                return -1;
+                return -ENOMEM;
         }
     } else if (r->fixed) {
         /* the app's Content-Length, already queued */
     } else if (known_len >= 0) {
         int n = snprintf(line, sizeof(line), "Content-Length: %lld\r\n", (long long)known_len);
         if (fw_buf_append(&c->out, line, (size_t)n) != 0)
-            return -1;
+            return -ENOMEM;
         r->fixed = 1;
         r->left = (uint64_t)known_len;
     } else if (c->req.minor == 1 && !c->req.uwsgi) {
         /* (A uwsgi proxy reads the body until the close, as from HTTP/1.0.) */
         if (append_str(&c->out, "Transfer-Encoding: chunked\r\n") != 0)
-            return -1;
+            return -ENOMEM;
         r->chunked = 1;
     } else {
         keep = 0;       /* HTTP/1.0 without a length: the close ends the body */
@@ -218,7 +222,7 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
         (!r->app_server && !c->req.uwsgi && fw_buf_append(&c->out, SERVER, sizeof(SERVER) - 1) != 0) ||
         (!r->app_date && append_date(c) != 0) ||
         fw_buf_append(&c->out, "\r\n", 2) != 0)
-        return -1;
+        return -ENOMEM;
     if (!keep)
         r->close = 1;
     r->started = 1;
@@ -264,8 +268,8 @@ int fw_resp_queue(fw_conn *c, const char *data, size_t len)
     size_t tail_len;
     len = fw_resp_frame(c, len, &tail, &tail_len);
     if (len && (fw_buf_append(&c->out, data, len) != 0 || fw_buf_append(&c->out, tail, tail_len) != 0))
-        return FW_IO_ERR;
-    return FW_IO_DONE;
+        return -ENOMEM;
+    return 0;
 }
 
 void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count)

@@ -133,12 +133,12 @@ void fw_server_conn_closed(fw_server *srv)
 /* At --max-connections: close the idle kept-alive connections that waited
  * longest (nginx does the same), idle for EVICT_MIN_IDLE_MS at least, so
  * that a new client waits for that at most, not for the keep-alive
- * timeout. Returns 1 when one was closed. */
+ * timeout. Returns 0 when one was closed, FW_AGAIN when none could be. */
 static int evict_idle(fw_server *srv)
 {
     for (int tries = 0; tries < 8 && evictable_at(srv) <= srv->now; tries++) {
         fw_conn *c = CONN_OF_TIMER(srv->t_idle.head);
-        if (fw_conn_evict_idle(c)) {
+        if (fw_conn_evict_idle(c) == 0) {
             srv->evictions++;
             if (srv->now >= srv->eviction_logged_at + 10000) {
                 fw_server_log(srv, FW_LOG_INFO, "--max-connections %d reached: closing the longest idle "
@@ -146,12 +146,12 @@ static int evict_idle(fw_server *srv)
                               (unsigned long long)srv->evictions);
                 srv->eviction_logged_at = srv->now;
             }
-            return 1;
+            return 0;
         }
         /* Its next request is waiting: it is not idle. Last in line, then. */
         fw_timer_start(&srv->t_idle, &c->timer, srv->now);
     }
-    return 0;
+    return FW_AGAIN;
 }
 
 /* ---- the ready queue -------------------------------------------------------- */
@@ -190,7 +190,7 @@ static void bal_offer(void *ctx)
     fw_conn *c = srv->ready_head;
     while (c && srv->nready_unread > 0) {
         fw_conn *next = c->rq_next;
-        if (c->unread && !fw_conn_give_away(c))
+        if (c->unread && fw_conn_give_away(c) != 0)
             return;
         c = next;
     }
@@ -237,14 +237,20 @@ static int64_t accepted_age(const fw_listener *l, int fd)
     return ti.tcpi_last_data_recv;
 }
 
-/* Accept one connection from l. Returns 1 if one was accepted (and served
- * or queued), 0 when the queue is empty, -1 to stop accepting for now. */
-static int accept_one(fw_server *srv, fw_listener *l, int with_age)
+/* An outcome (fw_rc.h): what accept_one did, and whether to go on. */
+enum accepted {
+    ACCEPT_STOP = -1,       /* stop accepting for now (full, or accept failed: said) */
+    ACCEPT_EMPTY = 0,       /* the accept queue is empty */
+    ACCEPT_ONE = 1          /* one was accepted (and served or queued) */
+};
+
+/* Accept one connection from l. */
+static enum accepted accept_one(fw_server *srv, fw_listener *l, int with_age)
 {
     for (;;) {
-        if (srv->nconns >= srv->cfg.max_connections && !evict_idle(srv)) {
+        if (srv->nconns >= srv->cfg.max_connections && evict_idle(srv) != 0) {
             set_accepting(srv, 0);
-            return -1;
+            return ACCEPT_STOP;
         }
         struct sockaddr_storage ss;
         socklen_t len = sizeof(ss);
@@ -255,7 +261,7 @@ static int accept_one(fw_server *srv, fw_listener *l, int with_age)
 #if EAGAIN != EWOULDBLOCK
             case EWOULDBLOCK:
 #endif
-                return 0;
+                return ACCEPT_EMPTY;
             case EINTR:
             case ECONNABORTED:
             case EPROTO:
@@ -276,10 +282,10 @@ static int accept_one(fw_server *srv, fw_listener *l, int with_age)
                 }
                 srv->accept_resume_at = srv->now + 1000;
                 set_accepting(srv, 0);
-                return -1;
+                return ACCEPT_STOP;
             default:
                 fw_server_log(srv, FW_LOG_ERROR, "accept: %s", strerror(errno));
-                return -1;
+                return ACCEPT_STOP;
             }
         }
         fw_balance_accepted(&srv->bal);
@@ -290,9 +296,9 @@ static int accept_one(fw_server *srv, fw_listener *l, int with_age)
         }
         if (!room_for_one(srv)) {
             set_accepting(srv, 0);
-            return -1;
+            return ACCEPT_STOP;
         }
-        return 1;
+        return ACCEPT_ONE;
     }
 }
 
@@ -323,7 +329,7 @@ static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
     fw_server *srv = l->srv;
     int batch = srv->pool ? fw_balance_accept_batch(&srv->bal, srv->cfg.accept_batch) : inline_batch(srv, l);
     for (int i = 0; i < batch && srv->accepting; i++)
-        if (accept_one(srv, l, srv->ready_head != NULL) <= 0)
+        if (accept_one(srv, l, srv->ready_head != NULL) != ACCEPT_ONE)
             return;
 }
 
@@ -338,7 +344,7 @@ static void take_waiting(fw_server *srv)
         return;
     for (int k = 0; k < srv->nlisteners; k++) {
         int i = (srv->take_next + k) % srv->nlisteners;
-        if (accept_one(srv, &srv->listeners[i], 1) != 0) {
+        if (accept_one(srv, &srv->listeners[i], 1) != ACCEPT_EMPTY) {
             srv->take_next = i + 1;
             return;
         }
@@ -385,14 +391,17 @@ static void on_signal_fd(fw_loop *loop, fw_watch *w, uint32_t events)
 int fw_server_watch_signals(fw_server *srv, int fd)
 {
     if (srv->sig_w.fd >= 0 && fw_loop_watch(&srv->loop, &srv->sig_w, 0) != 0)
-        return -1;
+        return -errno;
     srv->sig_w.fd = fd;
     srv->sig_w.cb = on_signal_fd;
-    return fd >= 0 ? fw_loop_watch(&srv->loop, &srv->sig_w, EPOLLIN) : 0;
+    if (fd >= 0 && fw_loop_watch(&srv->loop, &srv->sig_w, EPOLLIN) != 0)
+        return -errno;
+    return 0;
 }
 
 /* ---- what fw_balance asks of the server ---------------------------------- */
 
+/* fw_balance_ops's convention: 0, or -1 with errno set (said in the log). */
 static int bal_set_listeners(void *ctx, int on, int exclusive)
 {
     fw_server *srv = ctx;
@@ -702,8 +711,8 @@ static void pool_run(void *ctx, int index, fw_pool_job *job)
         c->pool_rc = FW_APP_CLOSE;
         return;
     }
-    int rc = c->app_active ? srv->ops->on_writable(srv->app, c)
-                           : srv->ops->on_request(srv->app, c);
+    enum fw_app_rc rc = c->app_active ? srv->ops->on_writable(srv->app, c)
+                                      : srv->ops->on_request(srv->app, c);
     /* The thread is free from here on: say so before the response is
      * written, or the client's next connection can see a stale count. */
     fw_balance_end(&srv->bal, &c->place);
@@ -737,12 +746,13 @@ static const fw_pool_ops pool_ops = {
     .run = pool_run, .done = pool_done, .parked = pool_parked, .error = pool_error,
 };
 
+/* Start the app threads (threads > 1). Returns 0, or -errno. */
 static int start_pool(fw_server *srv)
 {
     int most = fw_pool_max_threads(srv->cfg.threads);       /* spares for parked threads too */
     srv->threads = calloc((size_t)most, sizeof(*srv->threads));
     if (!srv->threads)
-        return -1;
+        return -ENOMEM;
     for (int i = 0; i < most; i++)
         srv->threads[i].index = i;
     srv->pool = fw_pool_start(&srv->loop, srv->cfg.threads, &pool_ops, srv);
@@ -750,8 +760,7 @@ static int start_pool(fw_server *srv)
         int e = errno;
         free(srv->threads);
         srv->threads = NULL;
-        errno = e;
-        return -1;
+        return -e;
     }
     return 0;
 }
@@ -788,9 +797,9 @@ static void drain_pool(fw_server *srv)
     }
 }
 
-int fw_server_run(fw_server *srv)
+enum fw_run_end fw_server_run(fw_server *srv)
 {
-    int rc = 0;
+    enum fw_run_end rc = FW_RUN_STOPPED;
     srv->now = fw_now_ms();
     srv->stopping = 0;
     srv->ending_keepalive = 0;
@@ -800,10 +809,11 @@ int fw_server_run(fw_server *srv)
     srv->sig_stop = 0;
     srv->closing = 0;
     if (srv->cfg.threads > 1) {
-        if (start_pool(srv) != 0) {
+        int err = start_pool(srv);
+        if (err < 0) {
             fw_server_log(srv, FW_LOG_ERROR, "cannot start %d app threads: %s",
-                          srv->cfg.threads, strerror(errno));
-            return -1;
+                          srv->cfg.threads, strerror(-err));
+            return FW_RUN_FAILED;
         }
     }
     srv->accepting = 1;
@@ -830,18 +840,18 @@ int fw_server_run(fw_server *srv)
         if (n < 0) {
             if (errno == EINTR) {
                 if (srv->ops->on_signal && srv->ops->on_signal(srv->app)) {
-                    rc = 1;
+                    rc = FW_RUN_SIGNAL;
                     break;
                 }
                 continue;
             }
             fw_server_log(srv, FW_LOG_ERROR, "epoll_wait: %s", strerror(errno));
-            rc = -1;
+            rc = FW_RUN_FAILED;
             break;
         }
         fw_loop_dispatch(&srv->loop, n);
         if (srv->sig_stop) {
-            rc = 1;
+            rc = FW_RUN_SIGNAL;
             break;
         }
         expire(srv, &srv->t_head);

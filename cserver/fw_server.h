@@ -21,6 +21,7 @@
 #include "fw_loop.h"
 #include "fw_netmask.h"
 #include "fw_pool.h"
+#include "fw_rc.h"
 #include "fw_stats.h"
 #include "fw_timer.h"
 
@@ -84,6 +85,8 @@ typedef struct fw_config {
 
 void fw_config_defaults(fw_config *cfg);
 
+/* An outcome (fw_rc.h): what the app layer tells the loop when a call
+ * (on_request, on_writable) returns. */
 enum fw_app_rc {
     FW_APP_DONE = 0,    /* response complete (possibly still buffered in out) */
     FW_APP_WAIT = 1,    /* call on_writable once the out buffer has drained */
@@ -94,13 +97,14 @@ enum fw_log_level { FW_LOG_DEBUG = 10, FW_LOG_INFO = 20, FW_LOG_WARNING = 30, FW
 
 typedef struct fw_app_ops {
     /* A request head (and its body, unless it streams) is ready. */
-    int (*on_request)(void *app, fw_conn *c);
+    enum fw_app_rc (*on_request)(void *app, fw_conn *c);
     /* A response that returned FW_APP_WAIT may continue. */
-    int (*on_writable)(void *app, fw_conn *c);
+    enum fw_app_rc (*on_writable)(void *app, fw_conn *c);
     /* The connection is going away while the app still holds request state
      * (client gone, write timeout, server stop): release it. */
     void (*on_drop)(void *app, fw_conn *c);
-    /* epoll_wait was interrupted by a signal: nonzero stops the loop now. */
+    /* epoll_wait was interrupted by a signal. A question: 1 stops the loop
+     * now, 0 serves on. */
     int (*on_signal)(void *app);
     /* Inline, the loop is about to write, to read a body that may be
      * spooled, or to leave a connection's pipelined requests: the app
@@ -177,20 +181,27 @@ struct fw_server {
     int exit_code;             /* 0, or -1 when the loop failed */
 };
 
-/* Create a server over the given listening fds. Returns NULL on failure
- * (errno set). The fds must be non-blocking listening sockets. */
+/* Create a server over the given listening fds. A constructor: returns the
+ * server, or NULL with errno set. The fds must be non-blocking listening
+ * sockets. */
 fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
                          const fw_app_ops *ops, void *app);
 void fw_server_free(fw_server *srv);
 
-/* Run until stopped. Returns 0 on a requested stop, 1 if on_signal asked to
- * stop, -1 on a loop failure. */
-int fw_server_run(fw_server *srv);
+/* An outcome (fw_rc.h): why fw_server_run returned. */
+enum fw_run_end {
+    FW_RUN_FAILED = -1,     /* the loop failed (said in the log) */
+    FW_RUN_STOPPED = 0,     /* a stop was requested (fw_server_stop) */
+    FW_RUN_SIGNAL = 1       /* on_signal asked to stop */
+};
+
+/* Run until stopped. */
+enum fw_run_end fw_server_run(fw_server *srv);
 
 /* Watch fd (a signal wakeup pipe the caller owns; -1 for none): when it is
  * readable the loop drains it and calls on_signal, so signals that arrive
  * while the loop is busy are seen as promptly as those that interrupt
- * epoll_wait. Call before fw_server_run. */
+ * epoll_wait. Call before fw_server_run. Returns 0, or -errno (epoll_ctl's). */
 int fw_server_watch_signals(fw_server *srv, int fd);
 
 /* Ask the loop to stop. Safe from any thread and from a signal handler.
@@ -201,11 +212,12 @@ void fw_server_stop(fw_server *srv, int graceful);
 void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* A question, from any thread: must a response head built now close its
- * connection, because the server stops for good? No while it runs, and no
- * when it retires handing its connections on (a reload): asked before the
- * loop has begun a stop that was just requested, it answers as the stop
- * will, so a response finished in that moment does not close for nothing. */
+/* A question (1 yes, 0 no), from any thread: must a response head built
+ * now close its connection, because the server stops for good? No while it
+ * runs, and no when it retires handing its connections on (a reload):
+ * asked before the loop has begun a stop that was just requested, it
+ * answers as the stop will, so a response finished in that moment does
+ * not close for nothing. */
 int fw_server_ends_keepalive(fw_server *srv);
 
 /* Internal to cserver/: connection bookkeeping used by fw_conn.c. */

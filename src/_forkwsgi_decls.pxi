@@ -169,7 +169,11 @@ cdef extern from "glue.h":
     void fw_config_defaults(fw_config *cfg)
     fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds, const fw_app_ops *ops, void *app)
     void fw_server_free(fw_server *srv)
-    int fw_server_run(fw_server *srv)
+    enum fw_run_end:
+        FW_RUN_FAILED
+        FW_RUN_STOPPED
+        FW_RUN_SIGNAL
+    fw_run_end fw_server_run(fw_server *srv)
     int fw_logq_start(fw_glue *s)
     int fw_pool_max_threads(int nthreads)
     void fw_logq_stop(fw_glue *s)

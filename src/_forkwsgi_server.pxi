@@ -325,8 +325,9 @@ cdef class Server:
             raise RuntimeError("Server not initialised")
         if self.g.serving:
             raise RuntimeError("Server is already serving")
-        if fw_server_watch_signals(self.g.srv, signal_fd) != 0:
-            raise OSError(errno, os.strerror(errno))
+        cdef int err = fw_server_watch_signals(self.g.srv, signal_fd)    # 0 or -errno
+        if err != 0:
+            raise OSError(-err, os.strerror(-err))
         self.g.serving = 1
         cdef int rc
         fw_logq_start(&self.g)          # -1: the lines are logged at once instead
@@ -340,9 +341,9 @@ cdef class Server:
                 Py_XDECREF(self.g.pending_exc)
                 self.g.pending_exc = NULL
                 raise exc
-            if rc == 1 and PyErr_Occurred() != NULL:   # a signal handler raised
+            if rc == FW_RUN_SIGNAL and PyErr_Occurred() != NULL:   # a signal handler raised
                 raise _take_error()
-            if rc < 0:
+            if rc == FW_RUN_FAILED:
                 raise OSError("the event loop failed (see the log)")
             if PyErr_Occurred() != NULL:
                 PyErr_Clear()

@@ -30,7 +30,7 @@ static int peek(InputObject *self, const char **p, size_t *n)
         rc = fw_body_peek(c, p, n);
         Py_END_ALLOW_THREADS
     }
-    if (rc != FW_IO_DONE) {
+    if (rc < 0) {
         PyErr_SetString(PyExc_OSError, "cannot read the request body's spool file");
         return -1;
     }

@@ -268,8 +268,9 @@ static void req_release(fw_req *r)
 }
 
 /* The app raised (or returned garbage). Before the head is out: 500. After:
- * the response is broken, close the connection. Never fatal to the server. */
-static int app_failed(fw_req *r, const char *what)
+ * the response is broken, close the connection. Never fatal to the server.
+ * Returns what to tell the loop (an outcome, fw_server.h). */
+static enum fw_app_rc app_failed(fw_req *r, const char *what)
 {
     fw_glue *s = r->server;
     fw_conn *c = r->conn;
@@ -321,7 +322,10 @@ static int64_t known_length(PyObject *seq)
     return total;
 }
 
-static int iterate(fw_req *r)
+/* Send the response's next pieces: FW_APP_DONE when all are out or queued,
+ * FW_APP_WAIT when the socket is full (on_writable continues), FW_APP_CLOSE
+ * when the client is gone or the response broke. */
+static enum fw_app_rc iterate(fw_req *r)
 {
     fw_conn *c = r->conn;
     if (r->sendfile_pending) {
@@ -373,9 +377,9 @@ static int iterate(fw_req *r)
              * writes them in one go. */
             rc = fw_resp_queue(c, PyBytes_AS_STRING(chunk), (size_t)n);
             Py_DECREF(chunk);
-            if (rc == FW_IO_DONE && fw_buf_used(&c->out) < QUEUE_HIGH)
+            if (rc == 0 && fw_buf_used(&c->out) < QUEUE_HIGH)
                 continue;
-            if (rc == FW_IO_DONE) {
+            if (rc == 0) {
                 Py_BEGIN_ALLOW_THREADS
                 rc = fw_conn_flush(c);
                 Py_END_ALLOW_THREADS
@@ -388,37 +392,44 @@ static int iterate(fw_req *r)
             Py_BEGIN_ALLOW_THREADS
             rc = fw_conn_send_borrowed(c, PyBytes_AS_STRING(chunk), (size_t)n);
             Py_END_ALLOW_THREADS
-            if (rc == FW_IO_AGAIN)
+            if (rc == FW_AGAIN)
                 r->lent = chunk;
             else
                 Py_DECREF(chunk);
         }
-        if (rc == FW_IO_AGAIN)
+        if (rc == FW_AGAIN)
             return FW_APP_WAIT;
-        if (rc != FW_IO_DONE) {
+        if (rc < 0) {
             req_release(r);     /* client gone: close() still runs */
             return FW_APP_CLOSE;
         }
     }
 }
 
+/* An outcome: what try_sendfile did with a wsgi.file_wrapper. */
+enum sendfile_plan {
+    SENDFILE_FAILED = -1,   /* the head could not be sent (a Python error is set) */
+    SENDFILE_ITERATE = 0,   /* not a real regular file: iterate it instead */
+    SENDFILE_SET = 1        /* the head is queued and the file follows by sendfile */
+};
+
 /* wsgi.file_wrapper over a real regular file: sendfile from its current
- * position. Returns 1 if set up, 0 to fall back to iteration, -1 on error. */
-static int try_sendfile(fw_req *r)
+ * position. */
+static enum sendfile_plan try_sendfile(fw_req *r)
 {
     FileWrapperObject *fwo = (FileWrapperObject *)r->result;
     if (!fwo->filelike)
-        return 0;
+        return SENDFILE_ITERATE;
     PyObject *fo = PyObject_CallMethodNoArgs(fwo->filelike, s_fileno);
     if (!fo) {
         PyErr_Clear();
-        return 0;
+        return SENDFILE_ITERATE;
     }
     long fd = PyLong_AsLong(fo);
     Py_DECREF(fo);
     if (fd < 0) {
         PyErr_Clear();
-        return 0;
+        return SENDFILE_ITERATE;
     }
     struct stat st;
     int rc;
@@ -427,7 +438,7 @@ static int try_sendfile(fw_req *r)
     Py_END_ALLOW_THREADS
     /* procfs and sysfs files say size 0: only real regular files qualify. */
     if (rc != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
-        return 0;
+        return SENDFILE_ITERATE;
     /* The file object's position, not the fd's: a buffered reader may have
      * read ahead. */
     long long pos = -1;
@@ -442,23 +453,23 @@ static int try_sendfile(fw_req *r)
         pos = lseek((int)fd, 0, SEEK_CUR);
         Py_END_ALLOW_THREADS
         if (pos < 0)
-            return 0;
+            return SENDFILE_ITERATE;
     }
     uint64_t count = st.st_size > pos ? (uint64_t)(st.st_size - pos) : 0;
     if (fw_req_send_head(r, (int64_t)count) < 0)
-        return -1;
+        return SENDFILE_FAILED;
     fw_resp_sendfile(r->conn, (int)fd, (uint64_t)pos, count);
     fw_resp_finish(r->conn);
     r->sendfile_pending = 1;
-    return 1;
+    return SENDFILE_SET;
 }
 
-static int on_request(void *app, fw_conn *c)
+static enum fw_app_rc on_request(void *app, fw_conn *c)
 {
     fw_glue *s = app;
     uint64_t began = fw_status_enter(s, c, 1);
     gil_take(s, c);
-    int rc;
+    enum fw_app_rc rc;
     fw_req *r = req_alloc();
     if (!r) {
         fw_conn_queue_error(c, 500);
@@ -489,12 +500,12 @@ static int on_request(void *app, fw_conn *c)
         goto out;
     }
     if (Py_IS_TYPE(r->result, &FileWrapper_Type)) {
-        int k = try_sendfile(r);
-        if (k < 0) {
+        enum sendfile_plan k = try_sendfile(r);
+        if (k == SENDFILE_FAILED) {
             rc = app_failed(r, "Bad response to");
             goto out;
         }
-        if (k > 0) {
+        if (k == SENDFILE_SET) {
             rc = FW_APP_WAIT;
             goto out;
         }
@@ -513,12 +524,12 @@ out:
     return rc;
 }
 
-static int on_writable(void *app, fw_conn *c)
+static enum fw_app_rc on_writable(void *app, fw_conn *c)
 {
     fw_glue *s = app;
     uint64_t began = fw_status_enter(s, c, 0);
     gil_take(s, c);
-    int rc = iterate(c->app_state);
+    enum fw_app_rc rc = iterate(c->app_state);
     gil_leave(s, c);
     fw_status_leave(s, c, began);
     return rc;

@@ -6,6 +6,8 @@
  * body bytes (or the end of the body) are ready. */
 #include "glue.h"
 
+#include <errno.h>
+
 static int valid_status(const char *s, Py_ssize_t n)
 {
     /* "NNN Reason": three digits, a space, then printable text. */
@@ -222,14 +224,14 @@ static PyObject *sr_write(PyObject *self_, PyObject *arg)
     rc = fw_conn_send(c, view.buf, (size_t)view.len);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (rc == FW_IO_AGAIN && c->srv->pool && fw_buf_used(&c->out) > WRITE_BUFFER) {
+    if (rc == FW_AGAIN && c->srv->pool && fw_buf_used(&c->out) > WRITE_BUFFER) {
         fw_pause pause;
         fw_status_pause(r->server, c, &pause);
         Py_BEGIN_ALLOW_THREADS
         rc = fw_conn_drain_wait(c);
         Py_END_ALLOW_THREADS
         fw_status_resume(r->server, c, &pause);
-    } else if (rc == FW_IO_AGAIN) {
+    } else if (rc == FW_AGAIN) {
         size_t all = c->srv->pool ? 0 : fw_conn_charge_write(c);
         if (!c->srv->pool && (fw_buf_used(&c->out) > INLINE_WRITE_MAX || all > INLINE_WRITE_BUDGET)) {
             PyErr_Format(PyExc_OSError, "clients are not reading: %zu MiB of write() output queued for this "
@@ -237,10 +239,10 @@ static PyObject *sr_write(PyObject *self_, PyObject *arg)
                          "threads write() waits)", fw_buf_used(&c->out) >> 20, all >> 20);
             return NULL;
         }
-        rc = FW_IO_DONE;
+        rc = 0;
     }
-    if (rc != FW_IO_DONE) {
-        PyErr_SetString(PyExc_OSError, rc == FW_IO_TIMEOUT ? "client stopped reading (write timeout)"
+    if (rc < 0) {
+        PyErr_SetString(PyExc_OSError, rc == -ETIMEDOUT ? "client stopped reading (write timeout)"
                                                            : "client disconnected");
         return NULL;
     }
