@@ -194,54 +194,15 @@ cdef class Server:
         cdef fw_config *cfg = &self.cfg
         spool_dir = settings.pop("spool_dir", None)
         self._scheme_setup(settings.pop("secure_scheme_headers", None) or {})
-        for name, value in settings.items():
-            if name not in CORE_SETTINGS:
-                raise TypeError(f"Server: unknown setting {name!r}")
-            _store(cfg, name, value)
-        if cfg.threads < 1 or cfg.threads > 1024:
-            raise ValueError("threads must be 1 to 1024")
-        if balance < FW_BAL_SHARED or balance > FW_BAL_REUSEPORT:
-            raise ValueError("unknown balance mode")
-        if accept_batch > 0:
-            cfg.accept_batch = accept_batch
-        cfg.release_listeners = release_listeners
-        cfg.balance.mode = balance
-        cfg.balance.pass_recv_fd = -1
+        self._settings_setup(settings, balance, accept_batch, release_listeners)
         if scoreboard is not None:
             self._balance_setup(scoreboard, slot, kick_fds, pass_fds, pass_recv_fd)
-        if cfg.limits.max_head < cfg.limits.max_line:
-            cfg.limits.max_line = cfg.limits.max_head      # the line is part of the head
-        if cfg.limits.max_line < 64 or cfg.limits.max_headers < 1 or cfg.max_connections < 1:
-            raise ValueError("invalid limits")
         if status is not None:
-            # A writable shared buffer of FW_STATUS_SIZE bytes per thread, 8-aligned.
-            PyObject_GetBuffer(status, &self.g.status, PyBUF_WRITABLE)
-            if self.g.status.len < (fw_pool_max_threads(cfg.threads) if cfg.threads > 1 else 1) * FW_STATUS_SIZE \
-                    or (<uintptr_t>self.g.status.buf & 7):
-                PyBuffer_Release(&self.g.status)
-                self.g.status.buf = NULL
-                raise ValueError("status must be a writable, 8-aligned buffer of 256 bytes per thread")
-        fds = list(fds)
-        cdef Py_ssize_t n = len(fds)
-        if n < 1 or n > 64 or len(listener_info) != n:
-            raise ValueError("need 1 to 64 listening fds and one listener_info entry each")
+            self._status_setup(status)
         cdef int ifds[64]
-        for i in range(n):
-            fd, li = fds[i], listener_info[i]
-            if fd < 0 or fd > 0x7fffffff or not isinstance(li, tuple) or len(li) != 2:
-                raise ValueError("bad fd or listener_info entry")
-            ifds[i] = <int>fd
-        for i in uwsgi:
-            if not 0 <= i < n:
-                raise ValueError("uwsgi: listener index out of range")
-            cfg.uwsgi_listeners |= (<uint64_t>1) << <int>i
+        cdef int n = self._listeners_setup(fds, listener_info, uwsgi, ifds)
         if spool_dir is not None:
-            b = os.fsencode(spool_dir)
-            self.spool_dir = <char *>PyMem_Malloc(len(b) + 1)
-            if self.spool_dir == NULL:
-                raise MemoryError()
-            strcpy(self.spool_dir, b)
-            cfg.spool_dir = self.spool_dir
+            self._spool_setup(spool_dir)
         # The callbacks borrow these; this object keeps them alive. The
         # environ's templates, one per listener, have room for a request's
         # entries.
@@ -255,19 +216,86 @@ cdef class Server:
         self.thread_name = thread_name
         self.g.thread_name = <PyObject *>thread_name if thread_name is not None else NULL
         if stats is not None:
-            # A writable shared buffer of FW_STATS_SIZE bytes, 8-aligned.
-            PyObject_GetBuffer(stats, &self.stats_buf, PyBUF_WRITABLE)
-            if self.stats_buf.len < FW_STATS_SIZE or (<uintptr_t>self.stats_buf.buf & 7):
-                PyBuffer_Release(&self.stats_buf)
-                self.stats_buf.buf = NULL
-                raise ValueError("stats must be a writable, 8-aligned buffer of STATS_SIZE bytes")
-            cfg.stats = <fw_stats *>self.stats_buf.buf
+            self._stats_setup(stats)
         if access_log is not None:
             self.access_log = _access_log_new(access_log)
             cfg.access_log = self.access_log
-        self.g.srv = fw_server_new(cfg, ifds, <int>n, &fw_glue_ops, &self.g)
+        self.g.srv = fw_server_new(cfg, ifds, n, &fw_glue_ops, &self.g)
         if self.g.srv == NULL:
             raise OSError(errno, os.strerror(errno))
+
+    cdef int _settings_setup(self, dict settings, int balance, int accept_batch, bint release_listeners) except -1:
+        """The registry's settings (CORE_SETTINGS) and the loop's own into
+        the core's config, checked."""
+        cdef fw_config *cfg = &self.cfg
+        for name, value in settings.items():
+            if name not in CORE_SETTINGS:
+                raise TypeError(f"Server: unknown setting {name!r}")
+            _store(cfg, name, value)
+        if cfg.threads < 1 or cfg.threads > 1024:
+            raise ValueError("threads must be 1 to 1024")
+        if balance < FW_BAL_SHARED or balance > FW_BAL_REUSEPORT:
+            raise ValueError("unknown balance mode")
+        if accept_batch > 0:
+            cfg.accept_batch = accept_batch
+        cfg.release_listeners = release_listeners
+        cfg.balance.mode = balance
+        cfg.balance.pass_recv_fd = -1
+        if cfg.limits.max_head < cfg.limits.max_line:
+            cfg.limits.max_line = cfg.limits.max_head      # the line is part of the head
+        if cfg.limits.max_line < 64 or cfg.limits.max_headers < 1 or cfg.max_connections < 1:
+            raise ValueError("invalid limits")
+        return 0
+
+    cdef int _status_setup(self, status) except -1:
+        """A writable shared buffer of FW_STATUS_SIZE bytes per thread, 8-aligned."""
+        PyObject_GetBuffer(status, &self.g.status, PyBUF_WRITABLE)
+        if self.g.status.len < (fw_pool_max_threads(self.cfg.threads) if self.cfg.threads > 1 else 1) * FW_STATUS_SIZE \
+                or (<uintptr_t>self.g.status.buf & 7):
+            PyBuffer_Release(&self.g.status)
+            self.g.status.buf = NULL
+            raise ValueError("status must be a writable, 8-aligned buffer of 256 bytes per thread")
+        return 0
+
+    cdef int _listeners_setup(self, fds, list listener_info, uwsgi, int *ifds) except -1:
+        """The listening fds into ifds (room for 64), checked against
+        listener_info; those whose indexes are in `uwsgi` marked as speaking
+        it. Returns how many."""
+        fds = list(fds)
+        cdef Py_ssize_t n = len(fds)
+        if n < 1 or n > 64 or len(listener_info) != n:
+            raise ValueError("need 1 to 64 listening fds and one listener_info entry each")
+        for i in range(n):
+            fd, li = fds[i], listener_info[i]
+            if fd < 0 or fd > 0x7fffffff or not isinstance(li, tuple) or len(li) != 2:
+                raise ValueError("bad fd or listener_info entry")
+            ifds[i] = <int>fd
+        for i in uwsgi:
+            if not 0 <= i < n:
+                raise ValueError("uwsgi: listener index out of range")
+            self.cfg.uwsgi_listeners |= (<uint64_t>1) << <int>i
+        return <int>n
+
+    cdef int _spool_setup(self, spool_dir) except -1:
+        """--spool-dir, a copy this object owns (PyMem)."""
+        b = os.fsencode(spool_dir)
+        self.spool_dir = <char *>PyMem_Malloc(len(b) + 1)
+        if self.spool_dir == NULL:
+            raise MemoryError()
+        strcpy(self.spool_dir, b)
+        self.cfg.spool_dir = self.spool_dir
+        return 0
+
+    cdef int _stats_setup(self, stats) except -1:
+        """The master's shared counters of this worker: a writable shared
+        buffer of FW_STATS_SIZE bytes, 8-aligned."""
+        PyObject_GetBuffer(stats, &self.stats_buf, PyBUF_WRITABLE)
+        if self.stats_buf.len < FW_STATS_SIZE or (<uintptr_t>self.stats_buf.buf & 7):
+            PyBuffer_Release(&self.stats_buf)
+            self.stats_buf.buf = NULL
+            raise ValueError("stats must be a writable, 8-aligned buffer of STATS_SIZE bytes")
+        self.cfg.stats = <fw_stats *>self.stats_buf.buf
+        return 0
 
     cdef int _scheme_setup(self, dict headers) except -1:
         """secure_scheme_headers for the environ: names in lower case (the C

@@ -178,3 +178,15 @@ def wait_for(pred, timeout=10.0, interval=0.02):
             return True
         time.sleep(interval)
     return pred()
+
+
+def established(port):
+    """Connections to 127.0.0.1:port that the server holds open (its ends:
+    ESTABLISHED with local port `port`), from /proc/net/tcp."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[1].split(":")[1], 16) == port:
+                n += 1
+    return n

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import wait_for
+from httpraw import established, wait_for
 from test_handover import pinned
 from test_proxy_pools import NGINX, Proxy
 
@@ -131,7 +131,9 @@ def test_health_check_on_a_new_connection_behind_nginx_under_saturation(servers,
         load = subprocess.Popen(pinned([WRK, "-t1", "-c64", f"-d{seconds}s", "--timeout", "5s",
                                         f"http://127.0.0.1:{proxy.port}/?t=0.02"], 1),
                                 stdout=subprocess.PIPE, text=True)
-        time.sleep(1.0)                 # saturated by now
+        # Saturated: nginx holds a connection to the server for each of its
+        # 16 threads (wrk's 64 connections keep them busy).
+        assert wait_for(lambda: established(s.port) >= 16, timeout=20)
         checks = []
         end = time.monotonic() + seconds - 2
         while time.monotonic() < end:

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import Conn, in_app_header, wait_for, wait_in_app
+from httpraw import Conn, established, in_app_header, wait_for, wait_in_app
 
 APP_MODES = ("inline",)      # each server here chooses its own --threads
 
@@ -150,15 +150,28 @@ def test_reloads_under_wrk_load_lose_nothing(servers, threads):
     servers.append(s)
     assert wait_for(lambda: len(s.worker_pids()) == 2)
 
+    wrk_done, hupped = threading.Event(), []
+
     def hups():
-        for _ in range(3):
-            time.sleep(1.0)
+        # Each SIGHUP while wrk's connections are open, once the previous
+        # reload has booted its workers: up to three reloads, each under load.
+        for i in range(3):
+            wait_for(lambda: wrk_done.is_set() or
+                     (established(s.port) >= 12 and s.log().count("Booted worker") >= 2 * (i + 1)), timeout=30)
+            if wrk_done.is_set():
+                return
             s.signal(signal.SIGHUP)
+            hupped.append(i)
 
     t = threading.Thread(target=hups)
     t.start()
-    requests, errors, non2xx, out = wrk(s.port, 12, 4)
-    t.join()
+    try:
+        requests, errors, non2xx, out = wrk(s.port, 12, 4)
+    finally:
+        wrk_done.set()
+        t.join()
+    print(f"{len(hupped)} SIGHUP(s) during wrk's 4 s")
+    assert hupped, "no reload while wrk ran"
     assert requests > 2000, out
     assert (errors, non2xx) == (0, 0), out
     assert error_lines(s) == []
@@ -273,8 +286,9 @@ def test_workers_out_of_descriptors_stay_asleep(servers):
     try:
         for _ in range(600):
             conns.append(socket.create_connection(("127.0.0.1", s.port)))
-        assert wait_for(lambda: "Too many open files" in s.log(), timeout=10)
-        time.sleep(0.5)
+        # Every worker paused accepting (each says so once).
+        assert wait_for(lambda: all(f"[{p}] [ERROR] accept: Too many open files" in s.log() for p in workers),
+                        timeout=10)
         before = {p: cpu_seconds(p) for p in workers}
         time.sleep(2.0)
         used = {p: cpu_seconds(p) - before[p] for p in workers}
@@ -295,21 +309,22 @@ def test_workers_out_of_descriptors_stay_asleep(servers):
 
 # ---- item 3e: a worker whose master died lets go of the port at once ----------
 
-def test_orphaned_worker_frees_the_port_and_finishes_its_request(servers):
+def test_orphaned_worker_frees_the_port_and_finishes_its_request(servers, tmp_path):
     s = ServerProc("apps:where", "--workers", "2", "--threads", "2")
     servers.append(s)
     assert wait_for(lambda: len(s.worker_pids()) == 2)
     workers = s.worker_pids()
     answer = {}
+    marker = str(tmp_path / "entered")
 
     def slow():
         with Conn(s.port, timeout=20) as c:
-            c.send(b"GET /?t=3 HTTP/1.1\r\nHost: a\r\n\r\n")
+            c.send(b"GET /?t=3 HTTP/1.1\r\nHost: a\r\n" + in_app_header(marker) + b"\r\n")
             answer["r"] = c.read_response()
 
     t = threading.Thread(target=slow)
     t.start()
-    time.sleep(0.5)
+    assert wait_in_app(marker)              # the request is in the app when the master dies
     os.kill(s.pid, signal.SIGKILL)
     s.proc.wait(5)
     try:

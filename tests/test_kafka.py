@@ -199,11 +199,21 @@ def test_sibling_sigkilled_mid_batch_loses_nothing(make_server, live, tmp_path):
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
+    def sibling():
+        return json.loads(get(s, "/stats").body)["sibling"]
+
+    def mid_batch(before):
+        # The sibling now running has delivered records and holds more
+        # (or the load is over: then it is killed with what it holds).
+        now = sibling()
+        return (now["delivered"] > before and now["pending"] > 0) or not th.is_alive()
+
     th = threading.Thread(target=load)
     th.start()
     kills = 0
     for _ in range(3):
-        time.sleep(0.4)
+        before = sibling()["delivered"]
+        assert wait_for(lambda: mid_batch(before), timeout=30)
         pid = sibling_pid(s)
         if pid:
             os.kill(pid, signal.SIGKILL)

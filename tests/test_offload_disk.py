@@ -89,6 +89,13 @@ def stats(s):
     return json.loads(get(s, "/stats").body)
 
 
+def settled(s, n):
+    """The sibling has delivered `n` records and holds none: the journal
+    acknowledged them (in the same step), their room given back."""
+    sib = stats(s)["sibling"]
+    return sib["delivered"] == n and sib["pending"] == 0
+
+
 def disk_lines(log):
     return [x for x in log.splitlines() if "offload" in x and ("No space left" in x or "ENOSPC" in x)]
 
@@ -106,7 +113,7 @@ def test_full_disk_keeps_serving_and_delivers_everything_once_space_returns(make
     s = start(make_server, small_disk, out)
     assert emit(s, 2, 50, 200, "warm") == 100
     assert wait_for(lambda: len(lines(out)) == 100)
-    time.sleep(0.3)                                # acknowledged too: their room given back
+    assert wait_for(lambda: settled(s, 100), timeout=20)       # acknowledged too: their room given back
     sib = sibling_pid(s)
     filler = fill(small_disk)
     t0 = time.monotonic()
@@ -166,7 +173,7 @@ def test_a_stop_on_a_full_disk_delivers_what_is_queued(make_server, small_disk, 
                   workers=workers)
     assert emit(s, 1, 10, 100, "w") == 10
     assert wait_for(lambda: len(lines(out)) == 10)
-    time.sleep(0.3)
+    assert wait_for(lambda: settled(s, 10), timeout=20)        # acknowledged too: their room given back
     filler = fill(small_disk)
     (dirs["ctl"] / "slow").write_text("0.3")         # 10 batches: 3 s
     accepted = emit(s, 20, 50, 300, "q")

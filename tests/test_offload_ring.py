@@ -194,6 +194,13 @@ def ring_wakes(path):
         return int.from_bytes(f.read(256)[200:208], "little")
 
 
+def ring_sleeping(path):
+    """The sibling sleeps on the ring's futex and wants a wake-up
+    (fw_ring_meta.sleeping)."""
+    with open(path, "rb") as f:
+        return int.from_bytes(f.read(256)[192:196], "little") == 1
+
+
 def test_producers_do_not_wake_the_sibling_while_records_flow(make_server, dirs):
     """A steady trickle of records (about 150 a second for 2 s): the sibling
     polls the ring on a timer while records come, so the requests make no
@@ -201,7 +208,7 @@ def test_producers_do_not_wake_the_sibling_while_records_flow(make_server, dirs)
     it. Before, each batch began with a wake-up in some request."""
     s = start(make_server, dirs, workers="1", threads="1")
     assert wait_for(lambda: "Booted the offload sibling" in s.log())
-    time.sleep(1.5)                                        # the sibling is idle, asleep on the futex
+    assert wait_for(lambda: ring_sleeping(dirs["journal"] / "ring.fwr"), timeout=20)   # idle, asleep on the futex
     ring = dirs["journal"] / "ring.fwr"
     before = ring_wakes(ring)
     end = time.monotonic() + 2.0

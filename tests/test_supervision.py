@@ -30,6 +30,7 @@ class Pests:
 
     def __init__(self, port, silent=16, trickling=4):
         self.port, self.stop_event, self.threads = port, threading.Event(), []
+        self.holding = set()        # threads connected (and, trickling, past their first byte)
         for _ in range(silent):
             self.threads.append(threading.Thread(target=self.silent, daemon=True))
         for _ in range(trickling):
@@ -48,6 +49,7 @@ class Pests:
         while not self.stop_event.is_set():
             try:
                 with self.connect() as s:
+                    self.holding.add(threading.get_ident())
                     s.recv(1)           # never sends; waits to be dropped
             except OSError:
                 time.sleep(0.05)
@@ -60,8 +62,12 @@ class Pests:
                         if self.stop_event.wait(0.5):
                             return
                         s.sendall(bytes([b]))
+                        self.holding.add(threading.get_ident())
             except OSError:
                 time.sleep(0.05)
+
+    def all_holding(self):
+        return len(self.holding) == len(self.threads)
 
     def stop(self):
         self.stop_event.set()
@@ -98,7 +104,7 @@ def test_slow_and_silent_observer_clients_never_hold_the_master(servers):
     assert wait_for(lambda: len(s.worker_pids()) == 2)
     pests = [Pests(mport), Pests(sport)]
     try:
-        time.sleep(1.0)                     # they hold the sockets now
+        assert wait_for(lambda: all(p.all_holding() for p in pests), timeout=20)   # they hold the sockets now
         assert max(healthz(mport) for _ in range(5)) < 0.5
         victim = s.worker_pids()[0]
         t0 = time.monotonic()

@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -209,7 +208,8 @@ def test_every_feature_works_under_user_nobody_through_a_reload_and_a_respawn(op
         victim = next(p for p in s.worker_pids() if title(p) == "forkwsgi: worker 1")
         os.kill(victim, signal.SIGKILL)
         assert wait_for(lambda: victim not in s.worker_pids(), 10) and settled(s)
-        time.sleep(0.5)                          # the new worker 1 is ready
+        # The new worker 1 is ready: the master says both accept.
+        assert wait_for(lambda: [w["accepting"] for w in stats(sport)["workers"]] == [1, 1], 20)
         through_each("respawned")                # its dead predecessor's counts are still in /metrics
         everyone_is_nobody()
         assert "Traceback" not in open(errors).read()

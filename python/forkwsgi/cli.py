@@ -51,13 +51,7 @@ def main(argv=None):
             log.info("Config file: %s (%s)", cfg["config"], origins["config"])
         for warning in unknown + [gunicorn_compat.ignored_line(*i) for i in ignored]:
             log.warning("%s", warning)
-    # systemd socket activation: the passed sockets, unless --bind says otherwise.
-    passed = systemd.listen_fds()
-    if passed and "bind" in origins:
-        log.warning("systemd passed %d socket(s) (LISTEN_FDS), but --bind is given (%s): serving --bind",
-                    len(passed), origins["bind"])
-    elif passed:
-        cfg["bind"] = [f"fd://{fd}" for fd in passed]
+    take_passed_sockets(cfg, origins)
     try:
         process.prepare_import(cfg)
     except OSError as e:
@@ -70,16 +64,42 @@ def main(argv=None):
     problem = log_file_problem(cfg)
     if problem:
         return fail(problem)
-    owner = None
-    if cfg["user"] or cfg["group"]:
-        owner = process.Owner(cfg["user"], cfg["group"], cfg["initgroups"])
-        if owner.needed() and os.geteuid() != 0:
-            return fail(f"--user/--group: switching to uid {owner.uid} gid {owner.gid} needs root")
-        for path in (cfg["access_logfile"], cfg["error_logfile"]):
-            if path and path != "-":
-                owner.give(os.path.abspath(path))     # workers reopen them on SIGUSR1
+    try:
+        owner = workers_owner(cfg)
+    except config.ConfigError as e:
+        return fail(e)
     if cfg["workers"] > 0:
         return run_master(app_spec, cfg, systemd.Notifier(), argv, started_in, hook_fns, owner, origins["preload"])
+    return run_alone(app_spec, cfg, hook_fns, owner)
+
+
+def take_passed_sockets(cfg, origins):
+    """systemd socket activation: the passed sockets, unless --bind says otherwise."""
+    passed = systemd.listen_fds()
+    if passed and "bind" in origins:
+        log.warning("systemd passed %d socket(s) (LISTEN_FDS), but --bind is given (%s): serving --bind",
+                    len(passed), origins["bind"])
+    elif passed:
+        cfg["bind"] = [f"fd://{fd}" for fd in passed]
+
+
+def workers_owner(cfg):
+    """--user/--group (process.Owner), given the log files; None if not
+    set. ConfigError: switching needs root and this is not."""
+    if not cfg["user"] and not cfg["group"]:
+        return None
+    owner = process.Owner(cfg["user"], cfg["group"], cfg["initgroups"])
+    if owner.needed() and os.geteuid() != 0:
+        raise config.ConfigError(f"--user/--group: switching to uid {owner.uid} gid {owner.gid} needs root")
+    for path in (cfg["access_logfile"], cfg["error_logfile"]):
+        if path and path != "-":
+            owner.give(os.path.abspath(path))     # workers reopen them on SIGUSR1
+    return owner
+
+
+def run_alone(app_spec, cfg, hook_fns, owner):
+    """--workers 0: serve from this process, with no master (and, with
+    --offload-sink, the sibling this process supervises)."""
     if hook_fns:
         log.warning("server hooks (%s) need a master (--workers 1 or more): not called", ", ".join(hook_fns))
     if owner:

@@ -2,7 +2,7 @@
 (settings.py) drives the CLI (flags.py), the config files and the environment.
 
 Precedence, lowest first: defaults, a uWSGI ini file (``--ini FILE[:SECTION]``,
-uwsgi_compat.py), the config file (``-c FILE``, a Python file assigning
+uwsgi_ini.py, uwsgi_compat.py), the config file (``-c FILE``, a Python file assigning
 settings by name; without -c, ./forkwsgi.conf.py or ./gunicorn.conf.py),
 ``GUNICORN_CMD_ARGS``, ``FORKWSGI_<FLAG>`` environment variables (the long
 flag in capitals: ``FORKWSGI_KEEP_ALIVE``; the setting's name,
@@ -15,7 +15,7 @@ import os
 import runpy
 import types
 
-from . import accesslog, gunicorn_compat, hooks, uwsgi_compat
+from . import accesslog, gunicorn_compat, hooks, uwsgi_compat, uwsgi_ini
 from .flags import GUNICORN_DEST, build_parser, env_names, parse_env_flags, parse_flags, typo_of
 from .settings import BY_NAME, SETTINGS, ConfigError, defaults
 
@@ -192,12 +192,12 @@ def _settle_the_rest(cfg, origins, warnings):
 
 def apply_ini(spec, cfg, origins, warnings, environ):
     """The settings of uWSGI ini file `spec` (FILE or FILE:SECTION) into
-    cfg, below everything else (uwsgi_compat.py reads and translates it).
+    cfg, below everything else (uwsgi_ini.py reads it, uwsgi_compat.py translates it).
     Returns (app spec, where) from its module / wsgi-file, or None."""
     try:
-        ini = uwsgi_compat.Ini(spec, environ)
+        ini = uwsgi_ini.Ini(spec, environ)
         t = uwsgi_compat.translate(ini, defaults(), typo_of)
-    except uwsgi_compat.IniError as e:
+    except uwsgi_ini.IniError as e:
         raise ConfigError(str(e)) from None
     cfg["ini"] = spec
     for name, (value, key) in t.values.items():

@@ -33,6 +33,56 @@ def check_spool_dir(path):
         raise config.ConfigError(f"--spool-dir {path}: {why}")
 
 
+def _settings(bind, host, port, options):
+    """The registry's settings of a Server: `options`, with the addresses
+    given as bind (one or a list) or host/port."""
+    if bind is not None and isinstance(bind, str):
+        bind = [bind]
+    if host is not None or port is not None:
+        bind = list(bind or []) + [address(host, port)]
+    settings = config.resolve(options)
+    if bind:
+        settings["bind"] = list(bind)
+    elif settings["uwsgi_socket"]:
+        settings["bind"] = []          # the uwsgi sockets alone: no default HTTP address
+    return settings
+
+
+def _base_environ(settings, multiprocess, offload):
+    """What every request's environ starts from."""
+    base = {
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": settings["url_scheme"],
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": settings["threads"] > 1,
+        "wsgi.multiprocess": bool(multiprocess),
+        "wsgi.run_once": False,
+        "wsgi.input_terminated": True,
+        "wsgi.file_wrapper": _forkwsgi.FileWrapper,
+        "SCRIPT_NAME": "",
+        "SERVER_SOFTWARE": f"forkwsgi/{__version__}",
+    }
+    if offload:
+        base["forkwsgi.offload"] = _forkwsgi.offload
+    return base
+
+
+def _core_settings(settings, balance, release_listeners):
+    """The settings of the C loop, by their registry names:
+    _forkwsgi.CORE_SETTINGS (src/_forkwsgi.pyx) says where each lands."""
+    core = {name: settings[name] for name in (*_forkwsgi.CORE_SETTINGS, "spool_dir", "secure_scheme_headers")
+            if settings[name] is not None}
+    # A lone server has no peers: least-busy then just stops watching its
+    # listeners while every app thread is busy (connections wait in the
+    # kernel's queue, not in ours); the master passes the shared parts.
+    core["balance"] = BALANCE[settings["balance"]]
+    core.update(balance or {})
+    # A worker lets go of the listening sockets as soon as it stops (its
+    # master holds them; without a master the port is then free).
+    core["release_listeners"] = bool(release_listeners)
+    return core
+
+
 class Server:
     """Serve `app` on `bind` addresses (or host/port, or ready sockets).
 
@@ -46,15 +96,7 @@ class Server:
                  _access_logger=None, _protocols=None, **options):
         if not callable(app):
             raise TypeError("app must be a WSGI callable")
-        if bind is not None and isinstance(bind, str):
-            bind = [bind]
-        if host is not None or port is not None:
-            bind = list(bind or []) + [address(host, port)]
-        self.settings = config.resolve(options)
-        if bind:
-            self.settings["bind"] = list(bind)
-        elif self.settings["uwsgi_socket"]:
-            self.settings["bind"] = []          # the uwsgi sockets alone: no default HTTP address
+        self.settings = _settings(bind, host, port, options)
         if self.settings["root_path"]:
             app = mounted(app, self.settings["root_path"])
         self.log = logger or log
@@ -68,17 +110,7 @@ class Server:
             self._offload_host = Host(self.settings, self.log)
         _offload = _offload or _offload_host is not None or self._offload_host is not None
         if sockets is None:
-            sockets = []
-            _protocols = [proto for _, proto in binding.listeners(self.settings)]
-            try:
-                for addr, _ in binding.listeners(self.settings):
-                    sockets.append(binding.create(addr, self.settings["backlog"], umask=_unix_umask,
-                                                  mode=self.settings["chmod_socket"]))
-            except Exception:
-                for s in sockets:
-                    s.close()
-                self._stop_offload()
-                raise
+            sockets, _protocols = self._bind(_unix_umask)
         self.sockets = list(sockets)
         # What each socket speaks: given with the sockets (a worker's, from
         # its master), else what --protocol says.
@@ -88,65 +120,71 @@ class Server:
             raise ValueError("_protocols: one protocol per socket")
         described = [binding.describe(s, p) for s, p in zip(self.sockets, self.protocols)]
         self.urls = [d[2] for d in described]
-        base = {
-            "wsgi.version": (1, 0),
-            "wsgi.url_scheme": self.settings["url_scheme"],
-            "wsgi.errors": sys.stderr,
-            "wsgi.multithread": self.settings["threads"] > 1,
-            "wsgi.multiprocess": bool(_multiprocess),
-            "wsgi.run_once": False,
-            "wsgi.input_terminated": True,
-            "wsgi.file_wrapper": _forkwsgi.FileWrapper,
-            "SCRIPT_NAME": "",
-            "SERVER_SOFTWARE": f"forkwsgi/{__version__}",
-        }
-        if _offload:
-            base["forkwsgi.offload"] = _forkwsgi.offload
-        # The settings of the loop go to the core by their registry names:
-        # _forkwsgi.CORE_SETTINGS (src/_forkwsgi.pyx) says where each lands.
-        core = {name: self.settings[name] for name in (*_forkwsgi.CORE_SETTINGS, "spool_dir",
-                                                       "secure_scheme_headers")
-                if self.settings[name] is not None}
-        # A lone server has no peers: least-busy then just stops watching its
-        # listeners while every app thread is busy (connections wait in the
-        # kernel's queue, not in ours); the master passes the shared parts.
-        core["balance"] = BALANCE[self.settings["balance"]]
-        core.update(_balance or {})
-        # A worker lets go of the listening sockets as soon as it stops (its
-        # master holds them; without a master the port is then free).
-        core["release_listeners"] = bool(_release_listeners)
-        access_fd = None
-        # A logging configuration that sets up the access logger gets the
-        # lines as records (accessrecords.py), instead of the file.
+        base = _base_environ(self.settings, _multiprocess, _offload)
+        core = _core_settings(self.settings, _balance, _release_listeners)
         self._access_records = None
         try:
-            if _access_logger:
-                access_fd = _access_log_fd          # opened for the file: not needed
-                self._access_records = accessrecords.AccessRecords(_access_logger, self.settings)
-                core["access_log"] = self._access_records.spec()
-            elif self.settings["access_logfile"]:
-                # The C writer keeps a copy of this descriptor (and reopens
-                # the file by its path on SIGUSR1).
-                try:
-                    access_fd = _access_log_fd if _access_log_fd is not None else \
-                        accesslog.open_file(self.settings["access_logfile"])
-                except OSError as e:
-                    raise config.ConfigError(f"--access-logfile {self.settings['access_logfile']}: "
-                                             f"{e.strerror}") from None
-                core["access_log"] = accesslog.spec(self.settings, access_fd)
-            self._core = _forkwsgi.Server(
-                app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],
-                self.log, status=_status, stats=_stats, thread_name=_name,
-                uwsgi=[i for i, p in enumerate(self.protocols) if p == "uwsgi"], **core)
+            access_fd = self._access_log(core, _access_logger, _access_log_fd)
+            try:
+                self._core = _forkwsgi.Server(
+                    app, [s.fileno() for s in self.sockets], base, [(d[0], d[1]) for d in described],
+                    self.log, status=_status, stats=_stats, thread_name=_name,
+                    uwsgi=[i for i, p in enumerate(self.protocols) if p == "uwsgi"], **core)
+            finally:
+                if access_fd is not None:
+                    os.close(access_fd)
         except BaseException:
             self.close()
             raise
         finally:
-            if access_fd is not None:
-                os.close(access_fd)
             if self._access_records:
                 self._access_records.close_write_end()      # the C writer has its own copy
         self._stopped = threading.Event()
+
+    def _bind(self, umask):
+        """The sockets of --bind and --uwsgi-socket, made here, and what
+        each speaks. One that fails: those made are closed (and the
+        sibling stopped) before the error goes on."""
+        sockets = []
+        listeners = binding.listeners(self.settings)
+        try:
+            for addr, _ in listeners:
+                sockets.append(binding.create(addr, self.settings["backlog"], umask=umask,
+                                              mode=self.settings["chmod_socket"]))
+        except Exception:
+            for s in sockets:
+                s.close()
+            self._stop_offload()
+            raise
+        return sockets, [proto for _, proto in listeners]
+
+    def _access_log(self, core, access_logger, access_log_fd):
+        """The access log's spec into `core`: records to the access logger
+        a logging configuration set up (accessrecords.py), or lines to the
+        file. Returns the descriptor to close once the core has its copy
+        (None: none); closes it itself if this fails."""
+        if not access_logger and not self.settings["access_logfile"]:
+            return None
+        access_fd = access_log_fd
+        try:
+            if access_logger:                   # the descriptor, opened for the file, is not needed
+                self._access_records = accessrecords.AccessRecords(access_logger, self.settings)
+                core["access_log"] = self._access_records.spec()
+                return access_fd
+            # The C writer keeps a copy of this descriptor (and reopens
+            # the file by its path on SIGUSR1).
+            if access_fd is None:
+                try:
+                    access_fd = accesslog.open_file(self.settings["access_logfile"])
+                except OSError as e:
+                    raise config.ConfigError(f"--access-logfile {self.settings['access_logfile']}: "
+                                             f"{e.strerror}") from None
+            core["access_log"] = accesslog.spec(self.settings, access_fd)
+            return access_fd
+        except BaseException:
+            if access_fd is not None:
+                os.close(access_fd)
+            raise
 
     def stats(self):
         """Counters of this server: connections, requests, in-flight, accepted, hand-offs."""

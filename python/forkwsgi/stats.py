@@ -142,16 +142,7 @@ def uwsgi_document(master, previous):
             "running_time": c["total_us"], "last_spawn": int(w.spawned),
             "respawn_count": master.spawns[w.index] - 1, "tx": c["bytes_out"],
             "avg_rt": c["total_us"] // requests if requests else 0, "apps": [],
-            "cores": [{"id": t, "requests": calls, "static_requests": 0, "routed_requests": 0,
-                       "offloaded_requests": 0, "write_errors": 0, "read_errors": 0,
-                       "in_request": int(bool(began)), "vars": [],
-                       # request_start is uWSGI's (whole seconds, for uwsgitop);
-                       # request_age, forkwsgi's own: seconds in the app, exact
-                       # to the microsecond (what forkwsgi top shows).
-                       "req_info": {"request_start": int(now - (now_ns - began) / 1e9),
-                                    "request_age": round((now_ns - began) / 1e9, 6),
-                                    "request": shown(line, master.cfg)} if began else {}}
-                      for t, began, line, calls in threads],
+            "cores": cores(threads, master.cfg, now, now_ns),
             "forkwsgi": {"slot": w.slot, "retiring": w.retiring or w.old, "in_flight": worker_in_flight,
                          "connections": c["conns_open"], "idle_connections": c["conns_idle"],
                          "status_classes": status_classes(c["status"]),
@@ -162,12 +153,8 @@ def uwsgi_document(master, previous):
         })
     previous.clear()
     previous.update({w["pid"]: w["requests"] - inherited.get(w["pid"], 0) for w in workers})
-    sockets, queued_total = [], 0
-    for s, proto in zip(master.sockets, master.protocols):
-        queued, size = listen_queue(s)
-        queued_total += queued
-        sockets.append({"name": binding.describe(s, proto)[2], "proto": proto, "queue": queued,
-                        "max_queue": size or master.cfg["backlog"], "shared": 0, "can_offload": 0})
+    sockets = listen_sockets(master)
+    queued_total = sum(s["queue"] for s in sockets)
     return {
         "version": f"{__version__} (forkwsgi)", "listen_queue": queued_total, "listen_queue_errors": 0,
         "signal_queue": 0, "load": in_flight, "pid": master.pid, "uid": os.getuid(), "gid": os.getgid(),
@@ -182,6 +169,33 @@ def uwsgi_document(master, previous):
                                 "respawns": sum(master.spawns.values()) - len(master.spawns),
                                 "timeouts": sum(master.timeouts.values())}},
     }
+
+
+def cores(threads, cfg, now, now_ns):
+    """A worker's app threads as uWSGI's "cores" (threads: the slot's
+    (index, began ns, request line, calls) each; now and now_ns: one
+    reading of the wall and the monotonic clock)."""
+    return [{"id": t, "requests": calls, "static_requests": 0, "routed_requests": 0,
+             "offloaded_requests": 0, "write_errors": 0, "read_errors": 0,
+             "in_request": int(bool(began)), "vars": [],
+             # request_start is uWSGI's (whole seconds, for uwsgitop);
+             # request_age, forkwsgi's own: seconds in the app, exact
+             # to the microsecond (what forkwsgi top shows).
+             "req_info": {"request_start": int(now - (now_ns - began) / 1e9),
+                          "request_age": round((now_ns - began) / 1e9, 6),
+                          "request": shown(line, cfg)} if began else {}}
+            for t, began, line, calls in threads]
+
+
+def listen_sockets(master):
+    """The master's listening sockets as uWSGI's "sockets": each one's
+    accept queue (listen_queue) and its size."""
+    sockets = []
+    for s, proto in zip(master.sockets, master.protocols):
+        queued, size = listen_queue(s)
+        sockets.append({"name": binding.describe(s, proto)[2], "proto": proto, "queue": queued,
+                        "max_queue": size or master.cfg["backlog"], "shared": 0, "can_offload": 0})
+    return sockets
 
 
 def dict_copy(totals):

@@ -9,7 +9,10 @@ them at least once. One module per job, by the process that runs it:
 - sinks: jsonl, Kafka, python: sinks;
 - journal: the journal files (the only writer of them);
 - spills: collecting the workers' spill files into the journal;
-- sibling: the sibling process (its loop, pacing, disk trouble);
+- sibling: the sibling's loop (reading the ring and spill files, delivering);
+- sibling_process: the sibling process (entry points, signals, identity);
+- priority: the sibling's share of the CPU (idle while it keeps up);
+- disktrouble: failed writes to --offload-dir, counted and retried;
 - supervisor: starting, restarting and stopping it (forked by the master,
   or spawned by a server without one).
 

@@ -20,17 +20,13 @@ survives the death of any one process:
 """
 import collections
 import contextlib
-import gc
-import json
 import logging
-import mmap
 import os
-import resource
-import signal
 import time
 
-from .. import _forkwsgi, logs, process
-from .counters import SIB, SIB_CUMULATIVE, SIB_NAMES, counters_size, sibling_counters
+from .. import _forkwsgi
+from .counters import SIB, SIB_CUMULATIVE, SIB_NAMES
+from .disktrouble import DiskTrouble
 from .journal import Journal
 from .queue import flock_within, ring_path
 from .records import Record, frame
@@ -38,161 +34,6 @@ from .sinks import SinkDiskError, Ticket, make_sink
 from .spills import SpillCollector
 
 log = logging.getLogger("forkwsgi")
-
-
-class Priority:
-    """The sibling's share of the CPU, which it shares with request threads.
-
-    While it keeps up (from the moment its ring watch runs: it starts up
-    at its share), every thread of the sibling runs SCHED_IDLE: it gets
-    the CPU only when no request thread wants it, and a request thread that
-    wakes up preempts it at once, so offloading adds nothing to a request's
-    latency. When it falls behind it switches to SCHED_BATCH at
-    --offload-nice and takes its fair share until it has caught up:
-
-    - the ring fills past WATCH of its size: on a CPU that request threads
-      keep busy an idle sibling gets no time at all, not even to look, so a
-      C thread of its own that stays SCHED_OTHER watches the ring every
-      WATCH_MS and switches the others (src/ring_watch.c), long before the
-      ring overflows into spill files;
-    - or the oldest record it holds waited more than BEHIND seconds, or
-      records wait beyond what it holds (spill files, the queue past
-      --offload-max-pending).
-
-    It goes back to idle once it has caught up (nothing waits beyond it, its
-    oldest is under CAUGHT_UP, the ring is nearly empty) and has shared for
-    at least HOLD seconds: under a steady saturating load it would only be
-    switched back at once. Leaving SCHED_IDLE needs root, CAP_SYS_NICE or
-    RLIMIT_NICE; without them the sibling stays SCHED_BATCH (never
-    preempting a request thread on wake-up, but taking its share all the
-    time)."""
-
-    BEHIND = 1.0
-    CAUGHT_UP = 0.2
-    HOLD = 3.0
-    WATCH = 1 / 8
-    WATCH_MS = 5
-    LOG_EVERY = 60.0         # seconds between log lines about switching
-
-    def __init__(self, nice):
-        self.nice = nice
-        self.mode = None
-        self.watch_tid = None
-        self.threshold = None
-        self.fired = 0
-        self.since = 0.0                 # monotonic time of the last switch to share
-        self.switches = 0                # to share, since the last log line
-        self.logged_at = -self.LOG_EVERY
-        self.told = False                # "falling behind" was logged: "caught up" will be
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
-        self.can_idle = os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20 - nice
-        # Its share until the watch runs: idle from the start, a sibling on
-        # a busy CPU got no time to start up (to open the ring and the
-        # journal), and the records made meanwhile waited seconds.
-        self.set("share")
-
-    def watch(self, capacity):
-        """Start the ring watch (the ring's reader is open); from now on
-        the sibling idles while it keeps up."""
-        if self.can_idle and self.watch_tid is None:
-            self.threshold = int(capacity * self.WATCH)
-            self.watch_tid = _forkwsgi.ring_watch(self.threshold, self.WATCH_MS, self.nice)
-            self.set("idle")
-
-    def set(self, mode):
-        policy = os.SCHED_IDLE if mode == "idle" else os.SCHED_BATCH
-        for tid in os.listdir("/proc/self/task"):
-            if int(tid) == self.watch_tid:
-                continue
-            try:
-                os.sched_setscheduler(int(tid), policy, os.sched_param(0))
-                os.setpriority(os.PRIO_PROCESS, int(tid), self.nice)    # per thread on Linux
-            except OSError:
-                pass
-        self.mode = mode
-        if mode == "share":
-            self.since = time.monotonic()
-        if self.watch_tid is not None:
-            self.fired = _forkwsgi.ring_watch_arm(mode == "idle")
-
-    def _shared(self, why):
-        self.switches += 1
-        now = time.monotonic()
-        if now - self.logged_at >= self.LOG_EVERY:
-            more = f" ({self.switches} time(s) in the last {self.LOG_EVERY:.0f} s)" if self.switches > 1 else ""
-            log.info("offload: falling behind (%s): taking a share of the CPU%s", why, more)
-            self.logged_at, self.switches, self.told = now, 0, True
-
-    def update(self, lag, backlog, used=0):
-        """lag: seconds the oldest record the sibling holds has waited;
-        backlog: records wait beyond what it holds (queue, spill files);
-        used: bytes in the ring."""
-        if not self.can_idle:
-            return
-        if self.mode == "idle" and self.watch_tid is not None and _forkwsgi.ring_watch_fired() != self.fired:
-            self.mode, self.since = "share", time.monotonic()         # the watch switched every thread
-            self._shared("the ring is more than 1/8 full")
-        elif self.mode == "idle" and (lag > self.BEHIND or backlog):
-            self.set("share")
-            self._shared(f"a record waited {lag:.1f} s" if lag > self.BEHIND else
-                         "records wait in the queue or on disk")
-        elif (self.mode == "share" and lag < self.CAUGHT_UP and not backlog
-              and time.monotonic() - self.since >= self.HOLD
-              and (self.threshold is None or used < self.threshold // 4)):
-            if self.told:
-                log.info("offload: caught up: back to idle priority")
-                self.told = False
-            self.set("idle")
-
-
-class DiskTrouble:
-    """Writes to --offload-dir that fail (a full disk, EIO). The sibling
-    goes on: records stay where they wait (the queue, spill files) until
-    the sink has them (Sibling.read_mode), each failure is counted, logged
-    at most once a second, and the write is tried again after a pause (0.1
-    s, doubling up to 1 s) until it works."""
-
-    def __init__(self, stats, directory):
-        self.stats = stats
-        self.dir = directory
-        self.since = None              # when the current run of failures began
-        self.failures = 0              # in this run
-        self.unlogged = 0
-        self.logged_at = 0.0
-        self.told = False              # this run was logged: its end will be
-        self.retry_at = 0.0
-
-    @property
-    def failing(self):
-        return self.since is not None
-
-    def wait(self):
-        """Seconds until the next try (0: go ahead)."""
-        return max(0.0, self.retry_at - time.monotonic())
-
-    def failed(self, what, err):
-        now = time.monotonic()
-        self.stats["disk_errors"] += 1
-        if self.since is None:
-            self.since = now
-        self.failures += 1
-        self.unlogged += 1
-        self.retry_at = now + min(0.1 * 2 ** min(self.failures - 1, 4), 1.0)
-        if now - self.logged_at >= 1.0:
-            log.error("offload: cannot write %s in %s (%s): %d failed write(s); records go to the sink "
-                      "straight from the queue and spill files until there is room",
-                      what, self.dir, err.strerror or err, self.unlogged)
-            self.logged_at, self.unlogged, self.told = now, 0, True
-
-    def ok(self):
-        """A journal write worked."""
-        if self.since is not None:
-            # (Only after a logged run: a disk that fills and empties all
-            # the time gives one pair of lines a second, not one per run.)
-            if self.told:
-                log.warning("offload: %s is writable again (%d failed write(s) in %.1f s)",
-                            self.dir, self.failures, time.monotonic() - self.since)
-            self.since, self.failures, self.retry_at, self.told = None, 0, 0.0, False
 
 
 def open_reader(cfg):
@@ -537,27 +378,14 @@ class Sibling:
         self.next_spill_scan = 0.0
 
     def run(self):
+        """The sibling's loop, until a stop (request_stop) is done: read,
+        adjust the priority, deliver, pause until there is more to do."""
         prepare = getattr(self.sink, "prepare", None)
         if prepare:
             prepare()
         self.resume()
         while True:
-            now = time.monotonic()
-            if self.journal.state_dirty and not self.disk.wait():
-                self._save_state()
-            if now >= self.next_spill_scan and self.read_mode():
-                self.spill_backlog = self.collect_spills(self.read_mode() == "direct")
-                self.next_spill_scan = now + (0.05 if self.spill_backlog else 0.5)
-                self.spill_looked = now
-            room = self.cfg["offload_max_pending"] - len(self.pending) - self.in_flight_records()
-            self.queue_backlog = room <= 0
-            # A full disk: records go to the sink straight from the queue,
-            # and the journal is tried again after a pause.
-            mode = self.read_mode()
-            if room > 0 and not self.stop_reading and mode:
-                limit = min(room, 4096)
-                self.queue_backlog = self.read_queue(limit, mode == "direct") >= limit
-                self.publish()
+            room = self._read()
             if self.priority is not None:
                 oldest = self.oldest_ts()
                 self.priority.update(time.time() - oldest if oldest else 0.0,
@@ -565,48 +393,85 @@ class Sibling:
                                      _forkwsgi.ring_used())
             delivered = self.deliver(force=self.stop_at is not None)
             self.publish()
-            if self.stop_at is not None:
-                # Draining: read what is queued (the ring, the spill files:
-                # a pod that goes away has no next start), deliver it, stop
-                # when both are empty or the graceful timeout is up (what is
-                # left stays where it is for the next start).
-                # (The producers have stopped: what they spilled last is
-                # known only to a look at the spill files begun since.)
-                spilled = self.spill_backlog or self.spill_looked < self.stop_asked
-                queued = not self.stop_reading and (_forkwsgi.ring_has_data() or spilled)
-                held = self.pending or self.in_flight
-                if not held and not queued or time.monotonic() >= self.stop_at:
-                    break
-                if not delivered and held:
-                    resend = self.next_resend()
-                    self.wait(min(0.05, resend if resend is not None else 0.05))
-                elif not held:
-                    self.next_spill_scan = 0.0    # only spill files wait: read them now
-                    time.sleep(0.01)              # (not in a tight loop if one cannot be read yet)
-                continue
-            if self.pending or self.in_flight:
-                # A batch is forming, or the sink has batches: sleep until
-                # the next is due or the sink reports, without waking for
-                # each record that arrives meanwhile (they wait in the queue
-                # and are read in one go). One wake-up per batch, not per
-                # record: the request threads share the CPU with us.
-                due = []
-                if self.pending and len(self.in_flight) < self.MAX_IN_FLIGHT:
-                    due.append(self.pending[0][0].ts + self.linger - time.time())
-                resend = self.next_resend()
-                if resend is not None:
-                    due.append(resend)
-                timeout = min(due) if due else self.linger
-                self.wait(min(max(timeout, 0.001), 0.05 if room <= 0 else self.linger))
-                continue
-            if time.monotonic() - self.last_taken < self.FLOWING:
-                # Records came a moment ago, more are likely: look again on a
-                # timer, so that no producer has to wake us (a futex wake is a
-                # syscall in a request). They wake us only once we sleep for
-                # good, FLOWING seconds after the last record.
-                time.sleep(min(max(self.linger, 0.001), 0.05))
-                continue
+            if self.stop_at is None:
+                self._pause(room)
+            elif self._drained():
+                break
+            else:
+                self._drain_pause(delivered)
+        self._finish()
+
+    def _read(self):
+        """One round of reading: the journal's state saved if due, the spill
+        files looked at if due, the ring read as far as there is room.
+        Returns the room left under --offload-max-pending before the read."""
+        now = time.monotonic()
+        if self.journal.state_dirty and not self.disk.wait():
+            self._save_state()
+        if now >= self.next_spill_scan and self.read_mode():
+            self.spill_backlog = self.collect_spills(self.read_mode() == "direct")
+            self.next_spill_scan = now + (0.05 if self.spill_backlog else 0.5)
+            self.spill_looked = now
+        room = self.cfg["offload_max_pending"] - len(self.pending) - self.in_flight_records()
+        self.queue_backlog = room <= 0
+        # A full disk: records go to the sink straight from the queue,
+        # and the journal is tried again after a pause.
+        mode = self.read_mode()
+        if room > 0 and not self.stop_reading and mode:
+            limit = min(room, 4096)
+            self.queue_backlog = self.read_queue(limit, mode == "direct") >= limit
+            self.publish()
+        return room
+
+    def _pause(self, room):
+        """Until there is more to do, while not stopping."""
+        if self.pending or self.in_flight:
+            # A batch is forming, or the sink has batches: sleep until
+            # the next is due or the sink reports, without waking for
+            # each record that arrives meanwhile (they wait in the queue
+            # and are read in one go). One wake-up per batch, not per
+            # record: the request threads share the CPU with us.
+            due = []
+            if self.pending and len(self.in_flight) < self.MAX_IN_FLIGHT:
+                due.append(self.pending[0][0].ts + self.linger - time.time())
+            resend = self.next_resend()
+            if resend is not None:
+                due.append(resend)
+            timeout = min(due) if due else self.linger
+            self.wait(min(max(timeout, 0.001), 0.05 if room <= 0 else self.linger))
+        elif time.monotonic() - self.last_taken < self.FLOWING:
+            # Records came a moment ago, more are likely: look again on a
+            # timer, so that no producer has to wake us (a futex wake is a
+            # syscall in a request). They wake us only once we sleep for
+            # good, FLOWING seconds after the last record.
+            time.sleep(min(max(self.linger, 0.001), 0.05))
+        else:
             _forkwsgi.ring_wait(500)             # idle: the first record wakes us (futex, no GIL)
+
+    def _drained(self):
+        """Draining (a stop): read what is queued (the ring, the spill
+        files: a pod that goes away has no next start), deliver it; True
+        once both are empty or the graceful timeout is up (what is left
+        stays where it is for the next start)."""
+        # (The producers have stopped: what they spilled last is
+        # known only to a look at the spill files begun since.)
+        spilled = self.spill_backlog or self.spill_looked < self.stop_asked
+        queued = not self.stop_reading and (_forkwsgi.ring_has_data() or spilled)
+        held = self.pending or self.in_flight
+        return not held and not queued or time.monotonic() >= self.stop_at
+
+    def _drain_pause(self, delivered):
+        """Between rounds of draining: until the sink reports, or briefly."""
+        held = self.pending or self.in_flight
+        if not delivered and held:
+            resend = self.next_resend()
+            self.wait(min(0.05, resend if resend is not None else 0.05))
+        elif not held:
+            self.next_spill_scan = 0.0    # only spill files wait: read them now
+            time.sleep(0.01)              # (not in a tight loop if one cannot be read yet)
+
+    def _finish(self):
+        """After the loop: what is left journaled and logged, the sink closed."""
         if self.read_mode() == "journal":        # never behind records read straight and not delivered
             self.collect_spills()
         try:
@@ -626,85 +491,3 @@ class Sibling:
         close = getattr(self.sink, "close", None)
         if close:
             close()
-
-
-def keep_leaving_idle(nice):
-    """As root, before the sibling becomes --user: Linux lets a process
-    that is not root leave SCHED_IDLE (Priority) for a nice level within
-    its RLIMIT_NICE (20 - nice or more): raised that far, if root may
-    (CAP_SYS_RESOURCE, which containers often lack). If not, Priority
-    sees it and never idles: it runs SCHED_BATCH."""
-    need = 20 - nice
-    soft, hard = resource.getrlimit(resource.RLIMIT_NICE)
-    if soft == resource.RLIM_INFINITY or soft >= need:
-        return
-    try:
-        resource.setrlimit(resource.RLIMIT_NICE, (need, hard if hard == resource.RLIM_INFINITY else max(hard, need)))
-    except (ValueError, OSError):
-        log.info("offload: the sibling runs SCHED_BATCH, not idle: as a user other than root, leaving SCHED_IDLE "
-                 "needs RLIMIT_NICE %d or more (it is %d, and may not be raised here)", need, hard)
-
-
-def main():
-    """Entry point of a sibling started as a program by a server without a
-    master (supervisor.SpawnStarter); its settings and descriptors are in
-    $FORKWSGI_SIBLING."""
-    spec = json.loads(os.environ.pop("FORKWSGI_SIBLING"))
-    cfg = spec["cfg"]
-    process.setup_logging(cfg.get("log_level", "INFO"))
-    counters = mmap.mmap(spec["counters_fd"], counters_size(1))
-    run_sibling(cfg, spec["parent"], counters=sibling_counters(counters, 1))
-
-
-def run_sibling(cfg, parent_pid, counters=None, owner=None):
-    """Entry point in the sibling process; never returns. owner: --user
-    (process.Owner), which it becomes before it reads anything the workers
-    wrote or imports a python: sink."""
-    code = 0
-    try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        process.leave_to_the_master((signal.SIGTTIN, signal.SIGTTOU))
-        signal.signal(signal.SIGUSR1, lambda signum, frame: logs.reopen())     # logrotate, via the master
-        if owner and owner.needed():
-            keep_leaving_idle(cfg["offload_nice"])
-            owner.become()
-        process.die_with_parent(parent_pid)         # after become(): a new identity clears it
-        process.set_title("forkwsgi: offload")
-        # Thousands of records a second are made and dropped: collect
-        # cycles rarely, and never look at what the server made before.
-        gc.freeze()
-        gc.set_threshold(100_000, 50, 100)
-        # Before the sink starts threads of its own (librdkafka's): they
-        # inherit the policy and the nice level.
-        priority = Priority(cfg["offload_nice"])
-        sib = Sibling(cfg, counters, priority=priority)
-
-        def drain(signum, frame):
-            sib.request_stop(time.monotonic() + cfg["graceful_timeout"])
-
-        def fast(signum, frame):
-            sib.request_stop(time.monotonic())
-
-        def hand_over(signum, frame):
-            sib.request_stop(time.monotonic() + cfg["graceful_timeout"], read=False)
-
-        signal.signal(signal.SIGHUP, hand_over)
-        signal.signal(signal.SIGTERM, drain)
-        signal.signal(signal.SIGINT, fast)
-        signal.signal(signal.SIGQUIT, fast)
-        # Whoever started us held these until now (a stop asked for
-        # during start-up waits for the handlers instead of killing us).
-        process.release_stop_signals()
-        sib.take_over()
-        priority.watch(_forkwsgi.ring_reader_stats()["capacity"])
-        sib.run()
-    except BaseException:
-        log.exception("the offload sibling failed")
-        code = 1
-    finally:
-        os._exit(code)
-
-
-if __name__ == "__main__":
-    main()

@@ -25,7 +25,7 @@ class SpillCollector:
     def __init__(self, spill_dir, journal, disk, producers_alive=None):
         self.spill_dir = spill_dir
         self.journal = journal
-        self.disk = disk                 # sibling.DiskTrouble: failed writes are counted and retried
+        self.disk = disk                 # disktrouble.DiskTrouble: failed writes are counted and retried
         self.producers_alive = producers_alive or _pid_alive
         self.room = 0
         self.journaled = 0               # records journaled, for the sibling's counter
@@ -94,6 +94,9 @@ class SpillCollector:
                     os.close(fd)
 
     def _collect_one(self, path, name, alive, take, direct):
+        """One spill file: its whole records taken (journaled, or read
+        straight), the file deleted once read to the end. Returns True if
+        records were left in it."""
         done = self.journal.state["spill"].get(name, 0)      # journaled, or delivered
         # Read on from here; past done only in direct mode (read_mode()
         # reads into the journal only once everything read straight is
@@ -107,91 +110,107 @@ class SpillCollector:
         try:
             with _Locked(fd, wait=False):             # not locked (being appended): read what is whole
                 data = os.pread(fd, _read_size(fd, start), start)
-            view = memoryview(data)                     # the journal gets slices of it, not copies
-            off = 0
-            taken = 0                                   # read straight, to be delivered
-            incomplete = False                          # stopped at a record not all there
-            while off < len(data) and self.room > 0:
-                try:
-                    rec, size = parse(data, off)
-                except BadRecord:
-                    if direct and (taken or start != done):
-                        break       # skipped once what was read before it is delivered (the state is there then)
-                    log.error("offload: spill file %s is damaged at offset %d: skipping the rest of it",
-                              path, start + off)
-                    off = len(data)
-                    break
-                if rec is None:
-                    incomplete = True
-                    break
-                if direct:
-                    take((rec, name, start + off + size))
-                    taken += 1
-                else:
-                    try:
-                        seg, end = self.journal.append(view[off:off + size])
-                    except OSError as e:
-                        self.disk.failed("the journal", e)   # the rest waits in the spill file
-                        break
-                    self.disk.ok()
-                    take((rec, seg, end))
-                    self.journaled += 1
-                self.room -= 1
-                off += size
+            off, taken, incomplete = self._take_records(path, name, data, start, done, take, direct)
             if direct and (taken or start != done):
                 # Read, not delivered yet: the file stays as it is until they are.
                 self.unsettled[name] = start + off
                 return os.fstat(fd).st_size > start + off
-            if off:
-                # Journaled (or skipped as damaged) before the file forgets
-                # them; if that cannot be made sure, they are collected again
-                # (twice, never lost).
-                try:
-                    self.journal.sync()
-                    self.journal.state["spill"][name] = done + off
-                    self.journal.save_state()
-                except OSError as e:
-                    self.journal.state["spill"][name] = done
-                    self.disk.failed("the journal state", e)
-                    return True
-            # Read to the end: delete it if nothing came meanwhile (checked
-            # under the lock, which a live producer holds while appending).
-            # Without an append under way, half a record at the end is one
-            # whose producer was killed while appending it (offload() had
-            # not returned), or could not take back after a failed write
-            # (offload() returned False; the producer moved on to a new
-            # file): no one will finish it or write behind it.
-            collected = done + off
-            with _Locked(fd, wait=False) as locked:
-                quiet = locked or not alive               # no append under way
-                size = os.fstat(fd).st_size
-                # (size == what was read: the read reached the end, so the
-                # rest is all there is of that record.)
-                cut_off = quiet and incomplete and size == done + len(data) and _cut_off(fd, collected, size)
-                deleted = quiet and (size == collected or cut_off)
-                if deleted:
-                    os.unlink(path)
-                    # Its blocks go back now, not when its worker, which
-                    # still has it open, next spills and finds it gone (a
-                    # full disk would stay full meanwhile). After the
-                    # unlink: a file cut short under its name would be
-                    # appended to below the offset the state keeps.
-                    with contextlib.suppress(OSError):
-                        os.ftruncate(fd, 0)
-            if cut_off:
-                log.warning("offload: spill file %s ends in half a record (an append cut off: its worker "
-                            "was killed, or the disk failed; that record was never acknowledged): deleted "
-                            "after journaling the whole records before it", path)
-            if deleted:
-                self.journal.state["spill"].pop(name, None)
-                try:
-                    self.journal.save_state()
-                except OSError as e:
-                    self.disk.failed("the journal state", e)
+            if off and not self._journaled(name, done, off):
+                return True
+            if self._delete_if_read(fd, path, name, done + off, done + len(data), incomplete, alive):
                 return False
             return os.fstat(fd).st_size > done + off
         finally:
             os.close(fd)
+
+    def _take_records(self, path, name, data, start, done, take, direct):
+        """The whole records of `data` (read at offset `start`), as far as
+        the room goes: appended to the journal, or (direct) handed to take()
+        as they are. Returns (bytes of data taken or skipped as damaged,
+        records read straight, whether it stopped at a record not all
+        there)."""
+        view = memoryview(data)                     # the journal gets slices of it, not copies
+        off = 0
+        taken = 0                                   # read straight, to be delivered
+        while off < len(data) and self.room > 0:
+            try:
+                rec, size = parse(data, off)
+            except BadRecord:
+                if direct and (taken or start != done):
+                    break       # skipped once what was read before it is delivered (the state is there then)
+                log.error("offload: spill file %s is damaged at offset %d: skipping the rest of it",
+                          path, start + off)
+                return len(data), taken, False
+            if rec is None:
+                return off, taken, True
+            if direct:
+                take((rec, name, start + off + size))
+                taken += 1
+            else:
+                try:
+                    seg, end = self.journal.append(view[off:off + size])
+                except OSError as e:
+                    self.disk.failed("the journal", e)   # the rest waits in the spill file
+                    break
+                self.disk.ok()
+                take((rec, seg, end))
+                self.journaled += 1
+            self.room -= 1
+            off += size
+        return off, taken, False
+
+    def _journaled(self, name, done, off):
+        """The `off` bytes after `done` were journaled (or skipped as
+        damaged): made sure before the file forgets them. False if that
+        cannot be made sure: they are collected again (twice, never lost)."""
+        try:
+            self.journal.sync()
+            self.journal.state["spill"][name] = done + off
+            self.journal.save_state()
+        except OSError as e:
+            self.journal.state["spill"][name] = done
+            self.disk.failed("the journal state", e)
+            return False
+        return True
+
+    def _delete_if_read(self, fd, path, name, collected, read_to, incomplete, alive):
+        """Read to the end (`collected`, its offset; `read_to`, where the
+        read ended): delete the file if nothing came meanwhile (checked
+        under the lock, which a live producer holds while appending).
+        Returns True if it was deleted.
+
+        Without an append under way, half a record at the end is one whose
+        producer was killed while appending it (offload() had not
+        returned), or could not take back after a failed write (offload()
+        returned False; the producer moved on to a new file): no one will
+        finish it or write behind it."""
+        with _Locked(fd, wait=False) as locked:
+            quiet = locked or not alive               # no append under way
+            size = os.fstat(fd).st_size
+            # (size == what was read: the read reached the end, so the
+            # rest is all there is of that record.)
+            cut_off = quiet and incomplete and size == read_to and _cut_off(fd, collected, size)
+            deleted = quiet and (size == collected or cut_off)
+            if deleted:
+                os.unlink(path)
+                # Its blocks go back now, not when its worker, which
+                # still has it open, next spills and finds it gone (a
+                # full disk would stay full meanwhile). After the
+                # unlink: a file cut short under its name would be
+                # appended to below the offset the state keeps.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+        if cut_off:
+            log.warning("offload: spill file %s ends in half a record (an append cut off: its worker "
+                        "was killed, or the disk failed; that record was never acknowledged): deleted "
+                        "after journaling the whole records before it", path)
+        if deleted:
+            self.journal.state["spill"].pop(name, None)
+            try:
+                self.journal.save_state()
+            except OSError as e:
+                self.disk.failed("the journal state", e)
+        return deleted
 
 
 def _read_size(fd, start):

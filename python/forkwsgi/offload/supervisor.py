@@ -27,7 +27,7 @@ import time
 from .. import process
 from . import producer
 from .queue import OffloadQueue
-from .sibling import run_sibling
+from .sibling_process import run_sibling
 
 log = logging.getLogger("forkwsgi")
 
@@ -68,7 +68,7 @@ class ForkStarter:
 
 
 class SpawnStarter:
-    """Run the sibling as a program (python -m forkwsgi.offload.sibling),
+    """Run the sibling as a program (python -m forkwsgi.offload.sibling_process),
     handing it the counters' memfd (it opens the ring itself)."""
 
     def __init__(self, queue):
@@ -83,7 +83,7 @@ class SpawnStarter:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
                    FORKWSGI_SIBLING=json.dumps({"counters_fd": q.counters_fd, "parent": os.getpid(), "cfg": keep}))
         with process.stop_signals_held():
-            proc = subprocess.Popen([sys.executable, "-m", "forkwsgi.offload.sibling"],
+            proc = subprocess.Popen([sys.executable, "-m", "forkwsgi.offload.sibling_process"],
                                     pass_fds=(q.counters_fd,), env=env,
                                     stdin=subprocess.DEVNULL, process_group=0)    # no Ctrl-C from a terminal
         self.procs[proc.pid] = proc
