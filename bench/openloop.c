@@ -1,13 +1,17 @@
 /* openloop: a fixed-rate (open-loop) HTTP/1.1 load generator for
  * bench/run_offload.py.
  *
- *   openloop HOST PORT PATH RATE SECONDS MAXCONN OUTFILE
+ *   openloop [-f] [-i IDLE] HOST PORT PATH RATE SECONDS MAXCONN OUTFILE
  *
  * Request i is due at t0 + i / RATE, for i < RATE * SECONDS, whatever
  * happened to the requests before it (open loop). At its due time it is
- * written on an idle kept-alive connection (the most recently freed one);
- * if all MAXCONN connections are busy it waits in a FIFO backlog until one
- * is free. Its latency is measured from the DUE time to the end of the
+ * written on an idle kept-alive connection (the most recently freed one;
+ * with -f the one free longest, so every one of the MAXCONN connections
+ * sends in turn); if all MAXCONN connections are busy it waits in a FIFO
+ * backlog until one is free. -i IDLE opens IDLE more connections before the
+ * clock starts and keeps them open, silent (the many-connections benchmark:
+ * a server holding thousands of idle kept-alive clients); the summary line
+ * says how many of them the server closed by the end (idle_closed). Its latency is measured from the DUE time to the end of the
  * response, so a stall is charged to every request scheduled during it (no
  * coordinated omission), and the client's own lateness is counted too (it
  * is also reported apart: "lag" = actual write time - due time).
@@ -30,6 +34,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CONN 256
+#define MAX_CONN 20000
 #define BUF 8192
 #define GRACE_NS 10000000000LL
 
@@ -53,15 +58,20 @@ typedef struct {
     char buf[BUF];
 } conn_t;
 
-static conn_t conns[MAX_CONN];
+static conn_t *conns;
 static int nconn, epfd;
+static int fifo;                 /* -f: the free connection taken is the one free longest */
+static int *silent, nsilent;     /* -i: the idle connections' fds */
 static struct sockaddr_in addr;
 static char request[512];
 static size_t reqlen;
 static int64_t *due, *lat, *lag;
 static int *status;
 static long nreq;
-static int idle[MAX_CONN], nidle;
+/* The free connections: a ring of indexes into conns, [idle_head, +nidle);
+ * a release appends at the tail; dispatch takes from the tail (LIFO) or,
+ * with -f, from the head (FIFO). */
+static int *idle, idle_head, nidle;
 static long *backlog, bl_head, bl_tail;
 static long connects, errors, non200, ok, maxbusy, busy_now;
 
@@ -94,6 +104,35 @@ static int open_conn(conn_t *c)
     epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
     connects++;
     return 0;
+}
+
+static void idle_push(int k)
+{
+    idle[(idle_head + nidle++) % nconn] = k;
+}
+
+static int idle_take(void)
+{
+    nidle--;
+    if (!fifo)
+        return idle[(idle_head + nidle) % nconn];
+    int k = idle[idle_head];
+    idle_head = (idle_head + 1) % nconn;
+    return k;
+}
+
+/* Drop connection k from the free ring (the server closed it while free). */
+static void idle_drop(int k)
+{
+    for (int j = 0; j < nidle; j++) {
+        int *slot = &idle[(idle_head + j) % nconn];
+        if (*slot == k) {
+            for (; j < nidle - 1; j++)
+                idle[(idle_head + j) % nconn] = idle[(idle_head + j + 1) % nconn];
+            nidle--;
+            return;
+        }
+    }
 }
 
 static void finish(long i, int st, int64_t t)
@@ -130,14 +169,14 @@ static void send_on(conn_t *c, long i)
         c->busy = 0;
         busy_now--;
         if (c->fd >= 0)
-            idle[nidle++] = (int)(c - conns);
+            idle_push((int)(c - conns));
     }
 }
 
 static void dispatch(long i)
 {
     if (nidle > 0) {
-        send_on(&conns[idle[--nidle]], i);
+        send_on(&conns[idle_take()], i);
         return;
     }
     backlog[bl_tail++] = i;
@@ -150,7 +189,7 @@ static void release(conn_t *c)
     if (bl_head < bl_tail)
         send_on(c, backlog[bl_head++]);
     else
-        idle[nidle++] = (int)(c - conns);
+        idle_push((int)(c - conns));
 }
 
 /* A whole response in c->buf? Returns its length (and *st), 0 if not yet, -1 if garbage. */
@@ -231,12 +270,8 @@ static void on_readable(conn_t *c)
             finish(req, 0, now_ns());
             busy_now--;
         } else {
-            /* idle connection closed: drop it from the idle stack */
-            for (int k = 0; k < nidle; k++)
-                if (idle[k] == (int)(c - conns)) {
-                    idle[k] = idle[--nidle];
-                    break;
-                }
+            /* idle connection closed: drop it from the free ring */
+            idle_drop((int)(c - conns));
         }
         c->busy = 0;
         if (open_conn(c) < 0)
@@ -248,18 +283,66 @@ static void on_readable(conn_t *c)
     }
 }
 
+/* Opens the -i connections: blocking connects in order (a server whose
+ * accept queue is full makes the kernel retry the SYN; the connect waits),
+ * each one then left alone. Returns 0, or -1 with the error printed. */
+static int open_silent(void)
+{
+    silent = calloc((size_t)nsilent + 1, sizeof *silent);
+    if (!silent)
+        return -1;
+    for (int k = 0; k < nsilent; k++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
+            fprintf(stderr, "openloop: idle connection %d: %s\n", k, strerror(errno));
+            return -1;
+        }
+        silent[k] = fd;
+    }
+    return 0;
+}
+
+/* How many -i connections the server has closed (reads EOF or an error). */
+static long count_silent_closed(void)
+{
+    long closed = 0;
+    for (int k = 0; k < nsilent; k++) {
+        char c;
+        ssize_t n = recv(silent[k], &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            closed++;
+    }
+    return closed;
+}
+
 int main(int argc, char **argv)
 {
+    int opt;
+    while ((opt = getopt(argc, argv, "fi:")) != -1) {
+        if (opt == 'f')
+            fifo = 1;
+        else if (opt == 'i')
+            nsilent = atoi(optarg);
+        else
+            return 2;
+    }
+    argc -= optind - 1;
+    argv += optind - 1;
     if (argc != 8) {
-        fprintf(stderr, "usage: openloop HOST PORT PATH RATE SECONDS MAXCONN OUTFILE\n");
+        fprintf(stderr, "usage: openloop [-f] [-i IDLE] HOST PORT PATH RATE SECONDS MAXCONN OUTFILE\n");
         return 2;
     }
     double rate = atof(argv[4]), seconds = atof(argv[5]);
     nconn = atoi(argv[6]);
-    if (rate <= 0 || seconds <= 0 || rate * seconds > 5e6 || nconn < 1 || nconn > MAX_CONN) {
-        fprintf(stderr, "openloop: bad RATE/SECONDS/MAXCONN\n");
+    if (rate <= 0 || seconds <= 0 || rate * seconds > 5e6 || nconn < 1 || nconn > MAX_CONN ||
+        nsilent < 0 || nsilent > 100000) {
+        fprintf(stderr, "openloop: bad RATE/SECONDS/MAXCONN/IDLE\n");
         return 2;
     }
+    conns = calloc((size_t)nconn, sizeof *conns);
+    idle = calloc((size_t)nconn, sizeof *idle);
+    if (!conns || !idle)
+        return 3;
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
@@ -282,29 +365,36 @@ int main(int argc, char **argv)
         lat[i] = -1;
 
     epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (nsilent > 0 && open_silent() < 0)
+        return 1;
     for (int k = 0; k < nconn; k++) {
         if (open_conn(&conns[k]) < 0) {
             perror("openloop: connect");
             return 1;
         }
     }
-    /* Let the connects complete (loopback: at once) before the clock starts. */
-    usleep(200000);
+    /* Let the connects complete before the clock starts (loopback: at once,
+     * unless the server's accept queue is full and the SYN is retried). */
     for (int k = 0; k < nconn; k++) {
         int err = 0;
         socklen_t len = sizeof err;
-        if (getsockopt(conns[k].fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err) {
+        struct pollfd pfd = { .fd = conns[k].fd, .events = POLLOUT };
+        if (poll(&pfd, 1, 10000) != 1 ||
+            getsockopt(conns[k].fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err) {
             fprintf(stderr, "openloop: connect: %s\n", strerror(err ? err : errno));
             return 1;
         }
     }
     for (int k = nconn - 1; k >= 0; k--)
-        idle[nidle++] = k;
+        idle_push(k);
 
     int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     struct epoll_event tev = { .events = EPOLLIN, .data.ptr = NULL };
     epoll_ctl(epfd, EPOLL_CTL_ADD, tfd, &tev);
 
+    /* Connected: say so (a caller measuring the server from here on). */
+    printf("OPENLOOP-READY\n");
+    fflush(stdout);
     int64_t t0 = now_ns() + 1000000;
     double interval = 1e9 / rate;
     for (long i = 0; i < nreq; i++)
@@ -361,6 +451,7 @@ int main(int argc, char **argv)
     }
     fclose(f);
     printf("OPENLOOP sent=%ld ok=%ld non200=%ld errors=%ld timeouts=%ld connects=%ld maxconn_used=%ld "
-           "backlogged=%ld\n", sent, ok, non200, errors, timeouts, connects, maxbusy, bl_tail);
+           "backlogged=%ld idle_closed=%ld\n", sent, ok, non200, errors, timeouts, connects, maxbusy, bl_tail,
+           count_silent_closed());
     return 0;
 }

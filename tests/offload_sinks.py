@@ -4,7 +4,8 @@ It appends every batch it takes to $FW_SINK_OUT as JSON lines, each with the
 batch number, and obeys files in $FW_SINK_CTL:
   fail    raise (the sink is "down"): the batch is retried later
   slow    sleep this many seconds (the file's content) before taking a batch
-  gate    hold the batch (checked after fail) until this file is removed
+  gate    hold the batch (checked after fail) until this file is removed;
+          while it holds one, the file "at-gate" exists (a test waits on it)
   digest  write each value's length and SHA-256, not the value (records of
           megabytes: the sink's own copies would hide the sibling's memory)
 and refuses for good every record whose value contains b"REJECT".
@@ -24,8 +25,12 @@ class ControlledSink:
     def send(self, batch):
         if os.path.exists(os.path.join(self.ctl, "fail")):
             raise ConnectionError("sink down (test)")
-        while os.path.exists(os.path.join(self.ctl, "gate")):
-            time.sleep(0.02)
+        gate, at_gate = os.path.join(self.ctl, "gate"), os.path.join(self.ctl, "at-gate")
+        if os.path.exists(gate):
+            open(at_gate, "w").close()
+            while os.path.exists(gate):
+                time.sleep(0.02)
+            os.unlink(at_gate)
         slow = os.path.join(self.ctl, "slow")
         if os.path.exists(slow):
             with open(slow) as f:

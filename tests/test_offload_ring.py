@@ -274,7 +274,10 @@ def test_a_new_server_while_the_old_sibling_still_drains_loses_nothing(make_serv
     assert doc["results"] == [True] * 40
     want = {f"{doc['pid']}-a{i}-" for i in range(40)}
     assert wait_for(lambda: json.loads(get(old, "/stats").body)["sibling"]["journaled"] == 40), old.log()
-    old.signal(signal.SIGKILL)                 # its sibling holds the first batch at the gate
+    # Its sink holds the first batch at the gate (so the "fail" below comes
+    # after that batch passed the sink's check for it).
+    assert wait_for(lambda: (dirs["ctl"] / "at-gate").exists()), old.log()
+    old.signal(signal.SIGKILL)
     assert old.proc.wait(10) == -signal.SIGKILL
     fresh_ctl = tmp_path / "ctl-new"           # the new server's sink has no gate
     fresh_ctl.mkdir()

@@ -233,6 +233,8 @@ def test_reload_checks_leave_no_app_metrics_behind(tmp_path):
         return [line for line in body.splitlines() if line.startswith("review_loads_total")]
     try:
         assert wait_for(lambda: len(workers(s)) == 1)
+        # --lazy-apps: the worker exists before it has imported the app.
+        assert wait_for(lambda: loads() != [], 20)
         before = loads()
         for n in range(3):
             s.signal(signal.SIGHUP)

@@ -186,8 +186,8 @@ def test_harakiri_retires_a_stuck_worker(tmp_path):
             "http-socket = 127.0.0.1:0\nharakiri = 1\n")
     s = start(project(tmp_path, text))
     try:
+        assert wait_for(lambda: len(s.worker_pids()) == 1)
         first = s.worker_pids()
-        assert len(first) == 1
         stuck = threading.Thread(target=lambda: get(s.port, "/sleep?4", timeout=15))
         stuck.start()
         # The master logs the stuck request and starts a replacement at once.

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 
 from .base import BENCH, CLIENT_CPU, HOST, OUT, apt_install, run_quiet
 from .servers import pinned
@@ -35,21 +36,36 @@ def pct(sorted_vals, q):
     return sorted_vals[min(k, len(sorted_vals) - 1)]
 
 
-def run_openloop(port, rate, seconds, out_path, conns, path="/", prefix=(), cpu=CLIENT_CPU):
+def run_openloop(port, rate, seconds, out_path, conns, path="/", prefix=(), cpu=CLIENT_CPU, idle=0, fifo=False,
+                 on_ready=None):
     """RATE requests a second for SECONDS on up to `conns` kept-alive
-    connections, pinned to `cpu` (after `prefix`, e.g. chrt). Returns its
-    summary counts with latency percentiles in microseconds (p50_us ..
-    max_us, from each request's due time), lag percentiles and rps, or
-    {"failure": why}."""
-    argv = [*prefix, *pinned(cpu, [OPENLOOP, HOST, str(port), path, str(rate), str(seconds), str(conns),
+    connections, pinned to `cpu` (after `prefix`, e.g. chrt); with `fifo`,
+    every connection sends in turn; `idle` more connections held open,
+    silent. on_ready() is called once every connection is open, as the clock
+    starts. Returns its summary counts with latency percentiles in
+    microseconds (p50_us .. max_us, from each request's due time), lag
+    percentiles and rps, or {"failure": why}."""
+    opts = (["-f"] if fifo else []) + (["-i", str(idle)] if idle else [])
+    argv = [*prefix, *pinned(cpu, [OPENLOOP, *opts, HOST, str(port), path, str(rate), str(seconds), str(conns),
                                    out_path])]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timer = threading.Timer(seconds + 40 + idle / 500, proc.kill)     # bounded: connects, run, grace
+    timer.start()
+    lines = []
     try:
-        r = run_quiet(argv, timeout=seconds + 40)
-    except subprocess.TimeoutExpired:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("OPENLOOP-READY") and on_ready is not None:
+                on_ready()
+        proc.wait()
+    finally:
+        timer.cancel()
+    stdout = "".join(lines)
+    if proc.returncode == -9:
         return {"failure": "openloop did not finish"}
-    m = re.search(r"^OPENLOOP (.*)$", r.stdout, re.M)
-    if r.returncode != 0 or not m:
-        return {"failure": "openloop failed: " + r.stdout.strip()[-300:]}
+    m = re.search(r"^OPENLOOP (.*)$", stdout, re.M)
+    if proc.returncode != 0 or not m:
+        return {"failure": "openloop failed: " + stdout.strip()[-300:]}
     res = {k: int(v) for k, v in (kv.split("=") for kv in m.group(1).split())}
     lat, lag = [], []
     with open(out_path) as f:
