@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #define READ_CHUNK (16 * 1024)
+#define FIRST_READ 4096              /* a connection's first read, into the stack */
 #define IDLE_KEEP_BYTES (16 * 1024)   /* an idle connection keeps at most this much buffer */
 
 #define CONN_OF(wp) ((fw_conn *)((char *)(wp) - offsetof(fw_conn, w)))
@@ -51,6 +52,16 @@ static size_t max_vars(const fw_server *srv, const fw_listener *lst)
     return lst->uwsgi ? n + FW_UWSGI_EXTRA_VARS : n;
 }
 
+/* The header array, made with the first request's first bytes (c->hdrs
+ * NULL before): a connection that never sends holds none (thousands of
+ * idle clients). Filled by the parser before any read: not zeroed.
+ * 0, or -ENOMEM. */
+static int conn_headers(fw_conn *c)
+{
+    c->hdrs = malloc(max_vars(c->srv, c->lst) * sizeof(fw_header));
+    return c->hdrs ? 0 : -ENOMEM;
+}
+
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
                      const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client,
                      int64_t age_ms)
@@ -58,12 +69,6 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
     fw_conn *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
-    /* Filled by the parser before any read: no need to zero it. */
-    c->hdrs = malloc(max_vars(srv, lst) * sizeof(fw_header));
-    if (!c->hdrs) {
-        free(c);
-        return NULL;
-    }
     c->w.fd = fd;
     c->w.cb = conn_cb;
     c->w.oneshot = srv->pool != NULL;
@@ -290,12 +295,22 @@ static void conn_fail(fw_conn *c, int status)
  * read's errno, -ENOMEM (the caller decides how to close). */
 static int conn_read(fw_conn *c, size_t want)
 {
-    if (fw_buf_reserve(&c->in, want) != 0)
+    /* No buffer yet (a new connection): read into the stack first, so a
+     * client that has sent nothing costs no read buffer. The read at accept
+     * would otherwise give every one of thousands of silent connections
+     * its READ_CHUNK (a page of RSS each, from malloc's header alone). */
+    char first[FIRST_READ];
+    int fresh = c->in.data == NULL;
+    if (!fresh && fw_buf_reserve(&c->in, want) != 0)
         return -ENOMEM;
     for (;;) {
-        ssize_t n = read(c->w.fd, fw_buf_tail(&c->in), fw_buf_room(&c->in));
+        ssize_t n = fresh ? read(c->w.fd, first, sizeof first)
+                          : read(c->w.fd, fw_buf_tail(&c->in), fw_buf_room(&c->in));
         if (n > 0) {
-            c->in.len += (size_t)n;
+            if (fresh && fw_buf_append(&c->in, first, (size_t)n) != 0)
+                return -ENOMEM;
+            if (!fresh)
+                c->in.len += (size_t)n;
             return 0;
         }
         if (n == 0)
@@ -699,6 +714,8 @@ int fw_conn_parse_head(fw_conn *c)
 {
     const char *why;
     size_t n;
+    if (!c->hdrs && conn_headers(c) < 0)
+        return 500;
     c->req.headers = c->hdrs;
     if (!c->lst->uwsgi)
         return fw_http_parse_head(c->head, c->head_len, &c->srv->cfg.limits, &c->req);
@@ -804,6 +821,10 @@ static enum drive step_head(fw_conn *c)
             fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     }
     const char *buf = fw_buf_head(&c->in);
+    if (!c->hdrs && conn_headers(c) < 0) {
+        conn_fail(c, 500);
+        return DRIVE_ON;
+    }
     return c->lst->uwsgi ? uwsgi_head(c, buf, used) : http_head(c, buf, used);
 }
 

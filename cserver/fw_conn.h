@@ -155,7 +155,8 @@ struct fw_conn {
 
     /* Current request. */
     fw_request req;
-    fw_header *hdrs;                  /* owned, limits.max_headers entries */
+    fw_header *hdrs;                  /* owned, limits.max_headers entries; NULL until the
+                                       * first request's first bytes (conn_headers) */
     const char *head;                 /* where req's strings live: into in, or head_copy */
     size_t head_len;
     char *head_copy;                  /* owned when the head had to leave `in` */

@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 
-from httpraw import Conn, wait_for
+from httpraw import Conn, established, wait_for
 
 
 def timed_get(s, path="/"):
@@ -226,3 +226,38 @@ def test_max_connections_closes_the_longest_idle_for_a_new_client(make_server):
     assert "--max-connections 5 reached: closing the longest idle" in s.log()
     for c in held + [newcomer]:
         c.close()
+
+
+def test_silent_connections_bounded_memory(make_server):
+    """3,000 clients that connect and send nothing (a load balancer's idle
+    pool, a connection flood): each costs the worker its connection record,
+    not buffers. Before, the read at accept gave each one its 16 KiB read
+    buffer and the header array on arrival: +8 KiB of RSS per connection
+    (24 MiB here); now about 1 KiB."""
+    s = make_server("apps:echo", "--workers", "1", "--keep-alive", "60")
+    assert s.get("/warm").status == 200
+    before = _rss_kb(s, "VmRSS")
+    conns = []
+    try:
+        for _ in range(3000):
+            conns.append(socket.create_connection(("127.0.0.1", s.port), timeout=10))
+        # Every one accepted: all established, none left in the accept queue.
+        assert wait_for(lambda: established(s.port) >= 3000 and accept_queue(s.port) == 0, 20)
+        grown = _rss_kb(s, "VmRSS") - before
+        assert grown < 3000 * 3, f"{grown} KiB for 3000 silent connections"
+        assert s.get("/normal").status == 200
+    finally:
+        for c in conns:
+            c.close()
+
+
+
+def accept_queue(port):
+    """Connections waiting in the accept queue of the listener on port
+    (its rx_queue in /proc/net/tcp)."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
+                return int(fields[4].split(":")[1], 16)
+    return 0
