@@ -90,14 +90,16 @@ def input_misuse(environ, start_response, query):
     lines.append(repr(inp.read()))
     KEPT["input"] = inp
     KEPT["start_response"] = start_response
-    return text_answer(start_response, lines)
+    KEPT["write"] = start_response("200 OK", [("Content-Type", "text/plain")])
+    return ["\n".join(lines).encode()]
 
 
 def input_kept(environ, start_response, query):
     """The wsgi.input and start_response of an ended request."""
-    inp, sr = KEPT["input"], KEPT["start_response"]
+    inp, sr, write = KEPT["input"], KEPT["start_response"], KEPT.pop("write")
     return text_answer(start_response, [error_text(inp.read), error_text(inp.readlines),
-                                        error_text(sr, "200 OK", [])])
+                                        error_text(sr, "200 OK", []), error_text(sr.write, b"late"),
+                                        error_text(write, b"late")])
 
 
 def input_spool_lost(environ, start_response, query):
@@ -154,6 +156,15 @@ def sr_write_str(environ, start_response, query):
     return [b"never"]
 
 
+def sr_write_bad_head(environ, start_response, query):
+    start_response("200 OK", [("Content-Length", "x")])(b"body")
+    return [b"never"]
+
+
+def sr_no_call(environ, start_response, query):
+    return []
+
+
 def sr_write_two(environ, start_response, query):
     start_response("200 OK", [])(b"a", b"b")
     return [b"never"]
@@ -177,7 +188,8 @@ def sr_late_exc_info(environ, start_response, query):
 
 
 START_RESPONSE = {"status": sr_status, "headers": sr_headers, "one-arg": sr_one_arg, "write-first": sr_write_first,
-                  "write-str": sr_write_str, "write-two": sr_write_two, "late-exc-info": sr_late_exc_info}
+                  "write-str": sr_write_str, "write-two": sr_write_two,
+                  "write-bad-head": sr_write_bad_head, "no-call": sr_no_call, "late-exc-info": sr_late_exc_info}
 
 
 # ---- bodies the server frames ------------------------------------------------------

@@ -347,6 +347,8 @@ def one_worker():
     ("/sr-write-first", "AssertionError: write() called before start_response()"),
     ("/sr-write-str", "TypeError: a bytes-like object is required, not 'str'"),
     ("/sr-write-two", "TypeError: write() takes exactly one argument (the bytes to send)"),
+    ("/sr-write-bad-head", "ValueError: invalid or duplicate response header ('Content-Length', 'x')"),
+    ("/sr-no-call", "RuntimeError: the app did not call start_response()"),
     ("/body-not-iterable", "The app returned a non-iterable for GET /body-not-iterable"),
 ])
 def test_start_response_misuse_is_a_500_with_the_reason_logged(one_worker, path, error):
@@ -480,7 +482,8 @@ def test_wsgi_input_refuses_bad_arguments_and_an_ended_request(one_worker):
         r = c.read_response()
         assert r.status == 200
         assert r.body.decode().split("\n") == ["ValueError: wsgi.input used after the request ended"] * 2 + \
-            ["RuntimeError: start_response() called after the request ended"]
+            ["RuntimeError: start_response() called after the request ended"] + \
+            ["RuntimeError: write() called after the request ended"] * 2
 
 
 def spool_fd(pid, spool):
