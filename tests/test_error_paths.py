@@ -723,16 +723,71 @@ def test_a_graceful_stop_past_its_timeout_cuts_the_request_in_the_app(serve, tmp
     assert s.proc.wait(15) == 0
 
 
-def test_a_stop_while_a_head_is_half_received_serves_it_then_closes(serve):
-    """SIGTERM while a client is in the middle of sending its request head:
-    the request is served (with Connection: close), not dropped."""
+@pytest.mark.parametrize("first, rest, body", [
+    (b"GET / HTTP/1.1\r\nHo", b"st: t\r\n\r\n", b"ok"),
+    (b"POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n01234", b"56789", b"10"),
+], ids=["head", "body"])
+def test_a_stop_while_a_request_is_half_received_serves_it_then_closes(serve, first, rest, body):
+    """SIGTERM while a client is in the middle of sending its request (head
+    or body): the request is served (with Connection: close), not dropped."""
     s = serve("--workers", "0", "--graceful-timeout", "10")
     with Conn(s.port, timeout=10) as c:
-        c.send(b"GET / HTTP/1.1\r\nHo")
+        c.send(first)
         time.sleep(0.3)                 # (the loop has read the first bytes)
         s.signal(signal.SIGTERM)
         assert wait_for(lambda: "Received SIGTERM" in s.log())
-        c.send(b"st: t\r\n\r\n")
+        c.send(rest)
         r = c.read_response()
-        assert r.status == 200 and r.body == b"ok" and r.header("connection") == "close"
+        assert r.status == 200 and r.body == body and r.header("connection") == "close"
     assert s.proc.wait(15) == 0
+
+
+def test_a_refused_body_sent_anyway_does_not_reset_the_answer(serve):
+    """A body over --limit-request-body gets its 413 at once; a client that
+    sends the body anyway before it reads still gets that 413 (the server
+    reads and drops what comes after it instead of closing on unread
+    bytes, which would reset the connection). A stop meanwhile closes the
+    connection at once."""
+    s = serve("--workers", "0", "--limit-request-body", "1000")
+    with Conn(s.port, timeout=10) as c:
+        c.send(b"POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: 300000\r\n\r\n")
+        time.sleep(0.3)                 # (answered by now)
+        c.send(b"b" * 300_000)
+        time.sleep(0.3)
+        r = c.read_response()
+        assert r.status == 413 and r.header("connection") == "close"
+        s.signal(signal.SIGTERM)
+        assert c.is_closed(5)
+    assert s.proc.wait(10) == 0
+
+
+def test_responses_owed_on_a_pipelined_connection_leave_while_its_next_request_waits(serve, tmp_path):
+    """Two app threads: one held; a pipelined pair on another connection
+    (its first request held too); a third client's request waits for a
+    thread. When the pair's first request ends, the third client gets that
+    thread (it came first) and the pair's second request waits: the first
+    response of the pair is sent now, not held back with it."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    gate_a, gate_b = Gate(tmp_path / "a"), Gate(tmp_path / "b")
+    s = serve("--workers", "1", "--threads", "2")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    held = Conn(s.port, timeout=20)
+    held.send(f"GET {gate_a.path()} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    assert wait_for(lambda: gate_a.entered(1))
+    pair = Conn(s.port, timeout=20)
+    pair.send(f"GET {gate_b.path()} HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    assert wait_for(lambda: gate_b.entered(1))
+    third = Conn(s.port, timeout=20)
+    third.send(f"GET {gate_a.path()} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    time.sleep(0.3)                     # (it waits for a thread)
+    gate_b.open()
+    r = pair.read_response()
+    assert r.status == 200 and r.body == b"gated in1"
+    assert wait_for(lambda: gate_a.entered(2))      # the third client got the thread
+    gate_a.open()
+    assert pair.read_response().body == b"ok"
+    assert held.read_response().body == b"gated in1"
+    assert third.read_response().body == b"gated in2"
+    for c in (held, pair, third):
+        c.close()
