@@ -791,3 +791,18 @@ def test_responses_owed_on_a_pipelined_connection_leave_while_its_next_request_w
     assert third.read_response().body == b"gated in2"
     for c in (held, pair, third):
         c.close()
+
+
+@pytest.mark.parametrize("head, status", [
+    (b"HEAD /body-not-iterable HTTP/1.1\r\nHost: t\r\n\r\n", 500),
+    (b"HEAD /" + b"u" * 9000 + b" HTTP/1.1\r\nHost: t\r\n\r\n", 414),
+], ids=["app-error", "uri-too-long"])
+def test_an_error_answer_to_head_has_no_body(one_worker, head, status):
+    """RFC 9110 9.3.2: the server's own error answers to HEAD carry the
+    GET's headers (its Content-Length) but no body, whether the request
+    parsed or not."""
+    with Conn(one_worker.port) as c:
+        c.send(head)
+        r = c.read_response(method="HEAD")
+        assert r.status == status and int(r.header("content-length")) > 0
+        assert c.is_closed(5) and c.buf == b""
