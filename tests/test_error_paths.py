@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import HERE, ServerProc
-from httpraw import Closed, Conn, request, wait_for
+from httpraw import Closed, Conn, non_readers, request, wait_for
 
 APP = "error_apps:app"
 
@@ -565,9 +565,8 @@ def test_a_close_attribute_that_raises_is_logged(one_worker):
         assert c.read_response().body == b"body"
         c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
         assert c.read_response().body == b"ok"
-    log = lambda: one_worker.log()   # noqa: E731
-    assert wait_for(lambda: "Error closing the response of GET /body-close-attr-raises" in log())
-    assert "RuntimeError: no close today" in log()
+    assert wait_for(lambda: "Error closing the response of GET /body-close-attr-raises" in one_worker.log())
+    assert "RuntimeError: no close today" in one_worker.log()
 
 
 def test_bytes_past_the_apps_content_length_are_not_sent(one_worker):
@@ -637,19 +636,6 @@ def test_file_wrapper_with_a_bad_content_length_is_a_500(one_worker, tmp_path):
 
 
 # ---- write() to clients that do not read -------------------------------------------------
-
-def non_readers(port, path, n):
-    """n connections with a small receive buffer that send a GET and read
-    nothing."""
-    socks = []
-    for _ in range(n):
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect(("127.0.0.1", port))
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
-        socks.append(sock)
-    return socks
-
 
 def test_inline_write_to_a_client_that_does_not_read_raises_past_its_bound(one_worker):
     """Inline (--threads 1) the loop thread cannot wait for one client:
