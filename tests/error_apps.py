@@ -133,6 +133,8 @@ SR_HEADERS = {
     "bad-length": [("Content-Length", "12a")],
     "empty-length": [("Content-Length", "")],
     "two-lengths": [("Content-Length", "5"), ("Content-Length", "5")],
+    "signed-length": [("Content-Length", "-5")],
+    "huge-length": [("Content-Length", "1" * 20)],
 }
 
 
@@ -201,6 +203,11 @@ def body_pieces(environ, start_response, query):
     return [b"", *([b"p" * 59999 + b"\n", b""] * 20)]
 
 
+def body_tuple(environ, start_response, query):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return (b"a tuple ", b"of bytes")
+
+
 def body_not_bytes(environ, start_response, query):
     start_response("200 OK", [("Content-Type", "text/plain")])
     return [b"bytes first", "then a str"]
@@ -229,7 +236,7 @@ def body_past_length(environ, start_response, query):
 
 
 def body_informational(environ, start_response, query):
-    start_response("103 Early Hints", [("Link", "</a.css>; rel=preload")])
+    start_response("103 Early Hints", [("Link", "</a.css>; rel=preload"), ("Content-Length", "0")])
     return [b""]
 
 
@@ -244,7 +251,9 @@ def body_app_headers(environ, start_response, query):
     start_response("200 OK", [("TE", "trailers"), ("Trailer", "X-T"), ("Upgrade", "h2c"),
                               ("Proxy-Connection", "keep-alive"), ("Transfer-Encoding", "chunked"),
                               ("Date", "Mon, 01 Jan 2024 00:00:00 GMT"), ("Date", "Tue, 02 Jan 2024 00:00:00 GMT"),
-                              ("Server", "app/1"), ("Server", "app/2"), ("X-Kept", "1")])
+                              ("Server", "app/1"), ("Server", "app/2"), ("Connection", "upgrade"),
+                              ("Xy", "2"), ("X-Trace-Id", "10"), ("X-Request-Origin", "16"),
+                              ("X-Request-Origins", "17"), ("X-Kept", "1")])
     return [b"headers"]
 
 
@@ -316,7 +325,7 @@ def body_write_flood(environ, start_response, query):
     return [b""]
 
 
-BODIES = {"pieces": body_pieces, "not-bytes": body_not_bytes, "not-iterable": body_not_iterable,
+BODIES = {"pieces": body_pieces, "tuple": body_tuple, "not-bytes": body_not_bytes, "not-iterable": body_not_iterable,
           "close-attr-raises": body_close_attr_raises, "past-length": body_past_length,
           "informational": body_informational, "no-content-length": body_no_content_length,
           "app-headers": body_app_headers, "file": body_file, "write-flood": body_write_flood}

@@ -343,6 +343,9 @@ def one_worker():
     ("/sr-headers?case=bad-length", "ValueError: invalid or duplicate response header ('Content-Length', '12a')"),
     ("/sr-headers?case=empty-length", "ValueError: invalid or duplicate response header ('Content-Length', '')"),
     ("/sr-headers?case=two-lengths", "ValueError: invalid or duplicate response header ('Content-Length', '5')"),
+    ("/sr-headers?case=signed-length", "ValueError: invalid or duplicate response header ('Content-Length', '-5')"),
+    ("/sr-headers?case=huge-length",
+     "ValueError: invalid or duplicate response header ('Content-Length', '11111111111111111111')"),
     ("/sr-one-arg", "TypeError: start_response() missing required argument 'headers' (pos 2)"),
     ("/sr-write-first", "AssertionError: write() called before start_response()"),
     ("/sr-write-str", "TypeError: a bytes-like object is required, not 'str'"),
@@ -586,7 +589,7 @@ def test_an_informational_status_as_the_answer_ends_the_connection(one_worker):
         c.send(b"GET /body-informational HTTP/1.1\r\nHost: t\r\n\r\n")
         r = c.read_response()
         assert r.status == 103 and r.header("link") == "</a.css>; rel=preload"
-        assert r.header("connection") == "close"
+        assert r.header("connection") == "close" and r.header("content-length") is None   # (RFC 9110 8.6)
         assert c.is_closed(5) and c.buf == b""
 
 
@@ -599,14 +602,28 @@ def test_no_content_length_on_a_204_and_the_connection_stays(one_worker):
 
 
 def test_hop_by_hop_headers_of_the_app_are_dropped_and_date_server_sent_once(one_worker):
-    r = get(one_worker.port, "/body-app-headers")
-    assert r.status == 200 and r.body == b"headers"
-    names = [k for k, _ in r.headers]
-    for hop in ("te", "trailer", "upgrade", "proxy-connection", "transfer-encoding"):
-        assert hop not in names
-    assert [v for k, v in r.headers if k == "date"] == ["Mon, 01 Jan 2024 00:00:00 GMT"]
-    assert [v for k, v in r.headers if k == "server"] == ["app/1"]
-    assert r.header("x-kept") == "1" and r.header("content-length") == "7"
+    """PEP 3333: hop-by-hop headers are the server's; a Connection without
+    "close" is dropped and the connection stays; other names of the same
+    lengths are the app's and sent."""
+    with Conn(one_worker.port) as c:
+        c.send(b"GET /body-app-headers HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.read_response()
+        assert r.status == 200 and r.body == b"headers"
+        names = [k for k, _ in r.headers]
+        for hop in ("te", "trailer", "upgrade", "proxy-connection", "transfer-encoding", "connection"):
+            assert hop not in names
+        assert [v for k, v in r.headers if k == "date"] == ["Mon, 01 Jan 2024 00:00:00 GMT"]
+        assert [v for k, v in r.headers if k == "server"] == ["app/1"]
+        assert [r.header(k) for k in ("xy", "x-trace-id", "x-request-origin", "x-request-origins", "x-kept")] == \
+            ["2", "10", "16", "17", "1"]
+        assert r.header("content-length") == "7"
+        c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.read_response().body == b"ok"
+
+
+def test_a_tuple_body_gets_a_content_length(one_worker):
+    r = get(one_worker.port, "/body-tuple")
+    assert r.status == 200 and r.header("content-length") == "16" and r.body == b"a tuple of bytes"
 
 
 @pytest.mark.parametrize("kind", ["bytesio", "minus-one", "no-tell", "length"])
@@ -791,3 +808,13 @@ def test_an_error_answer_to_head_has_no_body(one_worker, head, status):
         r = c.read_response(method="HEAD")
         assert r.status == status and int(r.header("content-length")) > 0
         assert c.is_closed(5) and c.buf == b""
+
+
+def test_a_body_under_the_spool_threshold_is_read_in_place_whole(one_worker):
+    """A Content-Length body up to --spool-threshold (1 MiB) stays in the
+    connection's buffer, read in as big reads as it needs."""
+    body = os.urandom(1 << 20)
+    with Conn(one_worker.port, timeout=20) as c:
+        c.send(b"POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        r = c.read_response()
+        assert r.status == 200 and r.body == b"%d" % len(body)
