@@ -300,6 +300,8 @@ def offloader(environ, start_response):
             "kw-twice": lambda: forkwsgi.offload("t", b"v", topic="u"),
             "too-many": lambda: forkwsgi.offload("t", b"v", b"k", b"x"),
             "kw-ok": lambda: forkwsgi.offload(value="by keyword", key="k", topic="kw"),
+            "buffers": lambda: forkwsgi.offload("buf", bytearray(b"from a bytearray"), key=memoryview(b"mv")),
+            "buffer-key-type": lambda: forkwsgi.offload("t", bytearray(b"v"), key=3.5),
         }
         try:
             calls[case]()

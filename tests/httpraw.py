@@ -145,6 +145,19 @@ class Conn:
         self.close()
 
 
+def non_readers(port, path, n):
+    """n connections that ask for path and never read (a small receive
+    buffer, so the server's writes stall at once)."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", port))
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        socks.append(s)
+    return socks
+
+
 def request(port, data, method="GET", timeout=10.0):
     """Send raw bytes on a new connection and read one response."""
     with Conn(port, timeout=timeout) as c:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import HERE, ServerProc
-from httpraw import Closed, Conn, request, wait_for
+from httpraw import Closed, Conn, non_readers, request, wait_for
 
 APP = "error_apps:app"
 
@@ -258,6 +258,49 @@ def test_a_full_spool_dir_answers_500_for_that_body_and_serves_on(serve, small_d
     assert os.listdir(small_disk) == []          # spool files are unlinked
 
 
+def post_body(port, n):
+    with Conn(port, timeout=20) as c:
+        c.send(b"POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % n)
+        try:
+            c.send(b"b" * n)
+        except OSError:
+            pass                    # the server may close before it all went
+        return c.read_response()
+
+
+def test_a_spool_dir_remounted_read_only_answers_500_and_serves_on(serve, small_disk):
+    """The spool disk turns read-only while the server runs (as a disk does
+    on errors): a body that must spool gets a 500 and the log says why;
+    bodies under --spool-threshold are served as before."""
+    s = serve("--workers", "1", "--spool-dir", str(small_disk), "--spool-threshold", "1000")
+    assert get(s.port, "/").status == 200       # the worker has booted (it checks the dir)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    r = post_body(s.port, 100_000)
+    assert r.status == 500 and r.header("connection") == "close"
+    assert wait_for(lambda: "cannot create a spool file: Read-only file system" in s.log())
+    r = request(s.port, b"POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: 500\r\n\r\n" + b"s" * 500)
+    assert r.status == 200 and r.body == b"500"
+
+
+def test_a_spool_dir_full_before_the_body_answers_500_until_there_is_room(serve, small_disk):
+    """No room at all on the spool disk: the first write of a spool file
+    fails, 500; once room returns, the same body is served."""
+    s = serve("--workers", "1", "--spool-dir", str(small_disk), "--spool-threshold", "1000")
+    filler = small_disk / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for size in (65536, 4096, 1):          # to the last byte
+            try:
+                while True:
+                    f.write(b"f" * size)
+            except OSError:
+                pass
+    assert post_body(s.port, 50_000).status == 500
+    assert wait_for(lambda: "cannot write a spool file: No space left on device" in s.log())
+    filler.unlink()
+    r = post_body(s.port, 50_000)
+    assert r.status == 200 and r.body == b"50000"
+
+
 # ---- the response --------------------------------------------------------------
 
 def test_an_iterable_whose_close_raises(serve):
@@ -274,17 +317,51 @@ def test_an_iterable_whose_close_raises(serve):
     assert "RuntimeError: close() failed" in s.log()
 
 
+@pytest.fixture(scope="module")
+def one_worker():
+    """One inline worker, shared by the tests whose requests leave no state."""
+    s = ServerProc(APP, "--workers", "1")
+    yield s
+    s.stop()
+
+
 @pytest.mark.parametrize("path, error", [
     ("/twice", "AssertionError: start_response() called twice without exc_info"),
     ("/status-int", "TypeError: status must be str, not int"),
     ("/header-int", "TypeError: header value must be str, not int"),
+    ("/no-reason", "ValueError: invalid status line: '200'"),
+    ("/sr-status?s=20%20OK", "ValueError: invalid status line: '20 OK'"),
+    ("/sr-status?s=2x0%20OK", "ValueError: invalid status line: '2x0 OK'"),
+    ("/sr-status?s=600%20Over", "ValueError: invalid status line: '600 Over'"),
+    ("/sr-status?s=099%20Under", "ValueError: invalid status line: '099 Under'"),
+    ("/sr-status?s=200%20A%7FB", "ValueError: invalid status line: '200 A\\x7fB'"),
+    ("/sr-headers?case=not-a-tuple", "TypeError: header must be a (name, value) tuple, not 'X-B: 2'"),
+    ("/sr-headers?case=one-item", "TypeError: header must be a (name, value) tuple, not ('X-A',)"),
+    ("/sr-headers?case=not-a-list", "TypeError: headers must be a list of (name, value) tuples"),
+    ("/sr-headers?case=empty-name", "ValueError: invalid header: ('', 'v')"),
+    ("/sr-headers?case=space-in-name", "ValueError: invalid header: ('X A', 'v')"),
+    ("/sr-headers?case=bad-length", "ValueError: invalid or duplicate response header ('Content-Length', '12a')"),
+    ("/sr-headers?case=empty-length", "ValueError: invalid or duplicate response header ('Content-Length', '')"),
+    ("/sr-headers?case=two-lengths", "ValueError: invalid or duplicate response header ('Content-Length', '5')"),
+    ("/sr-headers?case=signed-length", "ValueError: invalid or duplicate response header ('Content-Length', '-5')"),
+    ("/sr-headers?case=huge-length",
+     "ValueError: invalid or duplicate response header ('Content-Length', '11111111111111111111')"),
+    ("/sr-one-arg", "TypeError: start_response() missing required argument 'headers' (pos 2)"),
+    ("/sr-write-first", "AssertionError: write() called before start_response()"),
+    ("/sr-write-str", "TypeError: a bytes-like object is required, not 'str'"),
+    ("/sr-write-two", "TypeError: write() takes exactly one argument (the bytes to send)"),
+    ("/sr-write-bad-head", "ValueError: invalid or duplicate response header ('Content-Length', 'x')"),
+    ("/sr-no-call", "RuntimeError: the app did not call start_response()"),
+    ("/body-not-iterable", "The app returned a non-iterable for GET /body-not-iterable"),
 ])
-def test_start_response_misuse_is_a_500_with_the_reason_logged(serve, path, error):
+def test_start_response_misuse_is_a_500_with_the_reason_logged(one_worker, path, error):
     """PEP 3333: a second start_response without exc_info is an error, the
-    status and header values are str. The client gets a 500 that closes
-    its connection (as for any exception in the app, and as gunicorn
-    does), the log the app's error; the worker serves on."""
-    s = serve("--workers", "1")
+    status is "NNN reason" and the headers a list of (name, value) str
+    tuples, write() takes bytes once start_response was called, and the
+    app returns an iterable. The client gets a 500 that closes its
+    connection (as for any exception in the app, and as gunicorn does),
+    the log the app's error; the worker serves on."""
+    s = one_worker
     with Conn(s.port) as c:
         c.send(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
         r = c.read_response()
@@ -339,3 +416,405 @@ def test_file_wrapper_to_a_slow_reader_is_complete_and_blocks_no_one(serve, tmp_
     assert head.startswith(b"HTTP/1.1 200") and b"content-length: %d" % len(data) in head.lower()
     assert body == data
     assert worst[0] < 1.0, worst
+
+
+def test_a_file_wrapper_pipelined_with_the_next_request(serve, tmp_path):
+    """A sendfile response and the request pipelined behind it: the next
+    waits for the file to be sent, then is answered on the same connection."""
+    data = os.urandom(300_000)
+    f = tmp_path / "blob"
+    f.write_bytes(data)
+    s = serve("--workers", "1")
+    with Conn(s.port, timeout=10) as c:
+        c.send(f"GET /file HTTP/1.1\r\nHost: t\r\nX-File: {f}\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        r = c.read_response()
+        assert r.status == 200 and r.body == data
+        r = c.read_response()
+        assert r.status == 200 and r.body == b"ok"
+
+
+def test_a_file_that_shrinks_while_it_is_sent_closes_the_connection(serve, tmp_path):
+    """The file behind a wsgi.file_wrapper response is truncated while a
+    slow client reads it (a log rotated under it): the response stops short
+    of its Content-Length and the connection closes, so the client knows it
+    is cut; the worker serves on."""
+    data = os.urandom(8 << 20)
+    f = tmp_path / "blob"
+    f.write_bytes(data)
+    s = serve("--workers", "1")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", s.port))
+    try:
+        sock.sendall(f"GET /file HTTP/1.1\r\nHost: t\r\nX-File: {f}\r\n\r\n".encode())
+        got = sock.recv(65536)
+        assert got.startswith(b"HTTP/1.1 200")
+        os.truncate(f, 1 << 20)
+        while True:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            got += chunk
+    finally:
+        sock.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert b"content-length: %d" % len(data) in head.lower()
+    assert len(body) < len(data) and body == data[:len(body)]
+    assert get(s.port, "/").status == 200
+
+
+# ---- wsgi.input ----------------------------------------------------------------------
+
+def test_wsgi_input_refuses_bad_arguments_and_an_ended_request(one_worker):
+    """read/readline/readlines take one optional integer; readlines(hint)
+    stops once hint bytes are read; a wsgi.input or start_response kept
+    from an ended request raises (ValueError, RuntimeError) instead of
+    reading another request's body or answering it."""
+    s = one_worker
+    with Conn(s.port) as c:
+        c.send(b"POST /input-misuse HTTP/1.1\r\nHost: t\r\nContent-Length: 9\r\n\r\nab\ncd\nef\n")
+        r = c.read_response()
+        assert r.status == 200
+        assert r.body.decode().split("\n") == [
+            "TypeError: read() takes at most 1 argument", "TypeError: readline() takes at most 1 argument",
+            "TypeError: readlines() takes at most 1 argument"] + \
+            ["TypeError: 'str' object cannot be interpreted as an integer"] * 3 + \
+            ["[b'ab\\n', b'cd\\n']", "b'ef\\n'"]
+        c.send(b"POST /input-kept HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nother")
+        r = c.read_response()
+        assert r.status == 200
+        assert r.body.decode().split("\n") == ["ValueError: wsgi.input used after the request ended"] * 2 + \
+            ["RuntimeError: start_response() called after the request ended"] + \
+            ["RuntimeError: write() called after the request ended"] * 2
+
+
+def spool_fd(pid, spool):
+    """The fd of pid's spool file (unlinked) in the directory spool."""
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(spool)):
+                return fd
+        except OSError:
+            pass
+    return None
+
+
+def test_a_spool_file_lost_under_the_app_is_an_oserror_in_the_app(serve, tmp_path):
+    """The spool file of a body shrinks while the app reads it (a disk that
+    fails, or someone truncates it): wsgi.input raises OSError, and goes on
+    raising, instead of returning a short body as if it were whole. The
+    response closes the connection (the body is in doubt); the worker
+    serves on."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    s = serve("--workers", "1", "--spool-dir", str(spool), "--spool-threshold", "1000")
+    mark, gate = tmp_path / "in", tmp_path / "open"
+    body = b"0123456789" + b"x" * 299_990
+    with Conn(s.port, timeout=20) as c:
+        c.send(f"POST /input-spool-lost?mark={mark}&open={gate} HTTP/1.1\r\nHost: t\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert wait_for(lambda: mark.exists() and mark.read_text())
+        pid = int(mark.read_text())
+        fd = spool_fd(pid, spool)
+        assert fd is not None
+        os.close(os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY | os.O_TRUNC))
+        gate.write_text("")
+        r = c.read_response()
+        assert r.status == 200 and r.header("connection") == "close"
+        assert r.body.decode().split("\n") == ["b'0123456789'"] + \
+            ["OSError: cannot read the request body's spool file"] * 2
+        assert c.is_closed(5)
+    assert get(s.port, "/").status == 200
+
+
+# ---- the response the server frames ---------------------------------------------------
+
+def read_all(port, path, timeout=10):
+    """The raw bytes of one GET until the server closes."""
+    with Conn(port, timeout=timeout) as c:
+        c.send(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        assert c.is_closed(timeout)
+        return c.buf
+
+
+def test_many_small_list_items_are_written_as_they_pile_up(one_worker):
+    """20 items of 60000 bytes with empty ones between: one Content-Length,
+    every byte in order; the empty items add nothing."""
+    r = get(one_worker.port, "/body-pieces")
+    assert r.status == 200 and r.header("content-length") == "1200000"
+    assert r.body == (b"p" * 59999 + b"\n") * 20
+
+
+@pytest.mark.parametrize("path, error", [
+    ("/body-not-bytes", "TypeError: the app must yield bytes, not str"),
+    ("/sr-late-exc-info?case=bad", "TypeError: exc_info must be a 3-tuple"),
+    ("/sr-late-exc-info?case=no-tb", "ValueError: raised late"),
+])
+def test_an_error_after_the_head_cuts_the_response(one_worker, path, error):
+    """Once the head is out a 500 cannot be sent: the chunked body ends
+    without its last chunk and the connection closes, so the client sees
+    the response is incomplete; the log says why (PEP 3333: exc_info after
+    the head re-raises; a str item is not a body)."""
+    raw = read_all(one_worker.port, path)
+    assert raw.startswith(b"HTTP/1.1 200 OK\r\n") or raw == b""
+    assert not raw.endswith(b"0\r\n\r\n")
+    assert wait_for(lambda: error in one_worker.log()), one_worker.log()[-2000:]
+
+
+def test_a_close_attribute_that_raises_is_logged(one_worker):
+    with Conn(one_worker.port) as c:
+        c.send(b"GET /body-close-attr-raises HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.read_response().body == b"body"
+        c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.read_response().body == b"ok"
+    assert wait_for(lambda: "Error closing the response of GET /body-close-attr-raises" in one_worker.log())
+    assert "RuntimeError: no close today" in one_worker.log()
+
+
+def test_bytes_past_the_apps_content_length_are_not_sent(one_worker):
+    """The app says Content-Length: 3 and yields 6 bytes: 3 are sent and the
+    connection closes (the next bytes would be read as a response)."""
+    with Conn(one_worker.port) as c:
+        c.send(b"GET /body-past-length HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.read_response()
+        assert r.status == 200 and r.body == b"abc"
+        assert c.is_closed(5) and c.buf == b""
+
+
+def test_an_informational_status_as_the_answer_ends_the_connection(one_worker):
+    """A 1xx as the app's final status would leave the client waiting for
+    the real answer: it goes out bodiless and the connection closes."""
+    with Conn(one_worker.port) as c:
+        c.send(b"GET /body-informational HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.read_response()
+        assert r.status == 103 and r.header("link") == "</a.css>; rel=preload"
+        assert r.header("connection") == "close" and r.header("content-length") is None   # (RFC 9110 8.6)
+        assert c.is_closed(5) and c.buf == b""
+
+
+def test_no_content_length_on_a_204_and_the_connection_stays(one_worker):
+    with Conn(one_worker.port) as c:
+        c.send(b"GET /body-no-content-length HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.read_response()
+        assert r.status == 204 and r.header("content-length") is None
+        assert c.read_response().body == b"ok"
+
+
+def test_hop_by_hop_headers_of_the_app_are_dropped_and_date_server_sent_once(one_worker):
+    """PEP 3333: hop-by-hop headers are the server's; a Connection without
+    "close" is dropped and the connection stays; other names of the same
+    lengths are the app's and sent."""
+    with Conn(one_worker.port) as c:
+        c.send(b"GET /body-app-headers HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.read_response()
+        assert r.status == 200 and r.body == b"headers"
+        names = [k for k, _ in r.headers]
+        for hop in ("te", "trailer", "upgrade", "proxy-connection", "transfer-encoding", "connection"):
+            assert hop not in names
+        assert [v for k, v in r.headers if k == "date"] == ["Mon, 01 Jan 2024 00:00:00 GMT"]
+        assert [v for k, v in r.headers if k == "server"] == ["app/1"]
+        assert [r.header(k) for k in ("xy", "x-trace-id", "x-request-origin", "x-request-origins", "x-kept")] == \
+            ["2", "10", "16", "17", "1"]
+        assert r.header("content-length") == "7"
+        c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.read_response().body == b"ok"
+
+
+def test_a_tuple_body_gets_a_content_length(one_worker):
+    r = get(one_worker.port, "/body-tuple")
+    assert r.status == 200 and r.header("content-length") == "16" and r.body == b"a tuple of bytes"
+
+
+@pytest.mark.parametrize("kind", ["bytesio", "minus-one", "no-tell", "length"])
+def test_file_wrapper_over_what_is_not_a_plain_file(one_worker, tmp_path, kind):
+    """wsgi.file_wrapper falls back to reading the file-like object when it
+    has no usable fileno() (BytesIO, or -1); sends from the fd's position
+    when tell() fails; and sends no more than the app's Content-Length."""
+    data = os.urandom(200_000)
+    f = tmp_path / "blob"
+    f.write_bytes(data)
+    with Conn(one_worker.port) as c:
+        c.send(f"GET /body-file?kind={kind} HTTP/1.1\r\nHost: t\r\nX-File: {f}\r\n\r\n".encode())
+        r = c.read_response()
+        assert r.status == 200
+        assert r.body == {"no-tell": data[5:], "length": data[:1000]}.get(kind, data)
+        c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.read_response().body == b"ok"
+
+
+def test_file_wrapper_with_a_bad_content_length_is_a_500(one_worker, tmp_path):
+    f = tmp_path / "blob"
+    f.write_bytes(b"x" * 5000)
+    with Conn(one_worker.port) as c:
+        c.send(f"GET /body-file?kind=bad-length HTTP/1.1\r\nHost: t\r\nX-File: {f}\r\n\r\n".encode())
+        assert c.read_response().status == 500
+    assert wait_for(lambda: "invalid or duplicate response header ('Content-Length', '1e3')" in one_worker.log())
+
+
+# ---- write() to clients that do not read -------------------------------------------------
+
+def test_inline_write_to_a_client_that_does_not_read_raises_past_its_bound(one_worker):
+    """Inline (--threads 1) the loop thread cannot wait for one client:
+    write() queues up to 64 MiB for it, then raises OSError in the app and
+    the connection closes; others are served meanwhile."""
+    s = one_worker
+    (sock,) = non_readers(s.port, "/body-write-flood", 1)
+    try:
+        assert wait_for(lambda: "OSError: clients are not reading: 64 MiB of write() output queued for this one"
+                        in s.log(), timeout=20), s.log()[-2000:]
+        assert get(s.port, "/").status == 200
+    finally:
+        sock.close()
+
+
+def test_app_threads_wait_in_write_for_slow_readers(serve):
+    """With app threads, write() past 1 MiB queued waits while the loop
+    writes. Five clients that do not read at first: each thread that waits
+    gives its place to a spare (--threads 2 has 4; the fifth finds none
+    left and waits without one), the sixth thread answers others
+    meanwhile, and once the clients read every byte arrives. A client that
+    then stops reading for --write-timeout makes write() raise in the app,
+    and only its connection ends."""
+    s = serve("--workers", "1", "--threads", "2", "--write-timeout", "3")
+    socks = non_readers(s.port, "/body-write-flood?mb=4", 5)
+    try:
+        time.sleep(1.0)
+        assert get(s.port, "/", timeout=5).status == 200
+        for sock in socks:
+            sock.settimeout(20)
+        want = 4 << 20
+        for sock in socks:
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += sock.recv(65536)
+            body = len(got.partition(b"\r\n\r\n")[2])
+            while body < want:
+                chunk = sock.recv(1 << 20)
+                assert chunk, body
+                body += len(chunk)
+            assert body == want
+    finally:
+        for sock in socks:
+            sock.close()
+    (stuck,) = non_readers(s.port, "/body-write-flood?mb=16", 1)
+    try:
+        assert wait_for(lambda: "OSError: client stopped reading (write timeout)" in s.log(), timeout=20)
+        assert get(s.port, "/").status == 200
+    finally:
+        stuck.close()
+    assert "pool:" not in s.log()
+
+
+# ---- stops ------------------------------------------------------------------------------
+
+def test_a_graceful_stop_past_its_timeout_cuts_the_request_in_the_app(serve, tmp_path):
+    """SIGTERM with --graceful-timeout 1 while an app thread holds a
+    request for longer: at the timeout its client is cut, the log says so,
+    and the process ends once the app returns."""
+    s = serve("--workers", "0", "--threads", "2", "--graceful-timeout", "1")
+    gate = Gate(tmp_path)
+    held = Conn(s.port, timeout=20)
+    held.send(f"GET {gate.path()} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    assert wait_for(lambda: gate.entered(1))
+    s.signal(signal.SIGTERM)
+    assert held.is_closed(10)
+    held.close()
+    assert wait_for(lambda: "graceful timeout: closing 1 connection(s)" in s.log())
+    gate.open()
+    assert s.proc.wait(15) == 0
+    assert "waiting for 1 request(s) still in the app" in s.log()     # (logged as it waited)
+
+
+@pytest.mark.parametrize("first, rest, body", [
+    (b"GET / HTTP/1.1\r\nHo", b"st: t\r\n\r\n", b"ok"),
+    (b"POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n01234", b"56789", b"10"),
+], ids=["head", "body"])
+def test_a_stop_while_a_request_is_half_received_serves_it_then_closes(serve, first, rest, body):
+    """SIGTERM while a client is in the middle of sending its request (head
+    or body): the request is served (with Connection: close), not dropped."""
+    s = serve("--workers", "0", "--graceful-timeout", "10")
+    with Conn(s.port, timeout=10) as c:
+        c.send(first)
+        time.sleep(0.3)                 # (the loop has read the first bytes)
+        s.signal(signal.SIGTERM)
+        assert wait_for(lambda: "Received SIGTERM" in s.log())
+        c.send(rest)
+        r = c.read_response()
+        assert r.status == 200 and r.body == body and r.header("connection") == "close"
+    assert s.proc.wait(15) == 0
+
+
+def test_a_refused_body_sent_anyway_does_not_reset_the_answer(serve):
+    """A body over --limit-request-body gets its 413 at once; a client that
+    sends the body anyway before it reads still gets that 413 (the server
+    reads and drops what comes after it instead of closing on unread
+    bytes, which would reset the connection). A stop meanwhile closes the
+    connection at once."""
+    s = serve("--workers", "0", "--limit-request-body", "1000")
+    with Conn(s.port, timeout=10) as c:
+        c.send(b"POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: 300000\r\n\r\n")
+        time.sleep(0.3)                 # (answered by now)
+        c.send(b"b" * 300_000)
+        time.sleep(0.3)
+        r = c.read_response()
+        assert r.status == 413 and r.header("connection") == "close"
+        s.signal(signal.SIGTERM)
+        assert c.is_closed(5)
+    assert s.proc.wait(10) == 0
+
+
+def test_responses_owed_on_a_pipelined_connection_leave_while_its_next_request_waits(serve, tmp_path):
+    """Two app threads: one held; a pipelined pair on another connection
+    (its first request held too); a third client's request waits for a
+    thread. When the pair's first request ends, the third client gets that
+    thread (it came first) and the pair's second request waits: the first
+    response of the pair is sent now, not held back with it."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    gate_a, gate_b = Gate(tmp_path / "a"), Gate(tmp_path / "b")
+    s = serve("--workers", "1", "--threads", "2")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    held = Conn(s.port, timeout=20)
+    held.send(f"GET {gate_a.path()} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    assert wait_for(lambda: gate_a.entered(1))
+    pair = Conn(s.port, timeout=20)
+    pair.send(f"GET {gate_b.path()} HTTP/1.1\r\nHost: t\r\n\r\nGET / HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    assert wait_for(lambda: gate_b.entered(1))
+    third = Conn(s.port, timeout=20)
+    third.send(f"GET {gate_a.path()} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    time.sleep(0.5)                     # (it waits for a thread)
+    gate_b.open()
+    r = pair.read_response()            # while gate a is still shut
+    assert r.status == 200 and r.body == b"gated in1"
+    gate_a.open()
+    assert pair.read_response().body == b"ok"
+    assert held.read_response().body == b"gated in1"
+    assert third.read_response().body == b"gated in2"
+    for c in (held, pair, third):
+        c.close()
+
+
+@pytest.mark.parametrize("head, status", [
+    (b"HEAD /body-not-iterable HTTP/1.1\r\nHost: t\r\n\r\n", 500),
+    (b"HEAD /" + b"u" * 9000 + b" HTTP/1.1\r\nHost: t\r\n\r\n", 414),
+], ids=["app-error", "uri-too-long"])
+def test_an_error_answer_to_head_has_no_body(one_worker, head, status):
+    """RFC 9110 9.3.2: the server's own error answers to HEAD carry the
+    GET's headers (its Content-Length) but no body, whether the request
+    parsed or not."""
+    with Conn(one_worker.port) as c:
+        c.send(head)
+        r = c.read_response(method="HEAD")
+        assert r.status == status and int(r.header("content-length")) > 0
+        assert c.is_closed(5) and c.buf == b""
+
+
+def test_a_body_under_the_spool_threshold_is_read_in_place_whole(one_worker):
+    """A Content-Length body up to --spool-threshold (1 MiB) stays in the
+    connection's buffer, read in as big reads as it needs."""
+    body = os.urandom(1 << 20)
+    with Conn(one_worker.port, timeout=20) as c:
+        c.send(b"POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        r = c.read_response()
+        assert r.status == 200 and r.body == b"%d" % len(body)

@@ -658,6 +658,19 @@ def test_sibling_title_respawn_and_counters(make_server, dirs):
     assert json.loads(get(s, "/stats").body)["sibling"]["queue_depth"] == 0
 
 
+def test_bytearray_and_memoryview_records_are_sent_as_their_bytes(make_server, dirs):
+    """A bytearray value and a memoryview key are copied when offload() is
+    called (the app may change them after); with a bad key beside a
+    bytearray value nothing is sent."""
+    s = start(make_server, dirs)
+    assert get(s, "/bad?case=buffer-key-type").body.decode().startswith(
+        "TypeError: offload(): key must be bytes or str")
+    assert get(s, "/bad?case=buffers").body == b"no error"
+    assert wait_for(lambda: lines(dirs["out"]))
+    assert [(x["topic"], bytes.fromhex(x["key"]), bytes.fromhex(x["value"])) for x in lines(dirs["out"])] == \
+        [("buf", b"mv", b"from a bytearray")]
+
+
 def test_bad_offload_options_are_one_line_errors(tmp_path):
     import subprocess
     import sys

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from httpraw import Conn, wait_for
+from httpraw import Conn, non_readers, wait_for
 from test_behind_proxy import HAPROXY, HAPROXY_CONF
 
 
@@ -186,19 +186,6 @@ def test_body_min_rate_cuts_a_trickle_and_keeps_a_slow_link(make_server):
         assert r.status == 200 and r.body == b"got 2000"
 
 
-def non_reader(port, path, n):
-    """n connections that ask for path and never read (a small receive
-    buffer, so the server's writes stall at once)."""
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.connect(("127.0.0.1", port))
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
-        socks.append(s)
-    return socks
-
-
 def test_write_to_a_client_that_does_not_read_stalls_no_one(make_server):
     """Item 5: dac5946 stopped a 2-worker server for about 30 s (until
     --write-timeout) with two clients that do not read a write() response.
@@ -206,7 +193,7 @@ def test_write_to_a_client_that_does_not_read_stalls_no_one(make_server):
     reads gets the whole body."""
     s = make_server("apps:writes", "--workers", "2")
     assert wait_for(lambda: len(s.worker_pids()) >= 2)
-    stuck = non_reader(s.port, "/?mb=8", 2)
+    stuck = non_readers(s.port, "/?mb=8", 2)
     try:
         time.sleep(0.5)
         got = probes_during(s.port, 3.0, path="/?mb=0")
@@ -302,7 +289,7 @@ def test_slow_reader_of_a_big_list_body_bounded_memory(make_server):
         c.send(b"GET /?kb=1 HTTP/1.1\r\nHost: t\r\n\r\n")
         c.read_response()
     base = rss_mib(pid)
-    stuck = non_reader(s.port, "/?kb=65536", 1)
+    stuck = non_readers(s.port, "/?kb=65536", 1)
     try:
         assert wait_for(lambda: rss_mib(pid) > base + 60, timeout=10)
         time.sleep(1.0)
