@@ -765,6 +765,17 @@ static int start_pool(fw_server *srv)
     return 0;
 }
 
+int fw_server_start_threads(fw_server *srv)
+{
+    if (srv->cfg.threads <= 1 || srv->pool)
+        return 0;
+    int err = start_pool(srv);
+    if (err < 0)
+        fw_server_log(srv, FW_LOG_ERROR, "cannot start %d app threads: %s", srv->cfg.threads,
+                      strerror(-err));
+    return err;
+}
+
 static void drain_pool(fw_server *srv)
 {
     fw_pool *p = srv->pool;
@@ -808,14 +819,8 @@ enum fw_run_end fw_server_run(fw_server *srv)
     srv->retiring = 0;
     srv->sig_stop = 0;
     srv->closing = 0;
-    if (srv->cfg.threads > 1) {
-        int err = start_pool(srv);
-        if (err < 0) {
-            fw_server_log(srv, FW_LOG_ERROR, "cannot start %d app threads: %s",
-                          srv->cfg.threads, strerror(-err));
-            return FW_RUN_FAILED;
-        }
-    }
+    if (fw_server_start_threads(srv) < 0)
+        return FW_RUN_FAILED;
     srv->accepting = 1;
     fw_balance_start(&srv->bal, srv->now);
     for (;;) {

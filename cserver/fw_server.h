@@ -197,6 +197,13 @@ enum fw_run_end {
 
 /* Run until stopped. */
 enum fw_run_end fw_server_run(fw_server *srv);
+/* Start the app threads (--threads > 1) before fw_server_run, so that a
+ * worker says it is ready only once it has them (a worker that cannot start
+ * them failed to boot; it must not be respawned in a loop). A no-op when
+ * they run already or there are none; fw_server_run starts them if not.
+ * Call without the GIL (a thread's start may take it). Returns 0, or
+ * -errno (logged). */
+int fw_server_start_threads(fw_server *srv);
 
 /* Watch fd (a signal wakeup pipe the caller owns; -1 for none): when it is
  * readable the loop drains it and calls on_signal, so signals that arrive

@@ -174,6 +174,7 @@ cdef extern from "glue.h":
         FW_RUN_STOPPED
         FW_RUN_SIGNAL
     fw_run_end fw_server_run(fw_server *srv)
+    int fw_server_start_threads(fw_server *srv) nogil
     int fw_logq_start(fw_glue *s)
     int fw_pool_max_threads(int nthreads)
     void fw_logq_stop(fw_glue *s)

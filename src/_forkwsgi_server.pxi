@@ -345,6 +345,18 @@ cdef class Server:
         bc.pass_recv_fd = pass_recv_fd
         return 0
 
+    def start_threads(self):
+        """start_threads(): start the app threads (threads > 1) now, not at
+        serve(): a worker is ready only once it has them. OSError if they
+        cannot start (the log says why)."""
+        if self.g.srv == NULL:
+            raise RuntimeError("Server not initialised")
+        cdef int err
+        with nogil:
+            err = fw_server_start_threads(self.g.srv)       # 0 or -errno
+        if err != 0:
+            raise OSError(-err, f"cannot start the app threads: {os.strerror(-err)}")
+
     def serve(self, int signal_fd=-1):
         """serve(signal_fd=-1): run the loop until stop(), without the GIL;
         signal_fd is a signal.set_wakeup_fd() pipe whose readability makes

@@ -429,3 +429,38 @@ def test_workers_that_end_normally_run_atexit_handlers(make_server, tmp_path, la
     s.stop()
     ran = set(int(x) for x in out.read_text().split()) if out.exists() else set()
     assert served <= ran, (served, ran, s.log())
+
+
+@pytest.mark.parametrize("workers", ["1", "0"])
+def test_app_threads_that_cannot_start_fail_the_boot_once(workers):
+    """--threads 200 under a 1 GiB address-space limit: the threads' stacks
+    do not fit. The worker says so and the master stops (exit 3), as for
+    any worker that fails to boot; with --workers 0 the server exits 2 with
+    one line. Before, the worker said it was ready before it started its
+    threads, then exited: the master respawned it without end (1,540 boots
+    in 30 s), and --workers 0 ended in a traceback."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen(["prlimit", "--as=1073741824", sys.executable, "-m", "forkwsgi", "apps:hello",
+                          "--bind", "127.0.0.1:0", "--workers", workers, "--threads", "200"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=here,
+                         start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=60)
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)         # whatever it left, if it did not stop
+        except ProcessLookupError:
+            pass
+        p.wait()
+    assert "cannot start 200 app threads" in err, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    if workers == "1":
+        assert p.returncode == 3, err[-2000:]
+        assert err.count("Booted worker") == 1, err[-2000:]
+        assert "worker 1 failed to boot: stopping" in err
+    else:
+        assert p.returncode == 2, err[-2000:]
+        assert err.strip().splitlines()[-1].startswith("forkwsgi: error: cannot start the app threads: ")

@@ -217,6 +217,11 @@ def serve_here(app_spec, cfg, host, how, notifier):
     except OSError as e:
         server.close()
         return fail(f"--pid {cfg['pidfile']}: {e.strerror}")
+    try:
+        server.start_threads()
+    except OSError as e:
+        server.close()
+        return fail(e.strerror)
     notifier.ready(f"serving {', '.join(server.urls)}")
     try:
         with server:

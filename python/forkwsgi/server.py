@@ -194,6 +194,11 @@ class Server:
     def addresses(self):
         return [s.getsockname() for s in self.sockets]
 
+    def start_threads(self):
+        """Start the app threads (--threads > 1) before serve(): ready means
+        able to serve. OSError if they cannot start."""
+        self._core.start_threads()
+
     def serve(self, announce=True):
         """Run until stop(). Returns normally after a stop; re-raises
         KeyboardInterrupt/SystemExit raised by the app or a signal handler."""

@@ -82,6 +82,7 @@ def run(setup, log):
             hw.app = hw.wsgi = app
             hw.booted = True
         hooks.call("post_worker_init", hw)
+        _start_threads(server, setup, log)
         os.write(setup.ready_fd, b"R")
         os.close(setup.ready_fd)
         server.serve(announce=False)
@@ -124,6 +125,17 @@ def _become_the_owner(setup, log):
                       setup.owner.gid, e.strerror)
             os._exit(WORKER_BOOT_ERROR)
     return access_fd
+
+
+def _start_threads(server, setup, log):
+    """The app threads, before the worker says it is ready: one that cannot
+    start them (a memory limit, a thread limit) failed to boot, and the
+    master stops rather than respawning it without end."""
+    try:
+        server.start_threads()
+    except OSError as e:
+        log.error("worker %d: %s", setup.index, e.strerror)
+        os._exit(WORKER_BOOT_ERROR)
 
 
 def _import_app(setup, log):
