@@ -4,8 +4,11 @@ Deliberately independent of the server's code: it reads what is on the
 wire (status line, headers, a body framed by Content-Length, chunked or
 close) so tests can check framing exactly.
 """
+import fcntl
 import os
 import socket
+import struct
+import termios
 import time
 
 
@@ -203,3 +206,41 @@ def established(port):
             if fields[3] == "01" and int(fields[1].split(":")[1], 16) == port:
                 n += 1
     return n
+
+
+def _tcp_lines():
+    with open("/proc/net/tcp") as f:
+        return [line.split() for line in f.readlines()[1:]]
+
+
+def accept_queue(port):
+    """Connections waiting in the accept queue of the LISTEN socket on
+    127.0.0.1:port (its rx_queue in /proc/net/tcp)."""
+    for fields in _tcp_lines():
+        if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
+            return int(fields[4].split(":")[1], 16)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def server_unread(sock):
+    """Bytes the client `sock` sent that the server has not read yet (the
+    rx_queue of the server's end in /proc/net/tcp): 0 once its loop read
+    them."""
+    here, there = sock.getsockname()[1], sock.getpeername()[1]
+    for fields in _tcp_lines():
+        if int(fields[1].split(":")[1], 16) == there and int(fields[2].split(":")[1], 16) == here:
+            return int(fields[4].split(":")[1], 16)
+    raise AssertionError(f"no server end for the client port {here}")
+
+
+def bytes_waiting(sock):
+    """Bytes in the socket's receive queue (FIONREAD): > 0 once the
+    server's answer started to arrive."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+
+def free_port():
+    """A port on 127.0.0.1 nobody listens on now (the kernel's pick for port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,18 +1,15 @@
 """The command line: one clear line for every mistake, signals, bind forms."""
-import fcntl
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
-import termios
 import time
 
 import pytest
 
 from conftest import HERE, ServerProc
-from httpraw import Conn, in_app_header, wait_for, wait_in_app
+from httpraw import Conn, bytes_waiting, in_app_header, wait_for, wait_in_app
 
 from forkwsgi import config
 
@@ -203,10 +200,6 @@ def test_graceful_timeout_bounds_the_stop(make_server):
     assert time.monotonic() - t0 < 5
     c.close()
 
-
-def bytes_waiting(sock):
-    """Bytes in the socket's receive queue (FIONREAD)."""
-    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGQUIT])

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import HERE, ServerProc
-from httpraw import Closed, Conn, non_readers, request, wait_for
+from httpraw import Closed, Conn, bytes_waiting, non_readers, request, server_unread, wait_for
 
 APP = "error_apps:app"
 
@@ -155,9 +155,8 @@ def test_a_graceful_stop_serves_held_and_queued_requests(serve, tmp_path):
     with Connection: close, and the server exits 0."""
     s = serve("--workers", "1", "--threads", "2", "--graceful-timeout", "20")
     gate = Gate(tmp_path)
-    conns = hold_two_of(s, gate, 4)
-    time.sleep(0.2)
-    assert sum(gate.entered(i) for i in range(1, 5)) == 2      # two threads: two wait
+    conns = hold_two_of(s, gate, 4)        # two in the app; the other two sent, waiting for a thread
+    assert sum(gate.entered(i) for i in range(1, 5)) == 2
     s.signal(signal.SIGTERM)
     assert wait_for(lambda: "Received SIGTERM" in s.log())
     gate.open()
@@ -679,7 +678,8 @@ def test_app_threads_wait_in_write_for_slow_readers(serve):
     s = serve("--workers", "1", "--threads", "2", "--write-timeout", "3")
     socks = non_readers(s.port, "/body-write-flood?mb=4", 5)
     try:
-        time.sleep(1.0)
+        # Every response has begun: each app thread is in write().
+        assert wait_for(lambda: all(bytes_waiting(sock) > 0 for sock in socks), 20)
         assert get(s.port, "/", timeout=5).status == 200
         for sock in socks:
             sock.settimeout(20)
@@ -736,7 +736,7 @@ def test_a_stop_while_a_request_is_half_received_serves_it_then_closes(serve, fi
     s = serve("--workers", "0", "--graceful-timeout", "10")
     with Conn(s.port, timeout=10) as c:
         c.send(first)
-        time.sleep(0.3)                 # (the loop has read the first bytes)
+        assert wait_for(lambda: server_unread(c.sock) == 0)     # the loop has read the first bytes
         s.signal(signal.SIGTERM)
         assert wait_for(lambda: "Received SIGTERM" in s.log())
         c.send(rest)
@@ -754,9 +754,9 @@ def test_a_refused_body_sent_anyway_does_not_reset_the_answer(serve):
     s = serve("--workers", "0", "--limit-request-body", "1000")
     with Conn(s.port, timeout=10) as c:
         c.send(b"POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: 300000\r\n\r\n")
-        time.sleep(0.3)                 # (answered by now)
+        assert wait_for(lambda: bytes_waiting(c.sock) > 0)      # the 413 is here, unread
         c.send(b"b" * 300_000)
-        time.sleep(0.3)
+        assert wait_for(lambda: server_unread(c.sock) == 0)     # the server took the body in
         r = c.read_response()
         assert r.status == 413 and r.header("connection") == "close"
         s.signal(signal.SIGTERM)
@@ -783,7 +783,10 @@ def test_responses_owed_on_a_pipelined_connection_leave_while_its_next_request_w
     assert wait_for(lambda: gate_b.entered(1))
     third = Conn(s.port, timeout=20)
     third.send(f"GET {gate_a.path()} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
-    time.sleep(0.5)                     # (it waits for a thread)
+    # Time passing is the point here: the server orders arrivals by the
+    # millisecond, and the third's must come before the pair's second's
+    # (which counts from the moment the pair's first ends).
+    time.sleep(0.05)
     gate_b.open()
     r = pair.read_response()            # while gate a is still shut
     assert r.status == 200 and r.body == b"gated in1"

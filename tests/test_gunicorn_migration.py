@@ -18,19 +18,13 @@ import sys
 import pytest
 
 from conftest import HERE, ServerProc
-from httpraw import wait_for
+from httpraw import free_port, wait_for
 
 from forkwsgi import config, gunicorn_compat
 
 APP_MODES = ("inline",)
 
 gunicorn_config = pytest.importorskip("gunicorn.config")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**extra):

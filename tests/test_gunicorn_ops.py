@@ -20,16 +20,10 @@ import time
 import pytest
 
 from conftest import HERE, ServerProc
-from httpraw import Conn, wait_for
+from httpraw import Conn, free_port, wait_for
 from nginx_conf import nginx_conf
 
 APP_MODES = ("inline",)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(port, path, headers=b""):

@@ -14,17 +14,11 @@ import sys
 import pytest
 
 from conftest import HERE, ServerProc
-from httpraw import wait_for
+from httpraw import free_port, wait_for
 
 APP_MODES = ("inline",)
 
 gunicorn = pytest.importorskip("gunicorn")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Gunicorn:

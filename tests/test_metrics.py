@@ -4,21 +4,14 @@ against the requests the test makes."""
 import os
 import re
 import signal
-import socket
 import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ServerProc
-from httpraw import Conn, get_each_on_a_new_connection, request, wait_for
+from httpraw import Conn, free_port, get_each_on_a_new_connection, request, wait_for
 
 APP_MODES = ("inline",)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(*args, app="apps:logged"):

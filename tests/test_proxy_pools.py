@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import wait_for
+from httpraw import free_port, wait_for
 from nginx_conf import nginx_conf
 from test_handover import error_lines, pinned, wrk, wrk_cmd, wrk_report
 
@@ -66,12 +66,6 @@ backend app
 
 POST_LUA = 'wrk.method = "POST"\nwrk.body = string.rep("x", 1024)\n' \
            'wrk.headers["Content-Type"] = "application/octet-stream"\n'
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Proxy:

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import Closed, Conn, wait_for
+from httpraw import Closed, Conn, accept_queue, wait_for
 from test_supervision import free_port
 
 APP_MODES = ("inline",)
@@ -388,16 +388,6 @@ def test_a_changed_bind_is_said_not_silently_dropped(tmp_path):
     finally:
         s.stop()
 
-
-def accept_queue(port):
-    """Connections waiting in the accept queue of the LISTEN socket on
-    127.0.0.1:port (its rx_queue in /proc/net/tcp)."""
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
-                return int(fields[4].split(":")[1], 16)
-    raise AssertionError(f"nothing listens on {port}")
 
 
 def test_a_scrape_under_way_when_the_master_re_executes_is_answered(tmp_path):

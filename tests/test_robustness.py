@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 
-from httpraw import Conn, established, wait_for
+from httpraw import Conn, accept_queue, established, wait_for
 
 
 def timed_get(s, path="/"):
@@ -249,15 +249,3 @@ def test_silent_connections_bounded_memory(make_server):
     finally:
         for c in conns:
             c.close()
-
-
-
-def accept_queue(port):
-    """Connections waiting in the accept queue of the listener on port
-    (its rx_queue in /proc/net/tcp)."""
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
-                return int(fields[4].split(":")[1], 16)
-    return 0

@@ -15,13 +15,8 @@ import time
 import pytest
 
 from conftest import HERE, ServerProc
-from httpraw import Conn, get_each_on_a_new_connection, wait_for
+from httpraw import Conn, free_port, get_each_on_a_new_connection, wait_for
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 APP_MODES = ("inline",)
 

@@ -12,15 +12,9 @@ import threading
 import time
 
 from conftest import ServerProc
-from httpraw import wait_for
+from httpraw import free_port, wait_for
 
 APP_MODES = ("inline",)      # each server here chooses its own --threads
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Pests:

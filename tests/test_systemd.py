@@ -12,15 +12,9 @@ import time
 import pytest
 
 from conftest import HERE
-from httpraw import request, wait_for
+from httpraw import free_port, request, wait_for
 
 APP_MODES = ("inline",)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def env():

@@ -15,7 +15,7 @@ import tempfile
 import pytest
 
 from conftest import HERE, ServerProc
-from httpraw import Conn, wait_for
+from httpraw import Conn, free_port, wait_for
 
 APP_MODES = ("inline",)
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -109,12 +109,6 @@ def settled(s, workers=2):
         except (OSError, StopIteration):
             return None
     return wait_for(lambda: children() == want, 20)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http(port=None, path="/", body=b"", unix=None):

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from conftest import HERE, ServerProc
-from httpraw import Closed, Conn, wait_for
+from httpraw import Closed, Conn, free_port, wait_for
 
 APP_MODES = ("inline",)
 
@@ -388,12 +388,6 @@ def test_abbreviations_are_off():
 
 
 UWSGI = shutil.which("uwsgi")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Uwsgi:

@@ -26,7 +26,7 @@ import pytest
 
 import uwsgi_apps
 from conftest import ServerProc, mode_env
-from httpraw import Closed, Conn, wait_for
+from httpraw import Closed, Conn, free_port, wait_for
 from nginx_conf import nginx_conf
 
 NGINX = shutil.which("nginx") or (os.path.exists("/usr/sbin/nginx") and "/usr/sbin/nginx")
@@ -329,12 +329,6 @@ NGINX_HTTP = """
         }}
     }}
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
