@@ -9,6 +9,7 @@ targets 127.0.0.1.
 """
 import json
 import os
+import re
 import socket
 import struct
 import tempfile
@@ -134,7 +135,7 @@ def test_a_dropped_responses_cleanup_is_not_a_frozen_worker(servers, threads):
     s = start(servers, "review23_apps:slow_cleanup", "--workers", "1", "--threads", str(threads),
               "--heartbeat-timeout", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
-    time.sleep(0.5)
+    assert s.get("/fast").status == 200                 # its loop serves
     pids = s.worker_pids()
     dropped_stream(s.port, 5)
     time.sleep(6.5)
@@ -190,7 +191,7 @@ def test_a_loop_waiting_for_the_gil_to_log_is_not_frozen(servers, threads):
     s = start(servers, "review23_apps:gil_hog", "--workers", "1", "--threads", str(threads),
               "--heartbeat-timeout", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
-    time.sleep(0.5)
+    assert s.get("/").status == 200                     # its loop serves
     pids = s.worker_pids()
     with Conn(s.port) as c:
         c.send(b"GET /hog?s=5 HTTP/1.1\r\nHost: t\r\n\r\n")    # the hog starts 0.5 s after the answer
@@ -351,7 +352,7 @@ def test_a_finished_pipelined_response_is_not_held_while_the_next_request_queues
     (FLUSH): P1's response arrives at about 1.0 s."""
     s = start(servers, "apps:where", "--workers", "1", "--threads", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
-    time.sleep(0.5)
+    assert s.get("/?t=0").status == 200                 # its loop serves
     got = {}
     t0 = time.monotonic()
 
@@ -496,9 +497,9 @@ def test_a_queued_unread_request_moves_to_a_worker_that_frees_first(servers):
     connections "wait in the worker's ready queue (unread, so they can
     still move to a worker that frees a thread first)"): K's request moves
     to B when B frees its threads, and starts at about 0.5 s."""
-    s = start(servers, "review23_apps:pinned_sleep", "--workers", "2", "--threads", "2")
+    s = start(servers, "review23_apps:pinned_sleep", "--workers", "2", "--threads", "2", "--log-level", "debug")
     assert wait_for(lambda: len(s.worker_pids()) == 2)
-    time.sleep(0.5)
+    assert wait_for(lambda: len(re.findall(r"worker \d+ \(pid \d+\) ready", s.log())) == 2)   # both serve
     for _ in range(3):
         keep = Conn(s.port)
         keep.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")

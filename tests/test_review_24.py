@@ -29,7 +29,7 @@ import time
 import pytest
 
 from conftest import HERE, ServerProc
-from httpraw import Conn, wait_for
+from httpraw import Conn, accept_queue, wait_for
 from test_reload import APP, ready_workers, workers, write_app
 from test_supervision import free_port, healthz
 
@@ -192,7 +192,7 @@ def test_healthz_answers_while_silent_clients_fill_the_metrics_port():
     try:
         for _ in range(80):
             silent.append(socket.create_connection(("127.0.0.1", mport), timeout=5))
-        time.sleep(0.3)
+        assert wait_for(lambda: accept_queue(mport) == 0)        # the master has accepted them
         answered = 0
         for _ in range(10):
             try:

@@ -6,6 +6,7 @@ moment; before the fix, 9 of 12 such stops took the whole graceful timeout
 and ended in SIGKILL.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 import pytest
 
 from conftest import HERE
+from httpraw import wait_for
 
 APP_MODES = ("inline",)
 
@@ -125,6 +127,7 @@ def test_the_masters_signals_sent_to_the_group_neither_kill_nor_stop_workers(tmp
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "forkwsgi", "apps:pid", "--bind", f"127.0.0.1:{port}",
                                  "--workers", "2", "--threads", threads, "--graceful-timeout", "8",
+                                 "--log-level", "debug",                 # the workers' "ready" lines
                                  "--offload-sink", f"jsonl:{tmp_path / 'out.jsonl'}",
                                  "--offload-dir", str(tmp_path / "journal")],
                                 cwd=str(tmp_path), env=env, start_new_session=True, stdout=out, stderr=out)
@@ -132,7 +135,7 @@ def test_the_masters_signals_sent_to_the_group_neither_kill_nor_stop_workers(tmp
         deadline = time.monotonic() + 15
         while len(_workers(proc.pid, proc.pid)) < 3 and time.monotonic() < deadline:   # and the sibling
             time.sleep(0.05)
-        time.sleep(0.5)
+        assert wait_for(lambda: ready_lines(log) == 2, 15), log.read_text()
         client = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
 
         def get():
@@ -147,7 +150,7 @@ def test_the_masters_signals_sent_to_the_group_neither_kill_nor_stop_workers(tmp
         while time.monotonic() < deadline and (
                 first in [p for p, _ in _workers(proc.pid, proc.pid)] or "Booted worker" not in log.read_text()):
             time.sleep(0.05)
-        time.sleep(0.3)
+        assert wait_for(lambda: ready_lines(log) == 4, 15), log.read_text()     # the new two serve
         get()                                           # the same kept-alive connection, served on
         for sig in (signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1):
             os.killpg(proc.pid, sig)
@@ -166,3 +169,8 @@ def test_the_masters_signals_sent_to_the_group_neither_kill_nor_stop_workers(tmp
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+def ready_lines(log):
+    """Workers that said they serve (--log-level debug)."""
+    return len(re.findall(r"worker \d+ \(pid \d+\) ready", log.read_text()))
