@@ -22,7 +22,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import Conn, established, in_app_header, wait_for, wait_in_app
+from httpraw import Conn, established, in_app_header, stop_and_wait, wait_for, wait_in_app
 
 APP_MODES = ("inline",)      # each server here chooses its own --threads
 
@@ -254,8 +254,7 @@ def test_a_worker_forked_while_a_connection_is_stranded_does_not_inherit_it(serv
     on[one].close()
     kept = on[two]
     with kept:
-        os.kill(one, signal.SIGSTOP)
-        assert wait_for(lambda: open(f"/proc/{one}/stat").read().rsplit(")", 1)[1].split()[0] == "T")
+        stop_and_wait(one)
         s.signal(signal.SIGTTOU)        # worker 2 retires: the connection goes to worker 1's queue
         assert wait_for(lambda: f"Worker 2 (pid {two}) exited" in s.log(), timeout=20), s.log()
         os.kill(one, signal.SIGKILL)    # the master takes it back, and starts a new worker 1
