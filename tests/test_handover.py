@@ -272,6 +272,27 @@ def test_a_worker_forked_while_a_connection_is_stranded_does_not_inherit_it(serv
     assert len(died) == 1 and "SIGKILL" in died[0], s.log()        # only the one killed here
 
 
+def test_a_connection_closed_while_a_forked_child_holds_it(servers):
+    """The app forks (the child inherits the client's socket and outlives
+    the request); then the client closes. The worker closes its end, but
+    the socket lives on in the child: its epoll registration must not
+    (it would point at the freed connection). Before: the worker died of
+    SIGSEGV at the next event for it."""
+    s = ServerProc("apps:forks", "--workers", "1")          # inline: its watches stay armed
+    servers.append(s)
+    with Conn(s.port, timeout=20) as k:
+        k.send(b"GET /?t=3 HTTP/1.1\r\nHost: a\r\n\r\n")
+        r = k.read_response()
+        assert r.status == 200
+        worker = int(r.body)
+    with Conn(s.port, timeout=20) as c:       # served on by the same worker
+        for _ in range(3):
+            c.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+            r = c.read_response()
+            assert r.status == 200 and int(r.body) == worker, s.log()
+    assert " died " not in s.log(), s.log()
+
+
 # ---- item 3b: a stop never resets a connection whose request is waiting ----
 
 def received(port, peer_port):
