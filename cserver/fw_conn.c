@@ -175,9 +175,15 @@ void fw_conn_close(fw_conn *c)
     c->state = FW_C_CLOSED;
     fw_timer_stop(&c->timer);
     fw_timer_stop(&c->grace);
+    /* Out of the epoll set first: close() takes it out only with the last
+     * reference to the socket, and another process may hold one (a child
+     * the app forked, or one the master forked while it held a stranded
+     * hand-off). The registration would outlive c, and its next event
+     * would reach c's freed memory. */
+    if (fw_loop_unwatch(&srv->loop, &c->w) != 0)
+        fw_server_log(srv, FW_LOG_DEBUG, "epoll_ctl(DEL %d): %s", c->w.fd, strerror(errno));
     if (close(c->w.fd) != 0 && errno != EINTR)
         fw_server_log(srv, FW_LOG_DEBUG, "close(%d): %s", c->w.fd, strerror(errno));
-    fw_loop_forget(&c->w);
     c->w.fd = -1;
     if (c->prev) c->prev->next = c->next; else srv->conns = c->next;
     if (c->next) c->next->prev = c->prev;

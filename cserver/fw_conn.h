@@ -218,9 +218,11 @@ struct fw_conn {
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
                      const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client,
                      int64_t age_ms);
+/* Close c: out of the epoll set, then close(), whoever else may still hold
+ * the socket. */
 void fw_conn_close(fw_conn *c);
-/* Close c whose socket now also lives in another process (handed over):
- * leaves the epoll set explicitly first (see fw_loop_unwatch). */
+/* Close c whose socket now lives on in another process (handed over): the
+ * same, with a failure to leave the epoll set logged as an error. */
 void fw_conn_close_passed(fw_conn *c);
 void fw_conn_free(fw_conn *c);
 void fw_conn_on_timeout(fw_conn *c);

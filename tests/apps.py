@@ -572,3 +572,18 @@ def thread_name(environ, start_response):
     headers = [("Content-Type", "text/plain")] + ([("Server", q["server"])] if "server" in q else [])
     start_response("200 OK", headers)
     return [threading.current_thread().name.encode()]
+
+
+def forks(environ, start_response):
+    """?t=SECONDS: fork a process that lives that long holding every
+    descriptor of the worker (the client's socket too), as an app that
+    forks (multiprocessing's fork start method) does; then answer."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    child = os.fork()
+    if child == 0:
+        if os.fork() == 0:            # the grandchild: orphaned, no zombie for the worker
+            time.sleep(float(q.get("t", "2")))
+        os._exit(0)
+    os.waitpid(child, 0)
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [str(os.getpid()).encode()]

@@ -6,6 +6,7 @@ close) so tests can check framing exactly.
 """
 import fcntl
 import os
+import signal
 import socket
 import struct
 import termios
@@ -194,6 +195,20 @@ def wait_for(pred, timeout=10.0, interval=0.02):
             return True
         time.sleep(interval)
     return pred()
+
+
+def stop_and_wait(pid, timeout=30):
+    """SIGSTOP `pid` and wait until it is stopped. kill() returns with the
+    SIGSTOP only queued: the process stops when it next runs, which under a
+    CPU hog can take seconds (the offload sibling runs SCHED_IDLE).
+    Meanwhile it runs on; and a signal with a lower number (SIGTERM) that
+    comes before it stopped is taken first, handled, and never pending."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped():
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    assert wait_for(stopped, timeout=timeout), f"pid {pid} did not stop in {timeout} s"
 
 
 def established(port):

@@ -8,6 +8,7 @@ bounded in time, pinned to the other CPU than the server where taskset
 exists. Every server and client targets 127.0.0.1 and ends by PID.
 """
 import http.client
+import json
 import os
 import re
 import resource
@@ -21,7 +22,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import Conn, established, in_app_header, wait_for, wait_in_app
+from httpraw import Conn, established, in_app_header, stop_and_wait, wait_for, wait_in_app
 
 APP_MODES = ("inline",)      # each server here chooses its own --threads
 
@@ -189,6 +190,107 @@ def test_max_requests_recycling_loses_nothing_for_kept_alive_clients(servers):
     assert s.log().count("max-requests") >= 4
     assert (errors, non2xx) == (0, 0), out
     assert error_lines(s) == []
+
+
+def socket_holders(s, port, peer_port):
+    """Descriptors, in the server's processes (master, workers), of the
+    server's end (local port `port`) of the connection from `peer_port`."""
+    with open("/proc/net/tcp") as f:
+        inode = next(line.split()[9] for line in f.readlines()[1:]
+                     if int(line.split()[1].split(":")[1], 16) == port and
+                     int(line.split()[2].split(":")[1], 16) == peer_port)
+    n = 0
+    for pid in [s.pid, *s.worker_pids()]:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                n += os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]"
+            except OSError:
+                pass
+    return n
+
+
+QUICK = b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n"
+
+
+def served_by(c):
+    """The worker that answered c's request (apps:where)."""
+    r = c.read_response()
+    assert r.status == 200, r
+    return json.loads(r.body)["pid"]
+
+
+def booted(s, index):
+    """PIDs of worker `index` as the master's log says it booted them, in order."""
+    return [int(p) for p in re.findall(rf"Booted worker {index} \(pid (\d+)\)", s.log())]
+
+
+def test_a_worker_forked_while_a_connection_is_stranded_does_not_inherit_it(servers, tmp_path):
+    """Worker 2 retires (SIGTTOU) and hands its idle kept-alive connection
+    to worker 1, which is stopped and then killed before it takes it: the
+    master takes it back and holds it (stranded) until a worker is up, and
+    forks worker 1's replacement meanwhile. That child must not keep the
+    master's copy: with it, the worker that serves the connection later
+    closes its own copy but the socket lives on, still in its epoll set
+    with a pointer to the freed connection. Before: that worker died of
+    SIGSEGV at its next event (under --max-requests recycling behind nginx:
+    a 502 for the request it was serving)."""
+    s = ServerProc("apps:where", "--workers", "2")
+    servers.append(s)
+    assert wait_for(lambda: booted(s, 1) and booted(s, 2), timeout=20)
+    one, two = booted(s, 1)[0], booted(s, 2)[0]
+    # A worker in the app (inline) takes no other connection: the second
+    # goes to the other worker (and so both are up).
+    a = Conn(s.port, timeout=20)
+    a.send(b"GET /?t=0.5 HTTP/1.1\r\nHost: a\r\n" + in_app_header(tmp_path / "in-app") + b"\r\n")
+    assert wait_in_app(tmp_path / "in-app")
+    b = Conn(s.port, timeout=20)
+    b.send(QUICK)
+    on = {served_by(c): c for c in (b, a)}
+    assert set(on) == {one, two}, on
+    on[one].close()
+    kept = on[two]
+    with kept:
+        stop_and_wait(one)
+        s.signal(signal.SIGTTOU)        # worker 2 retires: the connection goes to worker 1's queue
+        assert wait_for(lambda: f"Worker 2 (pid {two}) exited" in s.log(), timeout=20), s.log()
+        os.kill(one, signal.SIGKILL)    # the master takes it back, and starts a new worker 1
+        assert wait_for(lambda: len(booted(s, 1)) == 2, timeout=20), s.log()
+        new = booted(s, 1)[1]
+        kept.send(QUICK)
+        assert served_by(kept) == new
+        assert socket_holders(s, s.port, kept.sock.getsockname()[1]) == 1
+    # The client closed it: the new worker closes its end and serves on.
+    with Conn(s.port, timeout=20) as c:
+        for _ in range(3):
+            c.send(QUICK)
+            assert served_by(c) == new
+    died = [line for line in s.log().splitlines() if " died " in line]
+    assert len(died) == 1 and "SIGKILL" in died[0], s.log()        # only the one killed here
+
+
+def test_a_connection_closed_while_a_forked_child_holds_it(servers):
+    """The app forks (the child inherits the client's socket and outlives
+    the request); then the client closes. The worker closes its end, but
+    the socket lives on in the child: its epoll registration must not
+    (it would point at the freed connection). Before: the worker died of
+    SIGSEGV at the next event for it."""
+    s = ServerProc("apps:forks", "--workers", "1")          # inline: its watches stay armed
+    servers.append(s)
+    with Conn(s.port, timeout=20) as k:
+        k.send(b"GET /?t=3 HTTP/1.1\r\nHost: a\r\n\r\n")
+        r = k.read_response()
+        assert r.status == 200
+        worker = int(r.body)
+    with Conn(s.port, timeout=20) as c:       # served on by the same worker
+        for _ in range(3):
+            c.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+            r = c.read_response()
+            assert r.status == 200 and int(r.body) == worker, s.log()
+    assert " died " not in s.log(), s.log()
 
 
 # ---- item 3b: a stop never resets a connection whose request is waiting ----

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from httpraw import request, wait_for
+from httpraw import request, stop_and_wait, wait_for
 
 APP_MODES = ("inline",)        # every server here sets its own --threads
 
@@ -643,8 +643,8 @@ def test_sibling_title_respawn_and_counters(make_server, dirs):
     assert set(stats["sibling"]) >= {"delivered", "retried", "in_flight", "pending", "queue_depth",
                                      "oldest_age", "rejected", "sink_errors", "journaled"}
     assert stats["sibling"]["queue_depth"] == 0
-    os.kill(sib, signal.SIGSTOP)                  # nobody reads the queue: it fills
     try:
+        stop_and_wait(sib)                        # nobody reads the queue: it fills
         assert get(s, "/emit?n=7&id=q").status == 200
         stats = json.loads(get(s, "/stats").body)
         assert stats["sibling"]["queue_depth"] == 7
@@ -872,7 +872,7 @@ def test_a_sibling_killed_as_the_stop_begins_is_replaced_to_drain(make_server, d
     for i in range(10):
         assert json.loads(get(s, f"/emit?n=50&id=k{i}-").body)["results"] == [True] * 50
     sib = sibling_pid(s)
-    os.kill(sib, signal.SIGSTOP)
+    stop_and_wait(sib)
     s.signal(signal.SIGTERM)
     assert wait_for(lambda: signal_pending(sib, signal.SIGTERM), timeout=20), s.log()
     os.kill(sib, signal.SIGKILL)

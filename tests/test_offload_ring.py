@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from httpraw import request, wait_for
+from httpraw import request, stop_and_wait, wait_for
 from test_offload import dirs, get, lines, sibling_pid, start  # noqa: F401 - dirs is a fixture
 
 APP_MODES = ("inline",)        # every server here sets its own --threads
@@ -266,8 +266,8 @@ def test_a_new_server_while_the_old_sibling_still_drains_loses_nothing(make_serv
     # Stopped while the records come, the sibling journals all 40 in one
     # read (the ring is left empty), then holds the first 10 at the gate:
     # 10 KB, more than the 4 KiB page a delivery punches out.
-    os.kill(old_sibling, signal.SIGSTOP)
     try:
+        stop_and_wait(old_sibling)
         doc = json.loads(get(old, "/emit?n=40&size=1000&id=a").body)
     finally:
         os.kill(old_sibling, signal.SIGCONT)

@@ -169,6 +169,7 @@ class WorkerSlots:
                 s.close()
         for fd in (self.status_fd, self.scoreboard_fd, self.stats_fd):
             os.close(fd)                 # the mappings stay
+        self._drop_stranded()
 
     def close_all(self):
         """In a child that is no worker (the offload sibling)."""
@@ -176,6 +177,19 @@ class WorkerSlots:
             s.close()
         for fd in (self.status_fd, self.scoreboard_fd, self.stats_fd):
             os.close(fd)
+        self._drop_stranded()
+
+    def _drop_stranded(self):
+        """In a child: the master's copies of the stranded connections are
+        the master's. Kept, they would outlive the close of the worker that
+        serves the connection: the client would not see that close, and
+        that worker's epoll set keeps the socket registered (a registration
+        lasts while any process holds the socket) with a pointer to the
+        connection it freed: its next event crashes the worker, resetting
+        every request in it (a 502 behind nginx)."""
+        for _, fd, _ in self.stranded:
+            os.close(fd)
+        self.stranded = []
 
     def retire(self, slot):
         """The master asks the worker to retire while others serve on: it
