@@ -312,6 +312,20 @@ static int conn_read(fw_conn *c, size_t want)
     for (;;) {
         ssize_t n = fresh ? read(c->w.fd, first, sizeof first)
                           : read(c->w.fd, fw_buf_tail(&c->in), fw_buf_room(&c->in));
+        if (n > 0 && fresh && (size_t)n == sizeof first) {
+            /* The stack filled: more is likely waiting (a head over 4 KiB). The
+             * connection gets the buffer it would have had (want, kept
+             * between requests: one made for 4 KiB, then grown past what
+             * an idle one keeps, would be freed after every request), and
+             * reads on into it now rather than after an epoll round trip.
+             * What that read finds (EAGAIN, EOF) the next one sees. */
+            if (fw_buf_reserve(&c->in, want) != 0 || fw_buf_append(&c->in, first, (size_t)n) != 0)
+                return -ENOMEM;
+            n = read(c->w.fd, fw_buf_tail(&c->in), fw_buf_room(&c->in));
+            if (n > 0)
+                c->in.len += (size_t)n;
+            return 0;
+        }
         if (n > 0) {
             if (fresh && fw_buf_append(&c->in, first, (size_t)n) != 0)
                 return -ENOMEM;
