@@ -434,10 +434,11 @@ def logging_conf(tmp_path, tag, access=True):
 
 
 def records(path, timeout=10.0, want=1):
-    def enough():
-        return os.path.exists(path) and len(open(path).read().splitlines()) >= want
-    assert wait_for(enough, timeout), open(path).read() if os.path.exists(path) else "(none)"
-    return [json.loads(ln) for ln in open(path).read().splitlines()]
+    """The whole JSON lines of path (a handler may be writing the last), once there are `want`."""
+    def whole():
+        return open(path).read().split("\n")[:-1] if os.path.exists(path) else []
+    assert wait_for(lambda: len(whole()) >= want, timeout), open(path).read() if os.path.exists(path) else "(none)"
+    return [json.loads(ln) for ln in whole()]
 
 
 LOG_REQUESTS = [("/ok?x=1", b"User-Agent: probe\r\nX-Trace: t-1\r\nReferer: http://r/\r\n"),

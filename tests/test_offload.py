@@ -593,12 +593,17 @@ def test_records_the_sink_refuses_for_good_are_set_aside(make_server, dirs):
     assert json.loads(get(s, "/emit?n=10&id=later").body)["results"] == [True] * 10
     assert wait_for(lambda: len(lines(dirs["out"])) == 20)
     aside = dirs["journal"] / "rejected.fwo"
-    assert wait_for(aside.exists)
-    data, recs, off = aside.read_bytes(), [], 0
-    while off < len(data):
-        rec, size = parse(data, off)
-        recs.append(rec)
-        off += size
+
+    def set_aside():
+        data, recs, off = aside.read_bytes() if aside.exists() else b"", [], 0
+        while off < len(data):
+            rec, size = parse(data, off)
+            recs.append(rec)
+            off += size
+        return recs
+    # The file exists a moment before its records are in it.
+    assert wait_for(lambda: len(set_aside()) >= 3), set_aside()
+    recs = set_aside()
     assert sorted(r.value.split(b"-")[1] for r in recs) == [b"REJECT0", b"REJECT1", b"REJECT2"]
     assert wait_for(lambda: json.loads(get(s, "/stats").body)["sibling"]["rejected"] == 3)
     assert "refused" in s.log() and "for good" in s.log()

@@ -86,11 +86,12 @@ def test_sighup_rolling_reload_without_failed_requests(make_server):
     s.signal(signal.SIGHUP)
     ok = wait_for(lambda: len(s.worker_pids()) == 2 and not (set(s.worker_pids()) & before), timeout=20)
     served = len(results)
-    assert wait_for(lambda: len(results) >= served + 20, timeout=20)   # and flows on to the new workers
+    flows = wait_for(lambda: len(results) >= served + 20, timeout=20)   # and flows on to the new workers
     stop.set()
     for t in threads:
         t.join(30)
     assert ok, s.log()
+    assert flows, (served, len(results), [r for r in results if r != 200][:5], s.log()[-3000:])
     assert results and all(r == 200 for r in results), [r for r in results if r != 200][:5]
     assert "rolling reload" in s.log()
 
