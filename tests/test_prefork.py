@@ -1,6 +1,8 @@
 """The pre-fork master: workers, respawn, signals, reload, preload (real processes)."""
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -440,8 +442,6 @@ def test_app_threads_that_cannot_start_fail_the_boot_once(workers):
     one line. Before, the worker said it was ready before it started its
     threads, then exited: the master respawned it without end (1,540 boots
     in 30 s), and --workers 0 ended in a traceback."""
-    import subprocess
-    import sys
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.Popen(["prlimit", "--as=1073741824", sys.executable, "-m", "forkwsgi", "apps:hello",
