@@ -381,17 +381,12 @@ static int parse_field(const char **pp, const char *end, fw_header *h)
     return 0;
 }
 
-int fw_http_parse_head(const char *buf, size_t head_len, const fw_http_limits *lim,
-                       fw_request *r)
+/* The request line: method SP request-target SP HTTP-version CRLF.
+ * 0 with *next at the first field line, or a status. */
+static int parse_request_line(const char *buf, size_t head_len, const fw_http_limits *lim,
+                              fw_request *r, const char **next)
 {
-    const char *p = buf, *end = buf + head_len;
-    struct framing f;
-    memset(&f, 0, sizeof(f));
-    fw_header *hdrs = r->headers;
-    memset(r, 0, sizeof(*r));
-    r->headers = hdrs;
-
-    /* method SP request-target SP HTTP-version CRLF */
+    const char *p = buf;
     const char *eol = memchr(p, '\n', head_len);
     if (!eol)
         return 400;
@@ -422,7 +417,54 @@ int fw_http_parse_head(const char *buf, size_t head_len, const fw_http_limits *l
     rc = parse_target(r);
     if (rc)
         return rc;
-    p = eol + 1;
+    *next = eol + 1;
+    return 0;
+}
+
+/* Message framing (RFC 9112 6.1-6.3), Host (3.2), keep-alive and Expect,
+ * decided once every field line is read: 0 or a status. */
+static int decide_framing(fw_request *r, const struct framing *f, const fw_http_limits *lim)
+{
+    if (r->minor == 1 ? f->host_count != 1 : f->host_count > 1)
+        return 400;
+    if (f->te_seen) {
+        if (f->cl_seen || r->minor == 0)
+            return 400;
+        if (f->te_chunked_count != 1 || !f->te_last_chunked)
+            return 400;
+        if (f->te_other)
+            return 501;         /* a coding we do not implement before chunked */
+        r->chunked = 1;
+        r->has_body = 1;
+    } else if (r->content_length > 0) {
+        r->has_body = 1;
+    }
+    if (r->content_length > lim->max_body)
+        return 413;
+    if (r->minor == 1) {
+        r->keep_alive = !f->conn_close;
+        if (f->expect_other)
+            return 417;
+    } else {
+        r->keep_alive = f->conn_keep_alive && !f->conn_close;
+        r->expect_continue = 0;   /* HTTP/1.0 has no 100 Continue */
+    }
+    return 0;
+}
+
+int fw_http_parse_head(const char *buf, size_t head_len, const fw_http_limits *lim,
+                       fw_request *r)
+{
+    const char *p, *end = buf + head_len;
+    struct framing f;
+    memset(&f, 0, sizeof(f));
+    fw_header *hdrs = r->headers;
+    memset(r, 0, sizeof(*r));
+    r->headers = hdrs;
+
+    int rc = parse_request_line(buf, head_len, lim, r, &p);
+    if (rc)
+        return rc;
 
     /* field lines until the empty line */
     while (p < end) {
@@ -445,32 +487,9 @@ int fw_http_parse_head(const char *buf, size_t head_len, const fw_http_limits *l
     }
     if (p != end)
         return 400;
-
-    /* Message framing (RFC 9112 6.1-6.3) and Host (3.2). */
-    if (r->minor == 1 ? f.host_count != 1 : f.host_count > 1)
-        return 400;
-    if (f.te_seen) {
-        if (f.cl_seen || r->minor == 0)
-            return 400;
-        if (f.te_chunked_count != 1 || !f.te_last_chunked)
-            return 400;
-        if (f.te_other)
-            return 501;         /* a coding we do not implement before chunked */
-        r->chunked = 1;
-        r->has_body = 1;
-    } else if (r->content_length > 0) {
-        r->has_body = 1;
-    }
-    if (r->content_length > lim->max_body)
-        return 413;
-    if (r->minor == 1) {
-        r->keep_alive = !f.conn_close;
-        if (f.expect_other)
-            return 417;
-    } else {
-        r->keep_alive = f.conn_keep_alive && !f.conn_close;
-        r->expect_continue = 0;   /* HTTP/1.0 has no 100 Continue */
-    }
+    rc = decide_framing(r, &f, lim);
+    if (rc)
+        return rc;
     r->is_head = r->method_len == 4 && memcmp(r->method, "HEAD", 4) == 0;
     return 0;
 }
@@ -567,76 +586,124 @@ static int chunk_ext_step(fw_chunked *d, unsigned char c)
     }
 }
 
+/* One byte of a size line: the hex size, BWS, extensions, the LF after its
+ * CR. 0, or the status (400, 413) that ends the body. */
+static int chunk_size_step(fw_chunked *d, unsigned char c, const fw_http_limits *lim)
+{
+    switch (d->state) {
+    case CK_SIZE:
+        if (cls[c] & C_HEX) {
+            if (++d->hex_digits > 16)
+                return 400;
+            unsigned v = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+            d->left = d->left * 16 + v;
+            if (d->left > lim->max_body || d->total + d->left > lim->max_body)
+                return 413;
+            return 0;
+        }
+        if (d->hex_digits == 0)
+            return 400;
+        if (c == ' ' || c == '\t')
+            d->state = CK_SIZE_WS;
+        else if (c == ';')
+            d->state = CK_EXT_NAME0;
+        else if (c == '\r')
+            d->state = CK_SIZE_LF;
+        else
+            return 400;
+        d->line_len = 0;
+        return 0;
+    case CK_SIZE_WS:
+        if (c == ';')
+            d->state = CK_EXT_NAME0;
+        else if (c != ' ' && c != '\t')
+            return 400;     /* only BWS ";" may follow the size */
+        return ++d->line_len > CK_MAX_LINE ? 400 : 0;
+    case CK_SIZE_LF:
+        if (c != '\n')
+            return 400;
+        d->hex_digits = 0;
+        d->state = d->left == 0 ? CK_TRAILER : CK_DATA;
+        return 0;
+    default:
+        /* chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS ( token / quoted-string ) ] )
+         * (RFC 9112 7.1.1): validated, then ignored. */
+        if (++d->line_len > CK_MAX_LINE)
+            return 400;
+        return chunk_ext_step(d, c) != 0 ? 400 : 0;
+    }
+}
+
+/* One byte of the trailer section. Trailer fields are validated like header
+ * fields and then discarded: they never reach the application. 0, or the
+ * status (400, 431) that ends the body. */
+static int chunk_trailer_step(fw_chunked *d, unsigned char c, const fw_http_limits *lim)
+{
+    switch (d->state) {
+    case CK_TRAILER:
+        if (c == '\r') {
+            d->state = CK_END_LF;
+        } else if (cls[c] & C_TCHAR) {
+            d->state = CK_TRAILER_LINE;
+            d->line_has_data = 0;
+        } else {
+            return 400;     /* obs-fold, bare LF, junk */
+        }
+        d->line_len = 1;
+        return 0;
+    case CK_TRAILER_LINE:
+        if (!d->line_has_data) {
+            if (c == ':')
+                d->line_has_data = 1;
+            else if (!(cls[c] & C_TCHAR))
+                return 400;
+        } else if (c == '\r') {
+            d->state = CK_TRAILER_LF;
+        } else if (!(cls[c] & C_FVAL)) {
+            return 400;
+        }
+        return ++d->line_len > CK_MAX_LINE ? 431 : 0;
+    case CK_TRAILER_LF:
+        if (c != '\n')
+            return 400;
+        d->trailer_len += d->line_len + 1;
+        if (d->trailer_len > lim->max_head)
+            return 431;
+        d->state = CK_TRAILER;
+        return 0;
+    case CK_END_LF:
+        if (c != '\n')
+            return 400;
+        d->state = CK_DONE;
+        return 0;
+    default:
+        return 400;
+    }
+}
+
+/* One byte outside chunk data: 0, or the status that ends the body. */
+static int chunk_step(fw_chunked *d, unsigned char c, const fw_http_limits *lim)
+{
+    if (d->state < CK_DATA)
+        return chunk_size_step(d, c, lim);
+    if (d->state == CK_DATA_CR || d->state == CK_DATA_LF) {
+        int cr = d->state == CK_DATA_CR;
+        if (c != (cr ? '\r' : '\n'))
+            return 400;
+        d->state = cr ? CK_DATA_LF : CK_SIZE;
+        return 0;
+    }
+    return chunk_trailer_step(d, c, lim);
+}
+
 int fw_chunked_feed(fw_chunked *d, const char *src, size_t len, size_t *used,
                     const char **data, size_t *data_len, const fw_http_limits *lim)
 {
     size_t i = 0;
     *used = 0;
-    while (i < len) {
-        unsigned char c = (unsigned char)src[i];
-        switch (d->state) {
-        case CK_SIZE:
-            if (cls[c] & C_HEX) {
-                if (++d->hex_digits > 16)
-                    return 400;
-                unsigned v = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
-                d->left = d->left * 16 + v;
-                if (d->left > lim->max_body || d->total + d->left > lim->max_body)
-                    return 413;
-                i++;
-                break;
-            }
-            if (d->hex_digits == 0)
-                return 400;
-            if (c == ' ' || c == '\t') {
-                d->state = CK_SIZE_WS;
-            } else if (c == ';') {
-                d->state = CK_EXT_NAME0;
-            } else if (c == '\r') {
-                d->state = CK_SIZE_LF;
-            } else {
-                return 400;
-            }
-            i++;
-            d->line_len = 0;
-            break;
-        case CK_SIZE_WS:
-            if (c == ';')
-                d->state = CK_EXT_NAME0;
-            else if (c != ' ' && c != '\t')
-                return 400;     /* only BWS ";" may follow the size */
-            if (++d->line_len > CK_MAX_LINE)
-                return 400;
-            i++;
-            break;
-        /* chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS ( token / quoted-string ) ] )
-         * (RFC 9112 7.1.1): validated, then ignored. */
-        case CK_EXT_NAME0:
-        case CK_EXT_NAME:
-        case CK_EXT_NAME_WS:
-        case CK_EXT_VAL0:
-        case CK_EXT_TOKEN:
-        case CK_EXT_QUOTED:
-        case CK_EXT_ESC:
-        case CK_EXT_END:
-            if (++d->line_len > CK_MAX_LINE)
-                return 400;
-            if (chunk_ext_step(d, c) != 0)
-                return 400;
-            i++;
-            break;
-        case CK_SIZE_LF:
-            if (c != '\n')
-                return 400;
-            i++;
-            d->hex_digits = 0;
-            if (d->left == 0) {
-                d->state = CK_TRAILER;
-            } else {
-                d->state = CK_DATA;
-            }
-            break;
-        case CK_DATA: {
+    while (i < len && d->state != CK_DONE) {
+        if (d->state == CK_DATA) {
+            /* Data is handed out as a span of src, never copied. */
             size_t n = len - i;
             if (n > d->left)
                 n = (size_t)d->left;
@@ -649,70 +716,11 @@ int fw_chunked_feed(fw_chunked *d, const char *src, size_t len, size_t *used,
             *used = i + n;
             return FW_CHUNK_DATA;
         }
-        case CK_DATA_CR:
-            if (c != '\r')
-                return 400;
-            d->state = CK_DATA_LF;
-            i++;
-            break;
-        case CK_DATA_LF:
-            if (c != '\n')
-                return 400;
-            d->state = CK_SIZE;
-            i++;
-            break;
-        case CK_TRAILER:
-            /* Trailer fields are validated like header fields and then
-             * discarded: they never reach the application. */
-            if (c == '\r') {
-                d->state = CK_END_LF;
-            } else if (cls[c] & C_TCHAR) {
-                d->state = CK_TRAILER_LINE;
-                d->line_has_data = 0;
-            } else {
-                return 400;     /* obs-fold, bare LF, junk */
-            }
-            d->line_len = 1;
-            i++;
-            break;
-        case CK_TRAILER_LINE:
-            if (!d->line_has_data) {
-                if (c == ':')
-                    d->line_has_data = 1;
-                else if (!(cls[c] & C_TCHAR))
-                    return 400;
-            } else if (c == '\r') {
-                d->state = CK_TRAILER_LF;
-            } else if (!(cls[c] & C_FVAL)) {
-                return 400;
-            }
-            if (++d->line_len > CK_MAX_LINE)
-                return 431;
-            i++;
-            break;
-        case CK_TRAILER_LF:
-            if (c != '\n')
-                return 400;
-            d->trailer_len += d->line_len + 1;
-            if (d->trailer_len > lim->max_head)
-                return 431;
-            d->state = CK_TRAILER;
-            i++;
-            break;
-        case CK_END_LF:
-            if (c != '\n')
-                return 400;
-            i++;
-            d->state = CK_DONE;
-            *used = i;
-            return FW_CHUNK_DONE;
-        case CK_DONE:
-            *used = i;
-            return FW_CHUNK_DONE;
-        }
+        int rc = chunk_step(d, (unsigned char)src[i], lim);
+        if (rc != 0)
+            return rc;
+        i++;
     }
     *used = i;
-    if (d->state == CK_DONE)
-        return FW_CHUNK_DONE;
-    return FW_HTTP_INCOMPLETE;
+    return d->state == CK_DONE ? FW_CHUNK_DONE : FW_HTTP_INCOMPLETE;
 }

@@ -808,6 +808,67 @@ static void drain_pool(fw_server *srv)
     }
 }
 
+/* Whether a stop under way has ended: a second stop, no connection left,
+ * or the graceful timeout passed. */
+static int stop_has_ended(fw_server *srv)
+{
+    if (srv->stop_requested == 2 || srv->nconns == 0)
+        return 1;
+    if (srv->now >= srv->stop_deadline) {
+        fw_server_log(srv, FW_LOG_WARNING, "graceful timeout: closing %d connection(s)",
+                      srv->nconns);
+        return 1;
+    }
+    return 0;
+}
+
+/* What every loop pass does after dispatching its events: expire timers,
+ * hand idle connections on during a stop, give queued requests to free app
+ * threads, free closed connections, accept again if it paused. */
+static void after_events(fw_server *srv)
+{
+    expire(srv, &srv->t_head);
+    expire(srv, &srv->t_body);
+    expire(srv, &srv->t_idle);
+    expire(srv, &srv->t_write);
+    expire(srv, &srv->t_linger);
+    expire_grace(srv);
+    if (srv->stopping && srv->pass_waiting)
+        pass_on_idle(srv);
+    if (srv->pool)
+        serve_ready(srv);
+    free_graveyard(srv);
+    maybe_accept_again(srv);
+}
+
+/* The end of a run: close every connection, let the app threads finish
+ * what they hold and stop them, and leave the server ready to run again. */
+static void end_run(fw_server *srv)
+{
+    srv->accepting = 0;
+    srv->closing = 1;
+    if (!srv->stopping)
+        fw_balance_drain(&srv->bal);     /* (begin_stop drained already) */
+    srv->stopping = 1;          /* what comes back from the threads closes */
+    srv->ending_keepalive = 1;
+    srv->handing_on = 0;
+    close_all(srv);
+    if (srv->pool) {
+        drain_pool(srv);
+        fw_pool_stop(srv->pool);
+        srv->pool = NULL;
+        free(srv->threads);
+        srv->threads = NULL;
+    }
+    /* Ready to run again. stop_requested is cleared here, at the end of a
+     * run and not at its start: a stop asked before a run (a signal that
+     * came while the worker was starting) is kept for that run. */
+    srv->stopping = 0;
+    srv->ending_keepalive = 0;
+    srv->stop_requested = 0;
+    srv->closing = 0;
+}
+
 enum fw_run_end fw_server_run(fw_server *srv)
 {
     enum fw_run_end rc = FW_RUN_STOPPED;
@@ -826,15 +887,8 @@ enum fw_run_end fw_server_run(fw_server *srv)
     for (;;) {
         if (srv->stop_requested && !srv->stopping)
             begin_stop(srv);
-        if (srv->stopping) {
-            if (srv->stop_requested == 2 || srv->nconns == 0)
-                break;
-            if (srv->now >= srv->stop_deadline) {
-                fw_server_log(srv, FW_LOG_WARNING, "graceful timeout: closing %d connection(s)",
-                              srv->nconns);
-                break;
-            }
-        }
+        if (srv->stopping && stop_has_ended(srv))
+            break;
         /* The heartbeat (--heartbeat-timeout): the loop turns, before it
          * sleeps (at most a second: next_timeout) and when it wakes. */
         int wait_ms = next_timeout(srv);
@@ -859,39 +913,8 @@ enum fw_run_end fw_server_run(fw_server *srv)
             rc = FW_RUN_SIGNAL;
             break;
         }
-        expire(srv, &srv->t_head);
-        expire(srv, &srv->t_body);
-        expire(srv, &srv->t_idle);
-        expire(srv, &srv->t_write);
-        expire(srv, &srv->t_linger);
-        expire_grace(srv);
-        if (srv->stopping && srv->pass_waiting)
-            pass_on_idle(srv);
-        if (srv->pool)
-            serve_ready(srv);
-        free_graveyard(srv);
-        maybe_accept_again(srv);
+        after_events(srv);
     }
-    srv->accepting = 0;
-    srv->closing = 1;
-    if (!srv->stopping)
-        fw_balance_drain(&srv->bal);     /* (begin_stop drained already) */
-    srv->stopping = 1;          /* what comes back from the threads closes */
-    srv->ending_keepalive = 1;
-    srv->handing_on = 0;
-    close_all(srv);
-    if (srv->pool) {
-        drain_pool(srv);
-        fw_pool_stop(srv->pool);
-        srv->pool = NULL;
-        free(srv->threads);
-        srv->threads = NULL;
-    }
-    /* Ready to serve again; a stop asked before a run (a signal that came
-     * while the worker was starting) is kept for it, not cleared. */
-    srv->stopping = 0;
-    srv->ending_keepalive = 0;
-    srv->stop_requested = 0;
-    srv->closing = 0;
+    end_run(srv);
     return rc;
 }
