@@ -198,12 +198,19 @@ static void release(fw_alog *a)
     free(a);
 }
 
-fw_alog *fw_alog_new(const fw_alog_cfg *cfg)
+/* Release a half-made log and fail with errno e. */
+static fw_alog *give_up(fw_alog *a, int e)
 {
-    if (cfg->nitems < 0 || cfg->nitems > 4096 || (cfg->nitems && !cfg->items) || cfg->fd < 0) {
-        errno = EINVAL;
-        return NULL;
-    }
+    release(a);
+    errno = e;
+    return NULL;
+}
+
+/* A zeroed log with its mutex and its condition variable (on
+ * CLOCK_MONOTONIC: the writer's flush_ms wait must not jump with the
+ * wall clock), or NULL with errno set. */
+static fw_alog *alloc_log(void)
+{
     fw_alog *a = calloc(1, sizeof(*a));
     if (!a)
         return NULL;
@@ -222,24 +229,32 @@ fw_alog *fw_alog_new(const fw_alog_cfg *cfg)
         errno = ENOMEM;
         return NULL;
     }
-    size_t text_bytes = 1;
+    return a;
+}
+
+/* Check the items: known atoms, texts and names of at most 4096 bytes, a
+ * name for each header item, at most 255 response headers (a captured
+ * value's slot is one byte). *text_bytes: room for their texts (one
+ * more); *nresp: the response header items. Returns 0 or -EINVAL. */
+static int check_items(const fw_alog_cfg *cfg, size_t *text_bytes, int *nresp)
+{
+    *text_bytes = 1;
     for (int i = 0; i < cfg->nitems; i++) {
         const fw_alog_item *it = &cfg->items[i];
         if (it->atom < 0 || it->atom >= FW_AL_NATOMS || (it->arg_len && !it->arg) ||
             (it->arg_len == 0 && (it->atom == FW_AL_REQ_HEADER || it->atom == FW_AL_RESP_HEADER)) ||
-            it->arg_len > 4096) {
-            release(a);
-            errno = EINVAL;
-            return NULL;
-        }
-        text_bytes += it->arg_len;
-        a->nresp += it->atom == FW_AL_RESP_HEADER;
+            it->arg_len > 4096)
+            return -EINVAL;
+        *text_bytes += it->arg_len;
+        *nresp += it->atom == FW_AL_RESP_HEADER;
     }
-    if (a->nresp > 255) {
-        release(a);
-        errno = EINVAL;
-        return NULL;
-    }
+    return *nresp > 255 ? -EINVAL : 0;
+}
+
+/* The settings (defaults for 0), and the log's own memory: items, texts,
+ * line scratch, both buffers, the path. Returns 0 or -ENOMEM. */
+static int alloc_buffers(fw_alog *a, const fw_alog_cfg *cfg, size_t text_bytes)
+{
     a->cap = cfg->buffer_bytes ? cfg->buffer_bytes : (1 << 20);
     if (a->cap < LINE_MAX_BYTES)
         a->cap = LINE_MAX_BYTES;
@@ -253,11 +268,15 @@ fw_alog *fw_alog_new(const fw_alog_cfg *cfg)
     a->front = malloc(a->cap);
     a->back = malloc(a->cap);
     a->path = cfg->path ? strdup(cfg->path) : NULL;
-    if (!a->items || !a->after || !a->texts || !a->line || !a->front || !a->back || (cfg->path && !a->path)) {
-        release(a);
-        errno = ENOMEM;
-        return NULL;
-    }
+    if (!a->items || !a->after || !a->texts || !a->line || !a->front || !a->back || (cfg->path && !a->path))
+        return -ENOMEM;
+    return 0;
+}
+
+/* Copy the items with their texts into the log's block (the caller's may
+ * go), and note the least room the items after each one take. */
+static void copy_items(fw_alog *a, const fw_alog_cfg *cfg)
+{
     char *t = a->texts;
     for (int i = 0; i < cfg->nitems; i++) {
         a->items[i] = cfg->items[i];
@@ -268,24 +287,45 @@ fw_alog *fw_alog_new(const fw_alog_cfg *cfg)
     }
     for (int i = cfg->nitems - 1; i > 0; i--)
         a->after[i - 1] = a->after[i] + least_room(&a->items[i]);
-    snprintf(a->pid, sizeof(a->pid), "<%ld>", (long)getpid());
-    a->t_sec = -1;
-    a->fd = fcntl(cfg->fd, F_DUPFD_CLOEXEC, 3);
-    if (a->fd < 0) {
-        int e = errno;
-        release(a);
-        errno = e;
-        return NULL;
-    }
+}
+
+/* The log's own copy of fd (above 0-2, close-on-exec), and whether writes
+ * must be cut at PIPE_BUF (a pipe or a socket). Returns 0 or -errno. */
+static int take_fd(fw_alog *a, int fd)
+{
+    a->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (a->fd < 0)
+        return -errno;
     struct stat st;
     if (fstat(a->fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
         a->pipe_chunk = PIPE_BUF;
-    int rc = pthread_create(&a->writer, NULL, writer_main, a);
-    if (rc != 0) {
-        release(a);
-        errno = rc;
+    return 0;
+}
+
+fw_alog *fw_alog_new(const fw_alog_cfg *cfg)
+{
+    if (cfg->nitems < 0 || cfg->nitems > 4096 || (cfg->nitems && !cfg->items) || cfg->fd < 0) {
+        errno = EINVAL;
         return NULL;
     }
+    fw_alog *a = alloc_log();
+    if (!a)
+        return NULL;
+    size_t text_bytes;
+    int rc = check_items(cfg, &text_bytes, &a->nresp);
+    if (rc == 0)
+        rc = alloc_buffers(a, cfg, text_bytes);
+    if (rc != 0)
+        return give_up(a, -rc);
+    copy_items(a, cfg);
+    snprintf(a->pid, sizeof(a->pid), "<%ld>", (long)getpid());
+    a->t_sec = -1;
+    rc = take_fd(a, cfg->fd);
+    if (rc != 0)
+        return give_up(a, -rc);
+    rc = pthread_create(&a->writer, NULL, writer_main, a);
+    if (rc != 0)
+        return give_up(a, rc);
     a->writer_started = 1;
     return a;
 }
@@ -618,39 +658,29 @@ static void put_captured(out *o, int json, const fw_buf *cap, int slot)
     put_raw(o, "-", 1);
 }
 
-static void put_item(fw_alog *a, out *o, const fw_alog_item *it, int slot, const fw_alog_rec *r)
+/* r: "GET /p?q HTTP/1.1", or "-" for a head that did not parse. */
+static void put_request_line(out *o, int json, const fw_request *q)
 {
-    const fw_request *q = r->req;
-    int json = a->json;
-    uint64_t us = r->micros > 0 ? (uint64_t)r->micros : 0;
-    char d[40];
+    if (!q) {
+        put_raw(o, "-", 1);
+        return;
+    }
+    put_val(o, json, q->method, q->method_len);
+    put_raw(o, " ", 1);
+    o->limit -= 9 < o->limit ? 9 : o->limit;      /* " HTTP/1.1" follows */
+    put_val(o, json, q->target, q->target_len);
+    put_str(o, q->minor ? " HTTP/1.1" : " HTTP/1.0");
+}
+
+/* An item the request says (q NULL: its head did not parse). */
+static void put_request_item(out *o, int json, const fw_alog_item *it, const fw_request *q)
+{
     switch (it->atom) {
-    case FW_AL_TEXT:
-        put_raw(o, it->arg, it->arg_len);
-        break;
-    case FW_AL_REMOTE_ADDR:
-        put_dash_or(o, json, r->host, r->host ? strlen(r->host) : 0);
-        break;
-    case FW_AL_REMOTE_PORT:
-        put_dash_or(o, json, r->port, r->port ? strlen(r->port) : 0);
-        break;
     case FW_AL_USER:
         put_user(o, json, q);
         break;
-    case FW_AL_TIME:
-        refresh_time(a);
-        put_raw(o, a->t_text, a->t_len);
-        break;
     case FW_AL_REQUEST:
-        if (!q) {
-            put_raw(o, "-", 1);
-            break;
-        }
-        put_val(o, json, q->method, q->method_len);
-        put_raw(o, " ", 1);
-        o->limit -= 9 < o->limit ? 9 : o->limit;      /* " HTTP/1.1" follows */
-        put_val(o, json, q->target, q->target_len);
-        put_str(o, q->minor ? " HTTP/1.1" : " HTTP/1.0");
+        put_request_line(o, json, q);
         break;
     case FW_AL_METHOD:
         put_dash_or(o, json, q ? q->method : NULL, q ? q->method_len : 0);
@@ -668,6 +698,21 @@ static void put_item(fw_alog *a, out *o, const fw_alog_item *it, int slot, const
     case FW_AL_PROTOCOL:
         put_str(o, !q ? "-" : q->minor ? "HTTP/1.1" : "HTTP/1.0");
         break;
+    case FW_AL_REQ_HEADER: {
+        const fw_header *h = req_header(q, it->arg, it->arg_len);
+        put_dash_or(o, json, h ? h->value : NULL, h ? h->value_len : 0);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* A number of the response: its status, its body's bytes, its time. */
+static void put_number_item(out *o, int atom, const fw_alog_rec *r)
+{
+    uint64_t us = r->micros > 0 ? (uint64_t)r->micros : 0;
+    switch (atom) {
     case FW_AL_STATUS:
         put_u64(o, r->status > 0 ? (uint64_t)r->status : 0);
         break;
@@ -684,23 +729,54 @@ static void put_item(fw_alog *a, out *o, const fw_alog_item *it, int slot, const
         put_u64(o, us);
         break;
     case FW_AL_DECIMAL: {
+        char d[40];
         int n = snprintf(d, sizeof(d), "%llu.%06llu", (unsigned long long)(us / 1000000),
                          (unsigned long long)(us % 1000000));
         put_raw(o, d, (size_t)n);
         break;
     }
+    default:
+        break;
+    }
+}
+
+/* One item of the format: what the log itself knows (text, time, pid),
+ * the client, the request, the numbers, or a captured response header. */
+static void put_item(fw_alog *a, out *o, const fw_alog_item *it, int slot, const fw_alog_rec *r)
+{
+    int json = a->json;
+    switch (it->atom) {
+    case FW_AL_TEXT:
+        put_raw(o, it->arg, it->arg_len);
+        break;
+    case FW_AL_REMOTE_ADDR:
+        put_dash_or(o, json, r->host, r->host ? strlen(r->host) : 0);
+        break;
+    case FW_AL_REMOTE_PORT:
+        put_dash_or(o, json, r->port, r->port ? strlen(r->port) : 0);
+        break;
+    case FW_AL_TIME:
+        refresh_time(a);
+        put_raw(o, a->t_text, a->t_len);
+        break;
     case FW_AL_PID:
         put_str(o, a->pid);
         break;
-    case FW_AL_REQ_HEADER: {
-        const fw_header *h = req_header(q, it->arg, it->arg_len);
-        put_dash_or(o, json, h ? h->value : NULL, h ? h->value_len : 0);
-        break;
-    }
     case FW_AL_RESP_HEADER:
         put_captured(o, json, r->captured, slot);
         break;
-    default:
+    case FW_AL_USER:
+    case FW_AL_REQUEST:
+    case FW_AL_METHOD:
+    case FW_AL_PATH:
+    case FW_AL_QUERY:
+    case FW_AL_URI:
+    case FW_AL_PROTOCOL:
+    case FW_AL_REQ_HEADER:
+        put_request_item(o, json, it, r->req);
+        break;
+    default:            /* the numbers; put_number_item writes nothing for any other atom */
+        put_number_item(o, it->atom, r);
         break;
     }
 }

@@ -112,34 +112,45 @@ static void uri_parts(const char *u, size_t n, fw_request *req)
     req->query_len = qm ? n - end - 1 : 0;
 }
 
-int fw_uwsgi_request(const fw_uwsgi_packet *p, const fw_http_limits *lim, fw_request *req, const char **why)
+/* The variables fw_uwsgi_request reads, each the last of its name (NULL:
+ * not sent); they point into the packet's array. */
+typedef struct cgi_vars {
+    const fw_header *method, *uri, *path, *query, *script, *proto, *clen;
+} cgi_vars;
+
+/* Pick out the variables the request is made of. Returns 0, or 400 for two
+ * CONTENT_LENGTH that differ (the body's framing must not be ambiguous). */
+static int find_vars(const fw_uwsgi_packet *p, cgi_vars *cv, const char **why)
 {
-    const fw_header *method = NULL, *uri = NULL, *path = NULL, *query = NULL, *script = NULL, *proto = NULL,
-                    *clen = NULL;
-    memset(req, 0, sizeof(*req));
-    *why = NULL;
+    *cv = (cgi_vars){ 0 };
     for (size_t i = 0; i < p->num_vars; i++) {
         const fw_header *v = &p->vars[i];
         if (is(v, "REQUEST_METHOD"))
-            method = v;
+            cv->method = v;
         else if (is(v, "REQUEST_URI"))
-            uri = v;
+            cv->uri = v;
         else if (is(v, "PATH_INFO"))
-            path = v;
+            cv->path = v;
         else if (is(v, "QUERY_STRING"))
-            query = v;
+            cv->query = v;
         else if (is(v, "SCRIPT_NAME"))
-            script = v;
+            cv->script = v;
         else if (is(v, "SERVER_PROTOCOL"))
-            proto = v;
+            cv->proto = v;
         else if (is(v, "CONTENT_LENGTH")) {
-            if (clen && !same_value(clen, v)) {
+            if (cv->clen && !same_value(cv->clen, v)) {
                 *why = "two different CONTENT_LENGTH";
                 return 400;
             }
-            clen = v;
+            cv->clen = v;
         }
     }
+    return 0;
+}
+
+/* Returns 0, or 400 for a REQUEST_METHOD missing, empty or not a token. */
+static int check_method(const fw_header *method, const char **why)
+{
     if (!method || method->value_len == 0) {
         *why = "no REQUEST_METHOD (is uwsgi_params included?)";
         return 400;
@@ -149,66 +160,102 @@ int fw_uwsgi_request(const fw_uwsgi_packet *p, const fw_http_limits *lim, fw_req
             *why = "REQUEST_METHOD is not a token";
             return 400;
         }
-    uint64_t cl = 0;
-    if (clen && clen->value_len) {
-        if (clen->value_len > 19) {
+    return 0;
+}
+
+/* *cl: CONTENT_LENGTH's value (0 when not sent or empty, as nginx sends it
+ * for a request without a body). At most 19 digits, so it cannot overflow
+ * 64 bits. Returns 0, 400 (not digits) or 413 (over lim->max_body). */
+static int content_length(const fw_header *clen, const fw_http_limits *lim, uint64_t *cl, const char **why)
+{
+    *cl = 0;
+    if (!clen || !clen->value_len)
+        return 0;
+    if (clen->value_len > 19) {
+        *why = "CONTENT_LENGTH is not a number";
+        return 400;
+    }
+    for (size_t i = 0; i < clen->value_len; i++) {
+        char c = clen->value[i];
+        if (c < '0' || c > '9') {
             *why = "CONTENT_LENGTH is not a number";
             return 400;
         }
-        for (size_t i = 0; i < clen->value_len; i++) {
-            char c = clen->value[i];
-            if (c < '0' || c > '9') {
-                *why = "CONTENT_LENGTH is not a number";
-                return 400;
-            }
-            cl = cl * 10 + (uint64_t)(c - '0');
-        }
-        if (cl > lim->max_body) {
-            *why = "CONTENT_LENGTH over --limit-request-body";
-            return 413;
+        *cl = *cl * 10 + (uint64_t)(c - '0');
+    }
+    if (*cl > lim->max_body) {
+        *why = "CONTENT_LENGTH over --limit-request-body";
+        return 413;
+    }
+    return 0;
+}
+
+/* Question: does PATH_INFO start with SCRIPT_NAME as whole path segments
+ * (/app in /app/x, never in /application)? Only then does modifier1 30
+ * take it off, as uWSGI's UWSGI_MODIFIER_MANAGE_PATH_INFO does. */
+static int script_leads_path(const fw_header *script, const fw_header *path)
+{
+    return script->value_len <= path->value_len &&
+           memcmp(path->value, script->value, script->value_len) == 0 &&
+           (script->value_len == path->value_len || path->value[script->value_len] == '/' ||
+            (script->value_len > 0 && script->value[script->value_len - 1] == '/'));
+}
+
+/* The target, path and query: REQUEST_URI's, then PATH_INFO and
+ * QUERY_STRING over them where they were sent. */
+static void set_target(const fw_uwsgi_packet *p, const cgi_vars *cv, fw_request *req)
+{
+    if (cv->uri) {
+        req->target = cv->uri->value;
+        req->target_len = cv->uri->value_len;
+        uri_parts(cv->uri->value, cv->uri->value_len, req);
+    } else {
+        req->target = cv->path ? cv->path->value : "";
+        req->target_len = cv->path ? cv->path->value_len : 0;
+        req->path = req->query = "";
+    }
+    if (cv->path) {
+        req->path = cv->path->value;
+        req->path_len = cv->path->value_len;
+        req->path_decoded = 1;
+        if (p->modifier1 == FW_UWSGI_MANAGE_PATH_INFO && cv->script && script_leads_path(cv->script, cv->path)) {
+            req->path += cv->script->value_len;
+            req->path_len -= cv->script->value_len;
         }
     }
+    if (cv->query) {
+        req->query = cv->query->value;
+        req->query_len = cv->query->value_len;
+    }
+}
+
+int fw_uwsgi_request(const fw_uwsgi_packet *p, const fw_http_limits *lim, fw_request *req, const char **why)
+{
+    cgi_vars cv;
+    uint64_t cl = 0;
+    memset(req, 0, sizeof(*req));
+    *why = NULL;
+    int status = find_vars(p, &cv, why);
+    if (!status)
+        status = check_method(cv.method, why);
+    if (!status)
+        status = content_length(cv.clen, lim, &cl, why);
+    if (status)
+        return status;
 
     req->uwsgi = 1;
     req->headers = p->vars;
     req->num_headers = p->num_vars;
-    req->method = method->value;
-    req->method_len = method->value_len;
-    req->is_head = method->value_len == 4 && memcmp(method->value, "HEAD", 4) == 0;
+    req->method = cv.method->value;
+    req->method_len = cv.method->value_len;
+    req->is_head = cv.method->value_len == 4 && memcmp(cv.method->value, "HEAD", 4) == 0;
     req->form = FW_TARGET_ORIGIN;
     req->authority = "";
-    req->minor = !(proto && proto->value_len == 8 && memcmp(proto->value, "HTTP/1.0", 8) == 0);
+    req->minor = !(cv.proto && cv.proto->value_len == 8 && memcmp(cv.proto->value, "HTTP/1.0", 8) == 0);
     req->content_length = cl;
     req->has_body = cl > 0;
     req->keep_alive = 0;        /* nginx reads the response until the close */
-    if (uri) {
-        req->target = uri->value;
-        req->target_len = uri->value_len;
-        uri_parts(uri->value, uri->value_len, req);
-    } else {
-        req->target = path ? path->value : "";
-        req->target_len = path ? path->value_len : 0;
-        req->path = req->query = "";
-    }
-    if (path) {
-        req->path = path->value;
-        req->path_len = path->value_len;
-        req->path_decoded = 1;
-        /* modifier1 30: PATH_INFO has SCRIPT_NAME in front (uWSGI's
-         * UWSGI_MODIFIER_MANAGE_PATH_INFO); taken off only where it is,
-         * as whole path segments (/app off /app/x, never off /application). */
-        if (p->modifier1 == FW_UWSGI_MANAGE_PATH_INFO && script && script->value_len <= path->value_len &&
-            memcmp(path->value, script->value, script->value_len) == 0 &&
-            (script->value_len == path->value_len || path->value[script->value_len] == '/' ||
-             (script->value_len > 0 && script->value[script->value_len - 1] == '/'))) {
-            req->path += script->value_len;
-            req->path_len -= script->value_len;
-        }
-    }
-    if (query) {
-        req->query = query->value;
-        req->query_len = query->value_len;
-    }
+    set_target(p, &cv, req);
     return 0;
 }
 

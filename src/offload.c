@@ -168,43 +168,29 @@ static int offload_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnam
     return 0;
 }
 
-static PyObject *offload_call(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+/* The topic's UTF-8, checked as a Kafka topic name; NULL with an
+ * exception set. */
+static const char *topic_text(PyObject *topic, Py_ssize_t *tlen)
 {
-    (void)mod;
-    PyObject *topic, *value, *key;
-    if (offload_args(args, nargs, kwnames, &topic, &value, &key) < 0)
-        return NULL;
-    if (!g_offload.ready) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "offload() needs the offload sibling: start forkwsgi with --offload-sink");
-        return NULL;
-    }
-    Py_ssize_t tlen, vlen = 0, klen = 0;
-    const char *t = PyUnicode_AsUTF8AndSize(topic, &tlen);
+    const char *t = PyUnicode_AsUTF8AndSize(topic, tlen);
     if (!t)
         return NULL;
-    if (!fw_offload_topic_ok(t, (size_t)tlen)) {
+    if (!fw_offload_topic_ok(t, (size_t)*tlen)) {
         PyErr_Format(PyExc_ValueError, "offload(): %R is not a valid Kafka topic name "
                                        "(1 to 249 of A-Z a-z 0-9 . _ -, not . or ..)", topic);
         return NULL;
     }
-    PyObject *vkeep = NULL, *kkeep = NULL;
-    const char *v, *k = NULL;
-    int vown = as_bytes(value, "value", &vkeep, &v, &vlen);
-    if (vown < 0)
-        return NULL;
-    int kown = 0;
-    if (key != Py_None) {
-        kown = as_bytes(key, "key", &kkeep, &k, &klen);
-        if (kown < 0) {
-            if (vown > 0)
-                Py_DECREF(vkeep);
-            return NULL;
-        }
-    }
+    return t;
+}
+
+/* Send one record: with the GIL held when the ring has room, else the
+ * slow way without it. Returns fw_offload_send's answer; *err its errno. */
+static int send_record(const char *t, Py_ssize_t tlen, PyObject *key, const char *k, Py_ssize_t klen,
+                       PyObject *value, const char *v, Py_ssize_t vlen, int *err)
+{
     /* The common case with the GIL held: a copy into the ring costs less
      * than giving the GIL up and taking it back. */
-    int err = 0;
+    *err = 0;
     int rc = fw_offload_send(&g_offload.ofl, t, (size_t)tlen, k, (size_t)klen, v, (size_t)vlen, 1);
     if (rc == FW_OFL_AGAIN) {
         /* The slow way (spill file, waiting for room): without the GIL.
@@ -215,16 +201,19 @@ static PyObject *offload_call(PyObject *mod, PyObject *const *args, Py_ssize_t n
         atomic_fetch_add(&g_offload.calls, 1);       /* under the GIL: teardown waits for it */
         Py_BEGIN_ALLOW_THREADS
         rc = fw_offload_send(&g_offload.ofl, t, (size_t)tlen, k, (size_t)klen, v, (size_t)vlen, 0);
-        err = errno;
+        *err = errno;
         Py_END_ALLOW_THREADS
         atomic_fetch_sub(&g_offload.calls, 1);
         Py_DECREF(value);
         Py_XDECREF(key);
     }
-    if (vown > 0)
-        Py_DECREF(vkeep);
-    if (kown > 0)
-        Py_DECREF(kkeep);
+    return rc;
+}
+
+/* What offload() answers for fw_offload_send's rc: True (queued or
+ * spilled), False (dropped, after the on_drop callback), or an exception. */
+static PyObject *send_result(int rc, PyObject *topic, int err)
+{
     switch (rc) {
     case FW_OFL_OK:
     case FW_OFL_SPILLED:
@@ -248,6 +237,44 @@ static PyObject *offload_call(PyObject *mod, PyObject *const *args, Py_ssize_t n
     default:
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+}
+
+static PyObject *offload_call(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)mod;
+    PyObject *topic, *value, *key;
+    if (offload_args(args, nargs, kwnames, &topic, &value, &key) < 0)
+        return NULL;
+    if (!g_offload.ready) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "offload() needs the offload sibling: start forkwsgi with --offload-sink");
+        return NULL;
+    }
+    Py_ssize_t tlen, vlen = 0, klen = 0;
+    const char *t = topic_text(topic, &tlen);
+    if (!t)
+        return NULL;
+    PyObject *vkeep = NULL, *kkeep = NULL;
+    const char *v, *k = NULL;
+    int vown = as_bytes(value, "value", &vkeep, &v, &vlen);
+    if (vown < 0)
+        return NULL;
+    int kown = 0;
+    if (key != Py_None) {
+        kown = as_bytes(key, "key", &kkeep, &k, &klen);
+        if (kown < 0) {
+            if (vown > 0)
+                Py_DECREF(vkeep);
+            return NULL;
+        }
+    }
+    int err;
+    int rc = send_record(t, tlen, key, k, klen, value, v, vlen, &err);
+    if (vown > 0)
+        Py_DECREF(vkeep);
+    if (kown > 0)
+        Py_DECREF(kkeep);
+    return send_result(rc, topic, err);
 }
 
 static PyObject *offload_teardown(PyObject *mod, PyObject *unused)
@@ -390,6 +417,110 @@ static PyObject *new_record(PyTypeObject *type, const fw_offload_rec *r, PyObjec
     return o;
 }
 
+/* One ring_take call's batch. fresh: owned, the records read this time
+ * that are new to the journal (their bytes are in the ring until it is
+ * released); list: owned, the entries; topic: owned, the last record's
+ * (new_record's); the rest borrowed from the arguments. */
+typedef struct take_batch {
+    int jfd;                     /* the journal segment, or -1: read only */
+    PyObject *dups, *seg;        /* borrowed: ring_take's dups and segment */
+    PyTypeObject *type;          /* borrowed: the record type */
+    unsigned long long offset;   /* where the journal segment ends so far */
+    fw_offload_rec *fresh;
+    size_t nfresh;
+    PyObject *list, *topic;
+    uint64_t at;                 /* the ring position after the last record read */
+    Py_ssize_t taken, bytes;
+} take_batch;
+
+/* rtype as the record type, if it is a namedtuple type (new_record
+ * builds its instances as tuple.__new__ does); NULL with TypeError. */
+static PyTypeObject *record_type(PyObject *rtype)
+{
+    PyTypeObject *type = (PyTypeObject *)rtype;
+    if (!PyType_Check(rtype) || !PyType_IsSubtype(type, &PyTuple_Type)
+        || type->tp_basicsize != PyTuple_Type.tp_basicsize || type->tp_itemsize != PyTuple_Type.tp_itemsize) {
+        PyErr_SetString(PyExc_TypeError, "ring_take: record must be a namedtuple type");
+        return NULL;
+    }
+    return type;
+}
+
+/* Question, with -1 for an exception: is the record among dups (a set,
+ * or None), journaled by a predecessor that died before freeing it? */
+static int journaled_before(PyObject *dups, const fw_offload_rec *rec)
+{
+    if (dups == Py_None)
+        return 0;
+    PyObject *k = record_key(rec);
+    int dup = k ? PySet_Contains(dups, k) : -1;
+    Py_XDECREF(k);
+    return dup;
+}
+
+/* Append rec's entry (record, segment, end) to b->list and keep rec in
+ * b->fresh. Returns 0, or -1 with an exception set. */
+static int add_entry(take_batch *b, const fw_offload_rec *rec)
+{
+    b->offset += rec->h.total;
+    PyObject *r = new_record(b->type, rec, &b->topic);
+    /* Read straight from the ring, a record's end is its own ring
+     * position: releasing it after its batch is delivered must never
+     * free the records of the batches after it. */
+    PyObject *e = r ? Py_BuildValue("(NOK)", r, b->jfd >= 0 ? b->seg : Py_None,
+                                    b->jfd >= 0 ? b->offset : (unsigned long long)b->at)
+                    : NULL;
+    if (!e || PyList_Append(b->list, e) < 0) {
+        Py_XDECREF(e);
+        return -1;
+    }
+    Py_DECREF(e);
+    b->fresh[b->nfresh++] = *rec;
+    return 0;
+}
+
+/* Read up to limit records (about max_bytes) from the ring into b; *state:
+ * "empty" when the ring ran out, else "more". Returns 0, or -1 with an
+ * exception set. */
+static int fill_batch(take_batch *b, Py_ssize_t limit, Py_ssize_t max_bytes, const char **state)
+{
+    *state = "more";
+    while (b->taken < limit && b->bytes < max_bytes) {
+        fw_offload_rec rec;
+        if (!fw_ofl_reader_next(&g_reader, &b->at, &rec)) {
+            *state = "empty";
+            break;
+        }
+        b->taken++;
+        b->bytes += rec.h.total;
+        int dup = journaled_before(b->dups, &rec);
+        if (dup < 0)
+            return -1;
+        if (dup)
+            continue;
+        if (add_entry(b, &rec) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Write b's fresh records to the journal in one write (without the GIL),
+ * then free their room in the ring. Returns 0, or -1 with OSError set:
+ * then nothing is freed. */
+static int journal_batch(take_batch *b)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fw_offload_journal_append(b->jfd, b->fresh, b->nfresh);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    fw_ring_release(&g_reader.ring, b->at);   /* journaled: the room goes back */
+    return 0;
+}
+
 /* ring_take(journal_fd, limit, max_bytes, dups, record, segment, offset)
  *   -> (entries, taken, state, end)
  * Move up to `limit` records (at most about max_bytes) from the ring into
@@ -410,88 +541,40 @@ static PyObject *new_record(PyTypeObject *type, const fw_offload_rec *r, PyObjec
 static PyObject *ring_take(PyObject *mod, PyObject *args)
 {
     (void)mod;
-    int jfd;
+    take_batch b = { 0 };
     Py_ssize_t limit, max_bytes;
-    PyObject *dups, *rtype, *seg;
-    unsigned long long offset;
-    if (!PyArg_ParseTuple(args, "innOOOK:ring_take", &jfd, &limit, &max_bytes, &dups, &rtype, &seg, &offset))
+    PyObject *rtype;
+    if (!PyArg_ParseTuple(args, "innOOOK:ring_take", &b.jfd, &limit, &max_bytes, &b.dups, &rtype, &b.seg,
+                          &b.offset))
         return NULL;
     if (!reader_ready())
         return NULL;
-    PyTypeObject *type = (PyTypeObject *)rtype;
-    if (!PyType_Check(rtype) || !PyType_IsSubtype(type, &PyTuple_Type)
-        || type->tp_basicsize != PyTuple_Type.tp_basicsize || type->tp_itemsize != PyTuple_Type.tp_itemsize) {
-        PyErr_SetString(PyExc_TypeError, "ring_take: record must be a namedtuple type");
+    b.type = record_type(rtype);
+    if (!b.type)
         return NULL;
-    }
     if (limit < 1)
         limit = 1;
     if (limit > 4096)
         limit = 4096;
-    fw_offload_rec *fresh = PyMem_Malloc(sizeof(*fresh) * (size_t)limit);
-    PyObject *list = PyList_New(0);
-    PyObject *topic = NULL;
-    if (!fresh || !list) {
-        PyMem_Free(fresh);
-        Py_XDECREF(list);
+    b.fresh = PyMem_Malloc(sizeof(*b.fresh) * (size_t)limit);
+    b.list = PyList_New(0);
+    if (!b.fresh || !b.list) {
+        PyMem_Free(b.fresh);
+        Py_XDECREF(b.list);
         return PyErr_NoMemory();
     }
-    size_t nfresh = 0;
-    Py_ssize_t taken = 0, bytes = 0;
-    uint64_t at = g_reader.pos;
-    const char *state = "more";
-    while (taken < limit && bytes < max_bytes) {
-        fw_offload_rec rec;
-        if (!fw_ofl_reader_next(&g_reader, &at, &rec)) {
-            state = "empty";
-            break;
-        }
-        taken++;
-        bytes += rec.h.total;
-        if (dups != Py_None) {
-            PyObject *k = record_key(&rec);
-            int dup = k ? PySet_Contains(dups, k) : -1;
-            Py_XDECREF(k);
-            if (dup < 0)
-                goto fail;
-            if (dup)
-                continue;
-        }
-        offset += rec.h.total;
-        PyObject *r = new_record(type, &rec, &topic);
-        /* Read straight from the ring, a record's end is its own ring
-         * position: releasing it after its batch is delivered must never
-         * free the records of the batches after it. */
-        PyObject *e = r ? Py_BuildValue("(NOK)", r, jfd >= 0 ? seg : Py_None,
-                                        jfd >= 0 ? offset : (unsigned long long)at)
-                        : NULL;
-        if (!e || PyList_Append(list, e) < 0) {
-            Py_XDECREF(e);
-            goto fail;
-        }
-        Py_DECREF(e);
-        fresh[nfresh++] = rec;
+    b.at = g_reader.pos;
+    const char *state;
+    if (fill_batch(&b, limit, max_bytes, &state) < 0 || (b.jfd >= 0 && journal_batch(&b) < 0)) {
+        PyMem_Free(b.fresh);
+        Py_XDECREF(b.topic);
+        Py_DECREF(b.list);
+        return NULL;
     }
-    if (jfd >= 0) {
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = fw_offload_journal_append(jfd, fresh, nfresh);
-        Py_END_ALLOW_THREADS
-        if (rc != 0) {
-            PyErr_SetFromErrno(PyExc_OSError);
-            goto fail;
-        }
-        fw_ring_release(&g_reader.ring, at);   /* journaled: the room goes back */
-    }
-    g_reader.pos = at;
-    PyMem_Free(fresh);
-    Py_XDECREF(topic);
-    return Py_BuildValue("(NnsK)", list, taken, state, (unsigned long long)at);
-fail:
-    PyMem_Free(fresh);
-    Py_XDECREF(topic);
-    Py_DECREF(list);
-    return NULL;
+    g_reader.pos = b.at;
+    PyMem_Free(b.fresh);
+    Py_XDECREF(b.topic);
+    return Py_BuildValue("(NnsK)", b.list, b.taken, state, (unsigned long long)b.at);
 }
 
 /* ring_release(upto): free the ring up to a position ring_take gave. */
