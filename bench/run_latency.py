@@ -145,7 +145,7 @@ def report(results, servers, rates, sat, args, uwsgi_note):
              f"Run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{invocation()}` at {git_head()}: "
              f"app {APPS[args.app][0]} (GET {APPS[args.app][1]}), {LAYOUT_TEXT[args.layout]}, the whole process "
              f"tree on CPU 0, bench/openloop on CPU 1, {CONNS} kept-alive connections, {args.seconds} s per cell "
-             f"after 1 s of warm-up, {args.rounds} rounds interleaved. Rates from bjoern's saturation "
+             f"after 1 s of warm-up, {args.rounds} round{'s' * (args.rounds != 1)} interleaved. Rates from bjoern's saturation "
              f"(1 process x 1 thread, wrk -c{CONNS}): {sat:,.0f} req/s. {uwsgi_note}",
              "", "Latency in ms from each request's due time: median over rounds of each percentile. "
              + ("\"p99 x bjoern\": the server's p99 over bjoern's in the same round; " if with_bjoern else "")
