@@ -1,15 +1,39 @@
-"""Tail latency at a fixed rate: each server one process, one thread, on
-CPU 0; bench/openloop.c on CPU 1 sends keep-alive requests on 50
-connections at 50 % and 90 % of bjoern's own saturation rate (measured
-first, with wrk -c50, in the same run), the same rates for every server;
+"""Tail latency at a fixed rate: bench/openloop.c on CPU 1 sends keep-alive
+requests on 50 connections at 50 % and 90 % of bjoern's own saturation rate
+(bjoern 1 process x 1 thread, measured first with wrk -c50 in the same run),
+the same rates for every server, each server's whole process tree on CPU 0;
 p50, p99, p99.9 and max from each request's due time (no coordinated
 omission), rounds interleaved.
 
-    python3 bench/run_latency.py [--rounds 5] [--seconds 5] [--app route|flask]
-                                 [--only forkwsgi,bjoern,...] [--no-write]
+    python3 bench/run_latency.py [--layout 1x1|4x4] [--rounds 5] [--seconds 5]
+                                 [--app route|flask] [--only forkwsgi,uwsgi,...] [--no-write]
 
-Servers: forkwsgi (its defaults), bjoern, fastpysgi, granian (wsgi, 1 worker, 1 blocking thread), gunicorn gthread
-(1 worker, 1 thread); peers from bench/.venv (run_core.py makes it)."""
+Layouts (--layout), each its own section of bench/RESULTS.md:
+  1x1  one process, one thread: forkwsgi (--workers 1 --threads 1), bjoern,
+       fastpysgi, granian (1 worker, 1 blocking thread), gunicorn gthread
+       (1 worker, 1 thread), uWSGI (1 process, 1 thread);
+  4x4  four processes x four threads: forkwsgi --workers 4 --threads 4,
+       gunicorn gthread -w 4 --threads 4, uWSGI --processes 4 --threads 4,
+       granian --workers 4 --blocking-threads 4. bjoern and fastpysgi serve
+       from one thread only: not in this table; bjoern's 1x1 saturation
+       still sets the rates.
+Peers from bench/.venv (run_core.py makes it); uWSGI from bench/.venv-uwsgi
+(created here as run_uwsgi_pass.py does).
+
+uWSGI and keep-alive: --http-socket answers with a connection per request
+(openloop reconnects for each), and --http11-socket keeps a connection
+alive on the thread that accepted it until the client closes it or
+--socket-timeout (4 s) passes, so on one thread the other 49 connections
+wait in the accept queue (timeouts). uWSGI is therefore run the way it
+serves kept-alive HTTP clients: its HTTP router (--http with
+--http-keepalive, one async process beside the master) in front of the
+workers, which it reaches over a uwsgi socket. The router is in the
+process tree on CPU 0. The "connects" column shows the connections
+openloop opened: 50 means all stayed alive.
+
+Columns "x best peer": the server's p99 (p99.9) over the lowest p99 (p99.9)
+of the other servers in the same round, median over rounds; forkwsgi's
+goal (issue 27) is at or below 1.00 in both at both rates."""
 import argparse
 import os
 import statistics
@@ -18,27 +42,38 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import (BENCH, OUT, RESULTS, ServerTree, free_port, git_head, invocation, log,  # noqa: E402
-                    peer_command, rotated, run_wrk, stop_all, wait_until_quiet, write_section)
+from common import (BENCH, LAYOUTS, OUT, RESULTS, ServerTree, ensure_uwsgi, free_port, git_head,  # noqa: E402
+                    invocation, log, peer_command, rotated, run_wrk, stop_all, wait_until_quiet, write_section)
 from common.openloop import build_openloop, run_openloop  # noqa: E402
 
 VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
-SERVERS = ["forkwsgi", "bjoern", "fastpysgi", "granian", "gunicorn-gthread"]
+SERVERS = {"1x1": ["forkwsgi", "bjoern", "fastpysgi", "granian", "gunicorn-gthread", "uwsgi"],
+           "4x4": ["forkwsgi", "gunicorn-gthread", "uwsgi", "granian"]}
 APPS = {"route": ("apps:route", "/"), "flask": ("framework_apps:flask_app", "/user/7")}
-TITLE = "## Tail latency at a fixed rate"
+# Distinct heading prefixes: write_section finds a section by its heading's start.
+TITLES = {"1x1": "## Tail latency at a fixed rate",
+          "4x4": "## Tail latency with 4 workers x 4 threads at a fixed rate"}
+LAYOUT_TEXT = {
+    "1x1": "each server 1 process x 1 thread (uWSGI: 1 worker behind its HTTP router)",
+    "4x4": "each server 4 processes x 4 threads (forkwsgi --workers 4 --threads 4, gunicorn -k gthread -w 4 "
+           "--threads 4, uWSGI --processes 4 --threads 4 behind its HTTP router, granian --workers 4 "
+           "--blocking-threads 4)",
+}
 CONNS = 50
 
 
-def command(server, spec, port):
+def command(server, spec, port, layout):
     if server == "forkwsgi":
-        return [sys.executable, "-m", "forkwsgi", spec, "--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
-    return peer_command(server, spec, port, VENV_PY)
+        workers, threads = LAYOUTS[layout]
+        return [sys.executable, "-m", "forkwsgi", spec, "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+                "--threads", str(threads), "--log-level", "warning"]
+    return peer_command(server, spec, port, VENV_PY, layout)
 
 
-def start(server, spec, path):
+def start(server, spec, path, layout):
     port = free_port()
     env = dict(os.environ, PYTHONPATH=BENCH + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    s = ServerTree(command(server, spec, port), port, os.path.join(OUT, f"latency-{server}.log"), env=env)
+    s = ServerTree(command(server, spec, port, layout), port, os.path.join(OUT, f"latency-{server}.log"), env=env)
     if not s.wait_ready(path, timeout=30):
         s.stop()
         raise SystemExit(f"{server} did not answer: {s.log_text()[-300:]}")
@@ -46,7 +81,8 @@ def start(server, spec, path):
 
 
 def saturation(spec, path, seconds):
-    s = start("bjoern", spec, path)
+    """bjoern's req/s at 1 process x 1 thread, wrk -c50: the rate reference of both layouts."""
+    s = start("bjoern", spec, path, "1x1")
     try:
         url = f"http://127.0.0.1:{s.port}{path}"
         run_wrk(["-t1", f"-c{CONNS}"], 1, url)
@@ -55,8 +91,8 @@ def saturation(spec, path, seconds):
         s.stop()
 
 
-def cell(server, spec, path, rate, seconds, tag):
-    s = start(server, spec, path)
+def cell(server, spec, path, layout, rate, seconds, tag):
+    s = start(server, spec, path, layout)
     try:
         run_openloop(s.port, rate, 1, os.path.join(OUT, f"latency-{tag}.warm"), CONNS, path=path)
         wait_until_quiet(10)
@@ -65,45 +101,113 @@ def cell(server, spec, path, rate, seconds, tag):
         s.stop()
 
 
-def report(results, servers, rates, sat, args):
-    lines = [TITLE, "",
+def over(rows, server, refs, key):
+    """Median over rounds of `server`'s `key` over the lowest `key` of the
+    servers `refs` in the same round (rounds where either failed left out);
+    None if no round has both."""
+    ratios = []
+    for i, r in enumerate(rows[server]):
+        ref = [rows[o][i][key] for o in refs if i < len(rows[o]) and rows[o][i].get(key)]
+        if r.get(key) and ref:
+            ratios.append(r[key] / min(ref))
+    return statistics.median(ratios) if ratios else None
+
+
+def fmt(x):
+    return "" if x is None else f"{x:.2f}"
+
+
+def table(rows, servers, with_bjoern):
+    """The Markdown table of one rate: `rows` maps server -> its cells, in round order."""
+    head = ["server", "p50", "p99", "p99.9", "max"] + (["p99 x bjoern"] if with_bjoern else []) + [
+        "p99 x best peer", "p99.9 x best peer", "connects", "errors+timeouts"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for server in servers:
+        rs = [r for r in rows[server] if r.get("p99_us") is not None]
+        if not rs:
+            lines.append(f"| {server} | failed |" + " |" * (len(head) - 2))
+            continue
+        med = {k: statistics.median(r[k] for r in rs) / 1000 for k in ("p50_us", "p99_us", "p999_us", "max_us")}
+        cells = [server] + [f"{med[k]:.2f}" for k in ("p50_us", "p99_us", "p999_us", "max_us")]
+        if with_bjoern:
+            cells.append(fmt(over(rows, server, ["bjoern"], "p99_us")))
+        peers = [s for s in servers if s != server]
+        cells += [fmt(over(rows, server, peers, "p99_us")), fmt(over(rows, server, peers, "p999_us")),
+                  f"{statistics.median(r.get('connects', 0) for r in rs):.0f}",
+                  str(sum(r.get("errors", 0) + r.get("timeouts", 0) for r in rows[server]))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def report(results, servers, rates, sat, args, uwsgi_note):
+    with_bjoern = "bjoern" in servers
+    lines = [TITLES[args.layout], "",
              f"Run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{invocation()}` at {git_head()}: "
-             f"app {APPS[args.app][0]} (GET {APPS[args.app][1]}), each server 1 process x 1 thread on CPU 0, "
-             f"bench/openloop on CPU 1, {CONNS} kept-alive connections, {args.seconds} s per cell after 1 s of "
-             f"warm-up, {args.rounds} rounds interleaved. bjoern's saturation (wrk -c{CONNS}): {sat:,.0f} req/s.",
-             "", "Latency in ms from each request's due time: median over rounds of each percentile; "
-             "\"x bjoern\" is forkwsgi's p99 over bjoern's in the same round (median).", ""]
+             f"app {APPS[args.app][0]} (GET {APPS[args.app][1]}), {LAYOUT_TEXT[args.layout]}, the whole process "
+             f"tree on CPU 0, bench/openloop on CPU 1, {CONNS} kept-alive connections, {args.seconds} s per cell "
+             f"after 1 s of warm-up, {args.rounds} round{'s' * (args.rounds != 1)} interleaved. Rates from bjoern's saturation "
+             f"(1 process x 1 thread, wrk -c{CONNS}): {sat:,.0f} req/s. {uwsgi_note}",
+             "", "Latency in ms from each request's due time: median over rounds of each percentile. "
+             + ("\"p99 x bjoern\": the server's p99 over bjoern's in the same round; " if with_bjoern else "")
+             + "\"x best peer\": the server's p99 (p99.9) over the lowest p99 (p99.9) of the other servers in the "
+             "same round; ratios are medians over rounds. forkwsgi's goal: both \"x best peer\" at or below 1.00. "
+             "\"connects\": connections openloop opened (50: all stayed alive). Figures stand only with 0 "
+             "errors+timeouts.", ""]
     for label, rate in rates:
-        lines += [f"**{label} of bjoern's saturation: {rate:,} req/s**", "",
-                  "| server | p50 | p99 | p99.9 | max | p99 x bjoern | errors+timeouts |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-        for server in servers:
-            rs = [r for r in results[label][server] if "p99_us" in r and r["p99_us"] is not None]
-            if not rs:
-                lines.append(f"| {server} | failed | | | | | |")
-                continue
-            ratios = [r["p99_us"] / b["p99_us"] for r, b in zip(results[label][server], results[label]["bjoern"])
-                      if r.get("p99_us") and b.get("p99_us")]
-            med = {k: statistics.median(r[k] for r in rs) / 1000 for k in ("p50_us", "p99_us", "p999_us", "max_us")}
-            bad = sum(r.get("errors", 0) + r.get("timeouts", 0) for r in rs)
-            lines.append(f"| {server} | {med['p50_us']:.2f} | {med['p99_us']:.2f} | {med['p999_us']:.2f} | "
-                         f"{med['max_us']:.2f} | {statistics.median(ratios):.2f} | {bad} |")
+        lines += [f"**{label} of bjoern's saturation: {rate:,} req/s**", ""]
+        lines += table(results[label], servers, with_bjoern)
         lines.append("")
     return "\n".join(lines)
 
 
+def pick_servers(ap, args):
+    """The servers of --only in the layout (1x1 always has bjoern, its
+    reference); a name not in the layout is a usage error."""
+    known = SERVERS[args.layout]
+    servers = [s for s in args.only.split(",") if s] if args.only else list(known)
+    unknown = [s for s in servers if s not in known]
+    if unknown:
+        ap.error(f"not in layout {args.layout}: {', '.join(unknown)} (it has {', '.join(known)})")
+    if args.layout == "1x1" and "bjoern" not in servers:
+        servers.append("bjoern")
+    return servers
+
+
+def uwsgi_ready(servers):
+    """Drop uwsgi from `servers` if bench/.venv-uwsgi cannot be made; the
+    sentence the report gives about it."""
+    if "uwsgi" not in servers:
+        return ""
+    version, why = ensure_uwsgi()
+    if why:
+        log(f"uWSGI left out: {why}")
+        servers.remove("uwsgi")
+        return f"uWSGI left out: {why}."
+    return (f"uWSGI {version} (bench/.venv-uwsgi) serves through its HTTP router (--http --http-keepalive): "
+            "--http-socket keeps no connection alive and --http11-socket keeps one per thread.")
+
+
+def log_cell(rnd, label, server, r):
+    if r.get("p99_us") is None:
+        log(f"round {rnd + 1} {label} {server}: failed {r}")
+        return
+    log(f"round {rnd + 1} {label} {server}: p50 {r['p50_us'] / 1000:.2f} p99 {r['p99_us'] / 1000:.2f} "
+        f"p99.9 {r['p999_us'] / 1000:.2f} max {r['max_us'] / 1000:.2f} ms, connects {r.get('connects')}, "
+        f"errors {r.get('errors')}, timeouts {r.get('timeouts')}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layout", choices=sorted(LAYOUTS), default="1x1")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--app", choices=sorted(APPS), default="route")
-    ap.add_argument("--only", default=",".join(SERVERS))
+    ap.add_argument("--only", default="", help="comma-separated servers of the layout (default: all of them)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
-    servers = [s for s in args.only.split(",") if s]
-    if "bjoern" not in servers:
-        servers.append("bjoern")
+    servers = pick_servers(ap, args)
     build_openloop()
+    uwsgi_note = uwsgi_ready(servers)
     spec, path = APPS[args.app]
     try:
         sat = saturation(spec, path, 5)
@@ -113,17 +217,16 @@ def main():
         for rnd in range(args.rounds):
             for label, rate in rates:
                 for server in rotated(servers, rnd):
-                    r = cell(server, spec, path, rate, args.seconds, f"{server}-{rate}-{rnd}")
+                    r = cell(server, spec, path, args.layout, rate, args.seconds,
+                             f"{args.layout}-{server}-{rate}-{rnd}")
                     results[label][server].append(r)
-                    log(f"round {rnd + 1} {label} {server}: " + (
-                        f"p50 {r['p50_us'] / 1000:.2f} p99 {r['p99_us'] / 1000:.2f} p99.9 {r['p999_us'] / 1000:.2f} ms"
-                        if r.get("p99_us") else f"failed {r}"))
+                    log_cell(rnd, label, server, r)
     finally:
         stop_all()
-    section = report(results, servers, rates, sat, args)
+    section = report(results, servers, rates, sat, args, uwsgi_note)
     print(section)
     if not args.no_write:
-        write_section(RESULTS, TITLE, section)
+        write_section(RESULTS, TITLES[args.layout], section)
 
 
 if __name__ == "__main__":

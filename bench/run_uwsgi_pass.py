@@ -32,21 +32,17 @@ import datetime
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
 import common  # noqa: E402
-from common import (CpuMeter, ServerTree, first_error_line, free_port, invocation, log, rotated,  # noqa: E402
+from common import (UWSGI_BIN, CpuMeter, ServerTree, ensure_uwsgi, free_port, invocation, log, rotated,  # noqa: E402
                     run_quiet, wait_http, wait_until_quiet, write_section)
 
 SECTION = "## uwsgi_pass: forkwsgi --uwsgi-socket vs uWSGI behind nginx"
 BENCH = run_core.BENCH
 OUT = run_core.OUT
-UWSGI_VERSION = "2.0.31"
-UWSGI_VENV = os.path.join(BENCH, ".venv-uwsgi")
-UWSGI_BIN = os.path.join(UWSGI_VENV, "bin", "uwsgi")
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 NGINX_CPU = run_core.CLIENT_CPU          # with wrk: the upstream has CPU 0 to itself
 WORKLOAD = "nginx-hello"
@@ -67,24 +63,6 @@ NGINX_HTTP = """
 UWSGI_LOCATION = "            include uwsgi_params;\n            uwsgi_pass 127.0.0.1:{upstream};"
 HTTP_LOCATION = ("            proxy_pass http://http_app;\n            proxy_http_version 1.1;\n"
                  "            proxy_set_header Connection \"\";")
-
-
-def ensure_uwsgi():
-    """bench/.venv-uwsgi with uWSGI (compiled by pip). Returns (version, None)
-    or (None, why it is not there)."""
-    if not os.path.exists(os.path.join(UWSGI_VENV, "bin", "python")):
-        log(f"creating {UWSGI_VENV}")
-        subprocess.run([sys.executable, "-m", "venv", UWSGI_VENV], check=True)
-    if not os.path.exists(UWSGI_BIN):
-        log(f"pip install uwsgi=={UWSGI_VERSION} into bench/.venv-uwsgi (it compiles: a minute or two)")
-        r = run_quiet([os.path.join(UWSGI_VENV, "bin", "python"), "-m", "pip", "--disable-pip-version-check",
-                       "install", f"uwsgi=={UWSGI_VERSION}"])
-        with open(os.path.join(OUT, "uwsgi-pip.log"), "w") as f:
-            f.write(r.stdout)
-        if r.returncode != 0 or not os.path.exists(UWSGI_BIN):
-            return None, f"pip install uwsgi=={UWSGI_VERSION} failed: {first_error_line(r.stdout)}"
-    r = run_quiet([UWSGI_BIN, "--version"])
-    return (r.stdout.strip(), None) if r.returncode == 0 else (None, f"uwsgi --version: {r.stdout.strip()}")
 
 
 def upstreams():

@@ -1,6 +1,6 @@
 """What the benchmark scripts share, so each script holds only its own
 workload and report (`from common import ...`; one module per job: base,
-cpu, servers, wrk, results):
+cpu, servers, uwsgi, wrk, results):
 
 - places and pins: BENCH, ROOT, OUT, RESULTS, HOST, SERVER_CPU, CLIENT_CPU;
   pinned() (taskset for a command), pin_self() (this process);
@@ -12,6 +12,8 @@ cpu, servers, wrk, results):
 - CPU accounting: cpu_times(), steal_seconds(), self_cpu_seconds(),
   children_cpu_seconds(), pid_cpu_seconds(), proc_table(), CpuMeter (CPU of
   named parts and of everyone else over a span); wait_until_quiet();
+- peers: peer_command() (a peer server's argv in a layout of LAYOUTS),
+  uwsgi_command(); uWSGI's virtualenv: ensure_uwsgi(), UWSGI_BIN;
 - nginx in front: nginx_conf(), start_nginx();
 - reports: write_section() (a section of bench/RESULTS.md, the replaced one
   moved to bench/HISTORY.md), git_head(), invocation(), log(), run_quiet(),
@@ -22,8 +24,9 @@ from .base import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, apt_
 from .cpu import (CpuMeter, CpuSpan, children_cpu_seconds, cpu_times, pid_cpu_seconds, proc_table,
                   self_cpu_seconds, steal_seconds, wait_until_quiet)
 from .results import write_section
-from .servers import (LIVE, ServerTree, free_port, nginx_conf, peer_command, pin_self, pinned, start_nginx, stop_all,
-                      wait_http, wait_listening)
+from .servers import (LAYOUTS, LIVE, ServerTree, free_port, nginx_conf, peer_command, pin_self,
+                      pinned, start_nginx, stop_all, uwsgi_command, wait_http, wait_listening)
+from .uwsgi import UWSGI_BIN, UWSGI_VENV, UWSGI_VERSION, ensure_uwsgi
 from .wrk import WrkRun, run_wrk, wrk_stats
 
 __all__ = [
@@ -32,5 +35,6 @@ __all__ = [
     "CpuSpan", "children_cpu_seconds", "cpu_times", "pid_cpu_seconds", "proc_table",
     "self_cpu_seconds", "steal_seconds", "wait_until_quiet", "write_section", "LIVE", "ServerTree",
     "free_port", "nginx_conf", "peer_command", "pin_self", "pinned", "start_nginx", "stop_all", "wait_http",
-    "wait_listening", "WrkRun", "run_wrk", "wrk_stats",
+    "wait_listening", "WrkRun", "run_wrk", "wrk_stats", "LAYOUTS", "uwsgi_command",
+    "UWSGI_BIN", "UWSGI_VENV", "UWSGI_VERSION", "ensure_uwsgi",
 ]

@@ -10,6 +10,7 @@ import time
 
 from .base import BENCH, CLIENT_CPU, HOST, SERVER_CPU
 from .cpu import proc_table
+from .uwsgi import UWSGI_BIN
 
 
 def free_port(host=HOST, pair=False):
@@ -241,17 +242,44 @@ def start_nginx(dir, http, port, cpu=CLIENT_CPU):
     return tree
 
 
-def peer_command(server, spec, port, python):
-    """The command that serves the WSGI app `spec` (MODULE:NAME) with one
-    process and one thread of a peer server (bjoern, fastpysgi, granian,
-    gunicorn-gthread) on 127.0.0.1:port, run by `python` (bench/.venv's)."""
+# Process layouts (workers, threads per worker) a benchmark can ask of a
+# server: "1x1" is one process with one thread serving, "4x4" four worker
+# processes with four app threads each.
+LAYOUTS = {"1x1": (1, 1), "4x4": (4, 4)}
+
+
+def uwsgi_command(spec, port, workers=1, threads=1):
+    """uWSGI (bench/.venv-uwsgi) serving `spec` over HTTP with keep-alive, on
+    127.0.0.1:port: its HTTP router (--http, one async process forwarding
+    to the workers over a uwsgi socket, a connection per request) with
+    --http-keepalive, a master, `workers` processes x `threads` threads.
+    Not --http-socket (no keep-alive: a connection per request) nor
+    --http11-socket (keep-alive, but each thread keeps its one connection
+    until the client closes it or --socket-timeout passes, so 50 clients
+    on one thread wait seconds in the accept queue)."""
+    return [UWSGI_BIN, "--http", f"{HOST}:{port}", "--http-keepalive", "--master", "--processes", str(workers),
+            "--threads", str(threads), "--pythonpath", BENCH, "--module", spec, "--listen", "1024",
+            "--disable-logging", "--die-on-term", "--need-app"]
+
+
+def peer_command(server, spec, port, python, layout="1x1"):
+    """The command that serves the WSGI app `spec` (MODULE:NAME) with a peer
+    server (bjoern, fastpysgi, granian, gunicorn-gthread, uwsgi) on
+    127.0.0.1:port in `layout` (a LAYOUTS key), run by `python` (bench/.venv's;
+    uwsgi runs from bench/.venv-uwsgi, see uwsgi_command). bjoern and
+    fastpysgi have only "1x1" (ValueError otherwise)."""
+    workers, threads = LAYOUTS[layout]
     module, name = spec.split(":")
     if server == "granian":
         return [python, "-m", "granian", "--interface", "wsgi", "--host", HOST, "--port", str(port),
-                "--workers", "1", "--blocking-threads", "1", "--no-ws", spec]
+                "--workers", str(workers), "--blocking-threads", str(threads), "--no-ws", spec]
     if server == "gunicorn-gthread":
-        return [python, "-m", "gunicorn", "-w", "1", "-k", "gthread", "--threads", "1", "--no-control-socket",
-                "-b", f"{HOST}:{port}", spec]
+        return [python, "-m", "gunicorn", "-w", str(workers), "-k", "gthread", "--threads", str(threads),
+                "--no-control-socket", "-b", f"{HOST}:{port}", spec]
+    if server == "uwsgi":
+        return uwsgi_command(spec, port, workers, threads)
+    if (workers, threads) != (1, 1):
+        raise ValueError(f"{server} serves from one process and one thread only, not {layout}")
     run = {"bjoern": f"import bjoern; bjoern.run({name}, '{HOST}', {port})",
            "fastpysgi": f"import fastpysgi; fastpysgi.run({name}, '{HOST}', {port}, workers=1)"}[server]
     return [python, "-c", f"from {module} import {name}; {run}"]
