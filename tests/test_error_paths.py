@@ -459,7 +459,13 @@ def test_a_file_that_shrinks_while_it_is_sent_closes_the_connection(serve, tmp_p
         sock.close()
     head, _, body = got.partition(b"\r\n\r\n")
     assert b"content-length: %d" % len(data) in head.lower()
-    assert len(body) < len(data) and body == data[:len(body)]
+    # sendfile is zero-copy: bytes handed to the socket before the truncation
+    # still point at the file's pages, and what leaves is what those pages
+    # hold when the kernel sends them; past the new end the kernel may have
+    # zeroed them already (seen under load). Before the new end they are
+    # the file's.
+    cut = 1 << 20
+    assert len(body) < len(data) and body[:cut] == data[:min(len(body), cut)]
     assert get(s.port, "/").status == 200
 
 

@@ -24,12 +24,18 @@ APP_MODES = ("inline",)
 SLOW_APP = "import time\ntime.sleep(0.5)\nfrom apps import hello as app\n"
 
 
-def start(args, cwd):
+def start(args, cwd, log=None):
+    """The server in a process group of its own; its output goes to `log`
+    (a path) when given, for the test to show when a stop was slow."""
     env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-m", "forkwsgi"] + args +
-                            ["--bind", "127.0.0.1:0", "--graceful-timeout", "8"],
-                            cwd=cwd, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = open(log, "w") if log else subprocess.DEVNULL
+    try:
+        return subprocess.Popen([sys.executable, "-m", "forkwsgi"] + args +
+                                ["--bind", "127.0.0.1:0", "--graceful-timeout", "8"],
+                                cwd=cwd, env=env, start_new_session=True, stdout=out, stderr=out)
+    finally:
+        if log:
+            out.close()
 
 
 def group_members(pgid):
@@ -49,9 +55,22 @@ def group_members(pgid):
     return out
 
 
-def stop_time(proc, sig, delay, to_group=True):
+def described(pid):
+    """A process as the test reports it: pid, state, parent, command line."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:80]
+    except OSError:
+        return f"{pid} gone"
+    return f"{pid} {fields[0]} ppid {fields[1]} {cmd}"
+
+
+def stop_time(proc, sig, delay, to_group=True, seen=None):
     """Seconds from the signal until the whole group is gone (None: it
-    outlived 10 s and was killed)."""
+    outlived 10 s and was killed). When it took over a second, what was
+    left of the group at the end goes to `seen` (a list)."""
     time.sleep(delay)
     t = time.monotonic()
     (os.killpg if to_group else os.kill)(proc.pid, sig)
@@ -63,6 +82,9 @@ def stop_time(proc, sig, delay, to_group=True):
         took = time.monotonic() - t if not group_members(proc.pid) else None
     except subprocess.TimeoutExpired:
         took = None
+    if seen is not None and (took is None or took > 1.0):
+        seen.append(f"master {'exited ' + str(proc.returncode) if proc.poll() is not None else 'alive'}; "
+                    f"left: {[described(p) for p in group_members(proc.pid)]}")
     for p in group_members(proc.pid):
         os.kill(p, signal.SIGKILL)
     if proc.poll() is None:
@@ -82,9 +104,10 @@ def test_a_stop_signal_to_the_process_group_stops_an_idle_server_within_a_second
     slow = []
     # From inside the master's start-up to well after the workers booted.
     for delay in (0.35, 0.6, 0.9, 1.3):
-        took = stop_time(start(args, str(tmp_path)), sig, delay)
+        log, seen = tmp_path / f"server-{delay}.log", []
+        took = stop_time(start(args, str(tmp_path), log), sig, delay, seen=seen)
         if took is None or took > 1.0:
-            slow.append((delay, took))
+            slow.append((delay, took, seen, log.read_text()[-1500:]))
     assert slow == []
 
 
