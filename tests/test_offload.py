@@ -34,6 +34,28 @@ def lines(path):
     return [json.loads(x) for x in whole if x]
 
 
+class LineTail:
+    """A JSON-lines file that grows, read a piece at a time: each new()
+    parses only the whole lines appended since the last call (the sink may
+    be writing the last one). For waits on hundreds of thousands of
+    records, where lines() would parse the whole file at each poll and take
+    the CPU the sibling needs to deliver them."""
+
+    def __init__(self, path):
+        self.path, self.offset = path, 0
+
+    def new(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        whole = data[:data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        return [json.loads(x) for x in whole.split(b"\n") if x]
+
+
 def sibling_pid(s):
     for p in s.worker_pids():
         try:
