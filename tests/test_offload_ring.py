@@ -85,13 +85,31 @@ def wait_group_killed(s):
 
 
 def group_gone(pgid, timeout=10):
+    """No process of the group runs any more. A zombie counts as gone: it
+    has exited, its files, locks and mappings released; only its reaper
+    (the killed master's orphans go to PID 1, which in some containers
+    collects them a second or two later) has not collected it yet."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
+        if not group_running(pgid):
             return True
         time.sleep(0.02)
+    return False
+
+
+def group_running(pgid):
+    """Some process of group `pgid` has not exited (/proc/PID/stat: its
+    state is not Z or X)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()      # after "(comm)": state, ppid, pgrp, ...
+        except (OSError, IndexError):
+            continue                                              # gone meanwhile
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
     return False
 
 
