@@ -256,11 +256,14 @@ def connect(server):
 
 
 def send_split(c, data, points):
+    """data in pieces cut at `points`, PAUSE between them (none after the
+    last: nothing follows it to be read apart)."""
     last = 0
     for p in list(points) + [len(data)]:
         if p > last:
+            if last:
+                time.sleep(PAUSE)
             c.send(data[last:p])
-            time.sleep(PAUSE)
             last = p
 
 

@@ -209,9 +209,9 @@ def test_a_loop_waiting_for_the_gil_to_log_is_not_frozen(servers, threads):
 # ---- write() parks an app thread for as long as a slow reader likes ---------
 
 def test_slow_readers_of_write_responses_do_not_pin_every_app_thread(servers):
-    """--threads 2 --write-timeout 3, an app that sends 64 MiB with write().
-    Two clients read their response slowly but steadily (64 KiB every 2 s,
-    through a 4 KiB receive buffer).
+    """--threads 2 --write-timeout 1, an app that sends 64 MiB with write().
+    Two clients read their response slowly but steadily (64 KiB every
+    0.5 s, within each write timeout, through a 4 KiB receive buffer).
 
     What happens (c81f68d): past 1 MiB queued each write() parks its app
     thread while the loop writes; the write timeout counts only time
@@ -225,7 +225,8 @@ def test_slow_readers_of_write_responses_do_not_pin_every_app_thread(servers):
     What should happen: a parked write() is bounded (a minimum send rate,
     as --body-min-rate bounds request bodies, or a total deadline), so
     other clients are served again within a few write timeouts."""
-    s = start(servers, "apps:writes", "--workers", "1", "--threads", "2", "--write-timeout", "3")
+    write_timeout = 1.0          # the phases below are multiples of it
+    s = start(servers, "apps:writes", "--workers", "1", "--threads", "2", "--write-timeout", f"{write_timeout:g}")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     stop = threading.Event()
 
@@ -236,7 +237,7 @@ def test_slow_readers_of_write_responses_do_not_pin_every_app_thread(servers):
             while not stop.is_set():
                 if not sock.recv(65536):
                     break
-                stop.wait(2.0)
+                stop.wait(write_timeout / 2)     # progress within every write timeout
         except OSError:
             pass
         finally:
@@ -246,7 +247,7 @@ def test_slow_readers_of_write_responses_do_not_pin_every_app_thread(servers):
     for t in readers:
         t.start()
     try:
-        time.sleep(8.0)             # more than twice --write-timeout
+        time.sleep(2.5 * write_timeout)         # more than twice --write-timeout
         got = probes_during(s.port, 4.0, every=0.5, path="/?mb=0")
     finally:
         stop.set()
