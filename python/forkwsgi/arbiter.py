@@ -187,13 +187,17 @@ class Arbiter(StartUp, WorkerLifecycle, WorkerChecks, HeldImport, reexec.InPlace
         readable, _ = observer.serve_for(self.observers, timeout, self, read_fds=fds)
         for fd in readable:
             if fd == self.wake_r:
-                try:
-                    while os.read(self.wake_r, 64):
-                        pass
-                except BlockingIOError:
-                    pass
+                self.drain_wakeups()
             else:
                 self._worker_ready(fd)
+
+    def drain_wakeups(self):
+        """Read the signal wake-up pipe empty (the signals are in sig_queue)."""
+        try:
+            while os.read(self.wake_r, 64):
+                pass
+        except BlockingIOError:
+            pass
     def stop(self, graceful=True):
         """Stop every worker: SIGTERM and wait up to the graceful timeout, or
         SIGQUIT; then SIGKILL whatever is left."""
@@ -228,11 +232,13 @@ class Arbiter(StartUp, WorkerLifecycle, WorkerChecks, HeldImport, reexec.InPlace
             self.offload.queue.close_out(self.log)
 
     def answer_observers(self, timeout):
-        """Serve --stats and --metrics clients for up to timeout seconds."""
-        if not self.observers:
-            time.sleep(timeout)
-            return
-        observer.serve_for(self.observers, timeout, self)
+        """Serve --stats and --metrics clients for up to timeout seconds, or
+        until a signal comes: a worker's exit (SIGCHLD) ends the wait, so a
+        stop takes what the workers take, not the next tick. The signal
+        itself stays queued (sig_queue); only the wake-up bytes are read."""
+        readable, _ = observer.serve_for(self.observers, timeout, self, read_fds=[self.wake_r])
+        if self.wake_r in readable:
+            self.drain_wakeups()
 
     def _reap_quietly(self):
         try:
