@@ -239,7 +239,7 @@ def test_reload_checks_leave_no_app_metrics_behind(tmp_path):
         for n in range(3):
             s.signal(signal.SIGHUP)
             assert wait_for(lambda: s.log().count("Reloaded in place") == n + 1, 30), s.log()[-3000:]
-            assert wait_for(lambda: len(workers(s)) == 1, 20)
+            assert wait_for(lambda: len(workers(s)) == 1, 60), (workers(s), s.log()[-3000:])
         # One import per worker: the first and one per reload (a dead
         # worker's counts stay, as prometheus_client's multiprocess mode
         # keeps them); the import checks count nothing.
