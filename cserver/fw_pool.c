@@ -192,16 +192,21 @@ void fw_pool_park(fw_pool *p, fw_pool_job *job)
     if (p->parked_tail) p->parked_tail->next = job; else p->parked_head = job;
     p->parked_tail = job;
     p->parked++;
-    /* This thread sleeps: a spare takes its place among the runnable ones. */
-    if (p->started - p->parked < p->nthreads && !p->quit)
+    /* This thread sleeps: a spare takes its place among the runnable ones
+     * (none past max_threads: then not a failure). */
+    if (p->started - p->parked < p->nthreads && p->started < p->max_threads && !p->quit)
         rc = start_thread(p);
     wake_loop_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    /* Said now, not once the client lets this thread go (that may be never).
+     * pthread_create's EAGAIN is the thread limit: said too. */
+    if (rc < 0)
+        p->ops->error(p->ctx, "pool: cannot start a spare thread", -rc);
+    pthread_mutex_lock(&p->mu);
     while (job->parked)
         pthread_cond_wait(&p->resume_cv, &p->mu);
     p->parked--;
     pthread_mutex_unlock(&p->mu);
-    if (rc < 0 && rc != -EAGAIN)
-        p->ops->error(p->ctx, "pool: cannot start a spare thread", -rc);
 }
 
 void fw_pool_resume(fw_pool *p, fw_pool_job *job)

@@ -1,0 +1,330 @@
+"""The error paths users meet when a syscall or an allocation fails, in real
+server processes over real sockets (issue 26).
+
+tests/c/faults.c, preloaded into the server (LD_PRELOAD), makes chosen libc
+calls fail, but only those the forkwsgi extension makes (Python's own and
+libc's are left alone); see its top comment for FW_FAULT's rules. Each test
+asserts what a user sees: the log line, the exit code, the connection that
+is closed and the next one that is served. The shim writes every fault it
+injects to a file: each test first waits for its fault to have happened, so
+none can pass without the path being driven.
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import HERE
+from httpraw import Closed, Conn, non_readers, wait_for
+
+# The tests choose --threads themselves.
+APP_MODES = ("inline",)
+
+GET = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+@pytest.fixture(scope="session")
+def faultlib(tmp_path_factory):
+    """The shim, built once a session."""
+    out = tmp_path_factory.mktemp("faults") / "libfwfault.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(out), os.path.join(HERE, "c", "faults.c"), "-ldl"],
+                   check=True)
+    return str(out)
+
+
+class Faults:
+    """What a test needs to inject faults: the env for the server, the gate
+    (faults count only while it is open) and the shim's record of them."""
+
+    def __init__(self, lib, tmp_path, spec, gated=False, after_fork=True):
+        self.gate = tmp_path / "gate"
+        self.record = tmp_path / "faults.log"
+        self.env = {"LD_PRELOAD": lib, "FW_FAULT": spec, "FW_FAULT_LOG": str(self.record)}
+        if after_fork:
+            self.env["FW_FAULT_AFTER_FORK"] = "1"
+        if gated:
+            self.env["FW_FAULT_GATE"] = str(self.gate)
+
+    def open(self):
+        self.gate.touch()
+
+    def close(self):
+        self.gate.unlink()
+
+    def injected(self):
+        """[(pid, call, n, errno)] of the faults injected so far."""
+        try:
+            text = self.record.read_text()
+        except FileNotFoundError:
+            return []
+        return [(int(p), c, int(n), int(e)) for p, c, n, e in (line.split() for line in text.splitlines())]
+
+    def wait(self, call, count=1, timeout=10.0):
+        assert wait_for(lambda: sum(1 for f in self.injected() if f[1] == call) >= count, timeout), \
+            f"no {call} fault injected: {self.injected()}"
+
+
+@pytest.fixture
+def faults(faultlib, tmp_path):
+    def make(spec, **kw):
+        return Faults(faultlib, tmp_path, spec, **kw)
+    return make
+
+
+def get_ok(s):
+    """One GET on a new connection: the server answers it."""
+    r = s.get()
+    assert r.status == 200, r
+    return r
+
+
+def wait_log(s, pattern, timeout=10.0):
+    assert wait_for(lambda: re.search(pattern, s.log()), timeout), s.log()
+
+
+def closed_without_answer(c):
+    """The server closed c without a response."""
+    with pytest.raises((Closed, ConnectionResetError)):
+        c.read_response()
+
+
+def boot_fails(make_server, f, *args):
+    """Start a server whose worker cannot boot: the master stops, exit 3."""
+    s = make_server("apps:echo", "--workers", "1", *args, env=f.env, wait=False)
+    s.proc.wait(20)
+    return s
+
+
+# ---- a worker that cannot boot -------------------------------------------------
+
+BOOT_FAULTS = [
+    # (FW_FAULT, --threads, the worker's error line)
+    ("epoll_create1:1", "1", r"worker 1: cannot start the server: Too many open files"),
+    ("eventfd:1", "1", r"worker 1: cannot start the server: Too many open files"),
+    ("calloc:1+", "1", r"worker 1: cannot start the server: out of memory"),
+    # The app threads' pool (fw_pool_start): each of its resources.
+    ("pthread_create:1", "3", r"pool: cannot start a thread: Resource temporarily unavailable"),
+    ("pthread_create:2", "3", r"pool: cannot start a thread: Resource temporarily unavailable"),
+    ("pthread_cond_init:1", "3", r"worker 1: cannot start the app threads: Cannot allocate memory"),
+    ("pthread_cond_init:2", "3", r"worker 1: cannot start the app threads: Cannot allocate memory"),
+    ("pthread_mutex_init:2", "3", r"worker 1: cannot start the app threads: Cannot allocate memory"),
+    ("eventfd:2", "3", r"worker 1: cannot start the app threads: Too many open files"),
+]
+
+
+@pytest.mark.parametrize("spec,threads,line", BOOT_FAULTS, ids=[b[0] + "-t" + b[1] for b in BOOT_FAULTS])
+def test_worker_that_cannot_make_its_server_fails_to_boot_once(make_server, faults, spec, threads, line):
+    """Out of memory or descriptors while a worker makes its server, its
+    event loop or its app threads: one error line says why (no traceback),
+    the master says the worker failed to boot and stops with exit 3 instead
+    of respawning it without end."""
+    f = faults(spec)
+    s = boot_fails(make_server, f, "--threads", threads)
+    log = s.log()
+    assert s.proc.returncode == 3, log
+    assert re.search(line, log), log
+    assert "worker 1 failed to boot: stopping" in log
+    assert "Traceback" not in log
+    assert log.count("Booted worker") == 1          # not respawned
+    pids = {p for p, *_ in f.injected()}
+    assert pids and s.pid not in pids               # the fault was the worker's
+
+
+# ---- one connection out of memory ----------------------------------------------
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_connection_without_memory_is_closed_and_the_next_is_served(make_server, faults, threads):
+    """calloc for a new connection fails: that connection is closed (the
+    client sees it end with no answer), the log says so once, and the next
+    connection is served normally."""
+    f = faults("calloc:1", gated=True)
+    s = make_server("apps:echo", "--workers", "1", "--threads", threads, env=f.env)
+    get_ok(s)
+    f.open()
+    with s.conn() as c:
+        c.send(GET)
+        closed_without_answer(c)
+    f.wait("calloc")
+    f.close()
+    wait_log(s, r"\[ERROR\] out of memory for a connection")
+    get_ok(s)
+    assert s.log().count("out of memory for a connection") == 1
+
+
+# ---- accept fails --------------------------------------------------------------
+
+@pytest.mark.parametrize("err,text", [("EMFILE", "Too many open files"), ("ENFILE", "Too many open files in system"),
+                                      ("ENOBUFS", "No buffer space available"),
+                                      ("ENOMEM", "Cannot allocate memory")])
+def test_accept_out_of_resources_pauses_then_accepts(make_server, faults, err, text):
+    """accept() out of descriptors or memory: the worker says so, pauses
+    accepting for a second instead of spinning, and then serves the
+    connection that waited."""
+    f = faults(f"accept4:1={err}", gated=True)
+    s = make_server("apps:echo", "--workers", "1", env=f.env)
+    get_ok(s)
+    f.open()
+    with s.conn() as c:
+        c.send(GET)
+        f.wait("accept4")
+        f.close()
+        t0 = time.monotonic()
+        r = c.read_response()
+        assert r.status == 200
+    assert time.monotonic() - t0 >= 0.5           # it paused (1 s from the failed accept)
+    wait_log(s, rf"\[ERROR\] accept: {text} with \d+ connection\(s\) open; pausing for 1 s \(1 pause\(s\) so far\)")
+    get_ok(s)
+
+
+def test_accept_unexpected_error_is_logged_and_accepting_goes_on(make_server, faults):
+    """An accept error the server has no rule for: logged, and the
+    connection is taken at the next pass (the listener stays readable)."""
+    f = faults("accept4:1=EPERM", gated=True)
+    s = make_server("apps:echo", "--workers", "1", env=f.env)
+    f.open()
+    with s.conn() as c:
+        c.send(GET)
+        f.wait("accept4")
+        f.close()
+        assert c.read_response().status == 200
+    wait_log(s, r"\[ERROR\] accept: Operation not permitted")
+
+
+def test_accept_aborted_connection_is_retried_silently(make_server, faults):
+    """ECONNABORTED (a client gone before accept): the next one in the
+    queue is taken at once, nothing logged."""
+    f = faults("accept4:1=ECONNABORTED", gated=True)
+    s = make_server("apps:echo", "--workers", "1", env=f.env)
+    f.open()
+    with s.conn() as c:
+        c.send(GET)
+        f.wait("accept4")
+        f.close()
+        assert c.read_response().status == 200
+    assert "accept:" not in s.log()
+
+
+# ---- epoll_ctl fails for one connection -----------------------------------------
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_connection_that_cannot_be_watched_is_closed_others_unaffected(make_server, faults, threads):
+    """A silent new connection must be watched for its request; epoll_ctl
+    (ADD) fails: it is closed and logged, another connection open meanwhile
+    is served on."""
+    f = faults("epoll_ctl_add:1", gated=True)
+    s = make_server("apps:echo", "--workers", "1", "--threads", threads, env=f.env)
+    with s.conn() as other:
+        for _ in range(2):          # the second came through its watch: it has one
+            other.send(GET)
+            assert other.read_response().status == 200
+        f.open()
+        with s.conn() as c:
+            f.wait("epoll_ctl_add")
+            f.close()
+            with pytest.raises((Closed, ConnectionResetError, BrokenPipeError)):
+                c.send(GET)
+                c.read_response()
+        wait_log(s, r"\[ERROR\] epoll_ctl\(\d+\): Cannot allocate memory")
+        other.send(GET)
+        assert other.read_response().status == 200
+    get_ok(s)
+
+
+def test_kept_alive_connection_that_cannot_be_rearmed_is_closed_after_its_response(make_server, faults):
+    """With app threads, a kept-alive connection's oneshot watch is armed
+    again after each response; that epoll_ctl (MOD) fails: the response has
+    gone out whole, then the connection is closed with the error logged,
+    and the next connection is served."""
+    f = faults("epoll_ctl_mod:1", gated=True)
+    s = make_server("apps:echo", "--workers", "1", "--threads", "3", env=f.env)
+    f.open()
+    with s.conn() as c:
+        for _ in range(2):          # armed (ADD) after the first, again (MOD) after the second
+            c.send(GET)
+            assert c.read_response().status == 200
+        f.wait("epoll_ctl_mod")
+        f.close()
+        wait_log(s, r"\[ERROR\] epoll_ctl\(\d+\): Cannot allocate memory")
+        with pytest.raises((Closed, ConnectionResetError, BrokenPipeError)):
+            c.send(GET)
+            c.read_response()
+    get_ok(s)
+
+
+# ---- app threads ----------------------------------------------------------------
+
+def test_spare_thread_that_cannot_start_is_logged_and_requests_answered(make_server, faults):
+    """An app thread waits for a slow client (it parks): a spare should take
+    its place. pthread_create fails (EAGAIN, the thread limit): the log says
+    so, and requests are still answered by the threads there are."""
+    f = faults("pthread_create:1", gated=True)
+    s = make_server("apps:writes", "--workers", "1", "--threads", "2", env=f.env)
+    get_ok_big = s.request(b"GET /?mb=0 HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert get_ok_big.status == 200
+    f.open()
+    slow = non_readers(s.port, "/?mb=8", 1)
+    try:
+        f.wait("pthread_create")
+        f.close()
+        wait_log(s, r"\[ERROR\] pool: cannot start a spare thread: Resource temporarily unavailable")
+        r = s.request(b"GET /?mb=0 HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert r.status == 200
+    finally:
+        for sk in slow:
+            sk.close()
+
+
+# ---- the event loop fails ------------------------------------------------------
+
+def test_event_loop_failure_ends_the_worker_and_it_is_replaced(make_server, faults):
+    """epoll_wait fails (not EINTR): the worker logs it, ends, and the
+    master replaces it; requests are answered by the new one."""
+    f = faults("epoll_wait:1=EBADF", gated=True)
+    s = make_server("apps:echo", "--workers", "1", env=f.env)
+    first = s.worker_pids()
+    f.open()
+    f.wait("epoll_wait")
+    f.close()
+    wait_log(s, r"\[ERROR\] epoll_wait: Bad file descriptor")
+    assert wait_for(lambda: s.worker_pids() and s.worker_pids() != first)
+    wait_log(s, r"Booted worker 1 \(pid")
+    get_ok(s)
+    assert s.alive()
+
+
+# ---- stopping ------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec,line", [
+    ("socket:1", r"\[WARNING\] releasing the listeners: socket: Too many open files"),
+    ("dup3:1", r"\[WARNING\] releasing listener \d+: Too many open files"),
+])
+def test_stop_that_cannot_release_the_listeners_still_stops(make_server, faults, spec, line):
+    """At a stop, a worker lets go of the listening sockets; a failure to
+    do so is a warning, and the server stops as asked (exit 0)."""
+    f = faults(spec, gated=True)
+    s = make_server("apps:echo", "--workers", "1", env=f.env)
+    get_ok(s)
+    f.open()
+    s.signal(signal.SIGTERM)
+    s.proc.wait(20)
+    assert s.proc.returncode == 0, s.log()
+    assert re.search(line, s.log()), s.log()
+
+
+def test_stop_with_failing_epoll_ctl_still_stops(make_server, faults):
+    """Every epoll_ctl fails during a stop (the listeners' and the app
+    threads' own watch): each is logged, the server still stops (exit 0)."""
+    f = faults("epoll_ctl:1+", gated=True)
+    s = make_server("apps:echo", "--workers", "1", "--threads", "3", env=f.env)
+    get_ok(s)
+    f.open()
+    s.signal(signal.SIGTERM)
+    s.proc.wait(20)
+    log = s.log()
+    assert s.proc.returncode == 0, log
+    assert re.search(r"\[ERROR\] epoll_ctl\(listener \d+\): Cannot allocate memory", log), log
+    assert re.search(r"\[ERROR\] pool: epoll_ctl: Cannot allocate memory", log), log
