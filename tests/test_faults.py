@@ -106,6 +106,17 @@ BOOT_FAULTS = [
     ("epoll_create1:1", "1", r"worker 1: cannot start the server: Too many open files"),
     ("eventfd:1", "1", r"worker 1: cannot start the server: Too many open files"),
     ("calloc:1+", "1", r"worker 1: cannot start the server: out of memory"),
+    # fw_server_new: the server, the loop's events, the listeners; the
+    # listener's address and TCP_NODELAY; the stop eventfd's and the
+    # balancer's watches (ENOSPC: epoll's max_user_watches); its mutex.
+    ("calloc:4", "1", r"worker 1: cannot start the server: Cannot allocate memory"),
+    ("calloc:5", "1", r"worker 1: cannot start the server: Cannot allocate memory"),
+    ("calloc:6", "1", r"worker 1: cannot start the server: Cannot allocate memory"),
+    ("getsockname:1=EBADF", "1", r"worker 1: cannot start the server: Bad file descriptor"),
+    ("setsockopt:1=EINVAL", "1", r"worker 1: cannot start the server: Invalid argument"),
+    ("epoll_ctl:1=ENOSPC", "1", r"worker 1: cannot start the server: No space left on device"),
+    ("epoll_ctl:2=ENOSPC", "1", r"worker 1: cannot start the server: No space left on device"),
+    ("pthread_mutex_init:1=EAGAIN", "1", r"worker 1: cannot start the server: Resource temporarily unavailable"),
     # The app threads' pool (fw_pool_start): each of its resources.
     ("pthread_create:1", "3", r"pool: cannot start a thread: Resource temporarily unavailable"),
     ("pthread_create:2", "3", r"pool: cannot start a thread: Resource temporarily unavailable"),
@@ -113,6 +124,11 @@ BOOT_FAULTS = [
     ("pthread_cond_init:2", "3", r"worker 1: cannot start the app threads: Cannot allocate memory"),
     ("pthread_mutex_init:2", "3", r"worker 1: cannot start the app threads: Cannot allocate memory"),
     ("eventfd:2", "3", r"worker 1: cannot start the app threads: Too many open files"),
+    ("epoll_ctl:4=ENOSPC", "3", r"worker 1: cannot start the app threads: No space left on device"),
+    ("calloc:7", "3", r"worker 1: cannot start the app threads: Cannot allocate memory"),
+    ("calloc:8", "3", r"worker 1: cannot start the app threads: Cannot allocate memory"),
+    ("calloc:9", "3", r"worker 1: cannot start the app threads: Cannot allocate memory"),
+    ("malloc:1", "3", r"pool: cannot start a thread: Cannot allocate memory"),
 ]
 
 
@@ -296,6 +312,24 @@ def test_event_loop_failure_ends_the_worker_and_it_is_replaced(make_server, faul
     assert s.alive()
 
 
+def test_worker_whose_loop_cannot_watch_its_signals_is_replaced(make_server, faults):
+    """serve() cannot watch the worker's signal pipe (the 3rd epoll_ctl of
+    an inline worker: after the stop eventfd and the listener): the worker
+    says it failed and exits; it had booted, so the master replaces it, and
+    the new one serves."""
+    f = faults("epoll_ctl:3=ENOSPC", gated=True)
+    f.open()
+    s = make_server("apps:echo", "--workers", "1", env=f.env)
+    f.wait("epoll_ctl")
+    f.close()
+    wait_log(s, r"\[ERROR\] worker 1 failed")
+    assert "OSError: [Errno 28] No space left on device" in s.log()
+    # (a worker booted before the gate closed fails the same way)
+    assert wait_for(lambda: s.log().count("Booted worker 1") >= 2), s.log()
+    assert wait_for(lambda: s.get().status == 200), s.log()
+    assert s.alive()
+
+
 # ---- stopping ------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec,line", [
@@ -328,3 +362,65 @@ def test_stop_with_failing_epoll_ctl_still_stops(make_server, faults):
     assert s.proc.returncode == 0, log
     assert re.search(r"\[ERROR\] epoll_ctl\(listener \d+\): Cannot allocate memory", log), log
     assert re.search(r"\[ERROR\] pool: epoll_ctl: Cannot allocate memory", log), log
+
+
+# ---- offload -------------------------------------------------------------------
+
+def offload_server(make_server, tmp_path, f, *args, wait=True):
+    """apps:offloader, one worker, records to a JSON-lines file."""
+    out = tmp_path / "out.jsonl"
+    return make_server("apps:offloader", "--workers", "1", "--threads", "1", "--offload-sink", f"jsonl:{out}",
+                       "--offload-dir", str(tmp_path / "journal"), "--offload-linger", "0.02", *args,
+                       env=f.env, wait=wait), out
+
+
+def test_master_that_cannot_make_the_offload_ring_says_why(make_server, faults, tmp_path):
+    """The master cannot allocate the ring file's blocks (a full disk): one
+    line says so and what to do, exit 2, no worker started."""
+    f = faults("posix_fallocate:1=ENOSPC", after_fork=False)
+    s, _ = offload_server(make_server, tmp_path, f, wait=False)
+    s.proc.wait(20)
+    log = s.log()
+    assert s.proc.returncode == 2, log
+    assert re.search(r"forkwsgi: error: --offload-dir \S+: cannot make the offload ring of \d+ bytes "
+                     r"\(No space left on device\): free some space", log), log
+    assert "Traceback" not in log and "Booted worker" not in log
+    f.wait("posix_fallocate")
+
+
+def test_worker_that_cannot_map_the_offload_ring_fails_to_boot_once(make_server, faults, tmp_path):
+    """A worker cannot map the ring (out of memory or address space): one
+    line says so, the master says it failed to boot and stops (exit 3)."""
+    f = faults("mmap:1")
+    s, _ = offload_server(make_server, tmp_path, f, wait=False)
+    s.proc.wait(20)
+    log = s.log()
+    assert s.proc.returncode == 3, log
+    assert "worker 1: cannot open the offload ring: Cannot allocate memory" in log
+    assert "worker 1 failed to boot: stopping" in log
+    assert not re.search(r"\[\d+\] \[ERROR\] worker 1 failed\n", log)       # no traceback from the worker
+    assert log.count("Booted worker") == 1
+
+
+def test_sibling_that_cannot_map_the_ring_is_replaced_and_nothing_is_lost(make_server, faults, tmp_path):
+    """The offload sibling cannot map the ring when it (re)starts: it says
+    so and exits, the master starts another after a back-off; the records
+    offloaded meanwhile wait in the ring and reach the sink once one can
+    read it."""
+    from test_offload import sibling_pid
+    f = faults("mmap:1", gated=True)
+    s, out = offload_server(make_server, tmp_path, f)
+    # The worker and the sibling have mapped the ring: a record went through.
+    assert s.get("/emit?n=1&id=a").status == 200
+    assert wait_for(lambda: out.exists() and len(out.read_text().splitlines()) == 1, 20), s.log()
+    first = sibling_pid(s)
+    f.open()
+    os.kill(first, signal.SIGKILL)
+    f.wait("mmap")
+    f.close()
+    wait_log(s, r"\[ERROR\] the offload sibling failed")
+    assert "OSError: [Errno 12] Cannot allocate memory" in s.log()
+    r = s.get("/emit?n=5&id=x")
+    assert r.status == 200
+    assert wait_for(lambda: len(out.read_text().splitlines()) == 6, 20), s.log()
+    assert sibling_pid(s) not in (None, first)

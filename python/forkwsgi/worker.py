@@ -58,9 +58,7 @@ def run(setup, log):
         # After become(): the kernel forgets it when the identity changes.
         process.die_with_parent(setup.master_pid)
         if setup.offload:
-            # This process's producer: forkwsgi.offload() from any thread
-            # (and from the app's own import, with --lazy-apps).
-            producer.setup(**setup.offload)
+            _setup_offload(setup, log)
         app = setup.app if setup.app is not None else _import_app(setup, log)
         hooks, hw = setup.hooks, setup.hook_worker
         if hw is not None and setup.stats is not None:
@@ -120,6 +118,18 @@ def _become_the_owner(setup, log):
                       setup.owner.gid, e.strerror)
             os._exit(WORKER_BOOT_ERROR)
     return access_fd
+
+
+def _setup_offload(setup, log):
+    """This process's producer: forkwsgi.offload() from any thread (and
+    from the app's own import, with --lazy-apps). One that cannot map the
+    ring (out of memory or address space) failed to boot: one line says
+    why, and the master stops."""
+    try:
+        producer.setup(**setup.offload)
+    except OSError as e:
+        log.error("worker %d: cannot open the offload ring: %s", setup.index, e.strerror or e)
+        os._exit(WORKER_BOOT_ERROR)
 
 
 def _make_server(app, setup, access_fd, log):

@@ -306,6 +306,22 @@ int dup3(int oldfd, int newfd, int flags)
     return real(oldfd, newfd, flags);
 }
 
+int getsockname(int fd, struct sockaddr *sa, socklen_t *len)
+{
+    if (should_fail("getsockname", RET))
+        return -1;
+    NEXT(getsockname);
+    return real(fd, sa, len);
+}
+
+int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+    if (should_fail("setsockopt", RET))
+        return -1;
+    NEXT(setsockopt);
+    return real(fd, level, name, val, len);
+}
+
 int open(const char *path, int flags, ...)
 {
     mode_t mode = 0;
