@@ -96,12 +96,10 @@ int fw_pool_max_threads(int nthreads)
     return nthreads + (nthreads > 4 ? nthreads : 4);
 }
 
-/* Start thread number p->started. Returns 0, or -errno (-EAGAIN: max_threads
- * run already; -ENOMEM; pthread_create's). */
+/* Start thread number p->started (the caller made sure it is below
+ * max_threads). Returns 0, or -errno (-ENOMEM; pthread_create's). */
 static int start_thread(fw_pool *p)
 {
-    if (p->started >= p->max_threads)
-        return -EAGAIN;
     pool_thread *arg = malloc(sizeof(*arg));
     if (!arg)
         return -ENOMEM;

@@ -9,6 +9,7 @@ is closed and the next one that is served. The shim writes every fault it
 injects to a file: each test first waits for its fault to have happened, so
 none can pass without the path being driven.
 """
+import json
 import os
 import re
 import signal
@@ -234,9 +235,11 @@ def test_connection_that_cannot_be_watched_is_closed_others_unaffected(make_serv
     f = faults("epoll_ctl_add:1", gated=True)
     s = make_server("apps:echo", "--workers", "1", "--threads", threads, env=f.env)
     with s.conn() as other:
-        for _ in range(2):          # the second came through its watch: it has one
-            other.send(GET)
-            assert other.read_response().status == 200
+        # other is silent: accepted and watched before the probe that
+        # follows it in the accept queue is answered (and closed: no
+        # watch is armed for it after the gate opens).
+        probe = s.request(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        assert probe.status == 200
         f.open()
         with s.conn() as c:
             f.wait("epoll_ctl_add")
@@ -258,16 +261,21 @@ def test_kept_alive_connection_that_cannot_be_rearmed_is_closed_after_its_respon
     f = faults("epoll_ctl_mod:1", gated=True)
     s = make_server("apps:echo", "--workers", "1", "--threads", "3", env=f.env)
     f.open()
+    answered = 0
     with s.conn() as c:
-        for _ in range(2):          # armed (ADD) after the first, again (MOD) after the second
-            c.send(GET)
-            assert c.read_response().status == 200
-        f.wait("epoll_ctl_mod")
-        f.close()
-        wait_log(s, r"\[ERROR\] epoll_ctl\(\d+\): Cannot allocate memory")
+        # Armed (ADD) after the first response, again (MOD) after a later
+        # one (which one depends on whether the next request came before
+        # the loop re-armed): the connection ends within a few requests,
+        # each answered whole or not at all.
         with pytest.raises((Closed, ConnectionResetError, BrokenPipeError)):
-            c.send(GET)
-            c.read_response()
+            for _ in range(5):
+                c.send(GET)
+                assert c.read_response().status == 200
+                answered += 1
+    assert 1 <= answered < 5
+    f.wait("epoll_ctl_mod")
+    f.close()
+    wait_log(s, r"\[ERROR\] epoll_ctl\(\d+\): Cannot allocate memory")
     get_ok(s)
 
 
@@ -422,5 +430,52 @@ def test_sibling_that_cannot_map_the_ring_is_replaced_and_nothing_is_lost(make_s
     assert "OSError: [Errno 12] Cannot allocate memory" in s.log()
     r = s.get("/emit?n=5&id=x")
     assert r.status == 200
-    assert wait_for(lambda: len(out.read_text().splitlines()) == 6, 20), s.log()
+    # Every record arrives; one may come twice (delivered, but the sibling
+    # was SIGKILLed before it noted so: at least once).
+    assert wait_for(lambda: len(delivered(out)) == 6, 20), s.log()
     assert sibling_pid(s) not in (None, first)
+
+
+def delivered(out):
+    """The distinct record values in the sink's file."""
+    try:
+        return {json.loads(x)["value"] for x in out.read_text().splitlines() if x.endswith("}")}
+    except FileNotFoundError:
+        return set()
+
+
+def test_journal_disk_full_sends_records_straight_to_the_sink(make_server, faults, tmp_path):
+    """The sibling cannot append to the journal (ENOSPC): it says so once,
+    and records go to the sink straight from the ring; none is lost."""
+    f = faults("writev:1+=ENOSPC", gated=True)
+    s, out = offload_server(make_server, tmp_path, f)
+    assert s.get("/emit?n=1&id=a").status == 200
+    assert wait_for(lambda: len(delivered(out)) == 1, 20), s.log()
+    f.open()
+    for i in range(5):
+        assert s.get(f"/emit?n=20&id=b{i}").status == 200
+    f.wait("writev")
+    wait_log(s, r"\[ERROR\] offload: cannot write the journal in \S+ \(No space left on device\): "
+                r"\d+ failed write\(s\); records go to the sink straight from the queue")
+    assert wait_for(lambda: len(delivered(out)) == 101, 20), s.log()
+    f.close()
+
+
+def test_sibling_that_cannot_start_its_ring_watch_is_replaced(make_server, faults, tmp_path):
+    """The sibling's ring watch thread cannot start (pthread_create EAGAIN):
+    it fails and is replaced after a back-off; once a sibling starts, every
+    record offloaded meanwhile is delivered."""
+    from test_offload import sibling_pid
+    f = faults("pthread_create:1", gated=True)
+    s, out = offload_server(make_server, tmp_path, f)
+    assert s.get("/emit?n=1&id=a").status == 200
+    assert wait_for(lambda: len(delivered(out)) == 1, 20), s.log()
+    first = sibling_pid(s)
+    f.open()
+    os.kill(first, signal.SIGKILL)
+    f.wait("pthread_create")
+    assert s.get("/emit?n=5&id=x").status == 200
+    wait_log(s, r"\[ERROR\] the offload sibling failed")
+    assert "BlockingIOError: [Errno 11] Resource temporarily unavailable" in s.log()
+    f.close()
+    assert wait_for(lambda: len(delivered(out)) == 6, 20), s.log()

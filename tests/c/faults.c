@@ -48,6 +48,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 extern void *__libc_malloc(size_t);
@@ -376,6 +377,14 @@ int fallocate(int fd, int mode, off_t off, off_t len)
         return -1;
     NEXT(fallocate);
     return real(fd, mode, off, len);
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+    if (should_fail("writev", RET))
+        return -1;
+    NEXT(writev);
+    return real(fd, iov, iovcnt);
 }
 
 /* posix_fallocate returns the error instead of setting errno. */
