@@ -92,8 +92,7 @@ static int err_of(const char *s, int dflt)
 
 static int default_err(const char *name)
 {
-    static const char *const fd_makers[] = { "eventfd", "epoll_create1", "accept4", "socket", "open",
-                                             "openat", "dup3" };
+    static const char *const fd_makers[] = { "eventfd", "epoll_create1", "accept4", "socket", "open", "dup3" };
     for (size_t i = 0; i < sizeof(fd_makers) / sizeof(fd_makers[0]); i++)
         if (strcmp(name, fd_makers[i]) == 0)
             return EMFILE;
@@ -336,21 +335,6 @@ int open(const char *path, int flags, ...)
         return -1;
     NEXT(open);
     return real(path, flags, mode);
-}
-
-int openat(int dirfd, const char *path, int flags, ...)
-{
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    if (should_fail("openat", RET))
-        return -1;
-    NEXT(openat);
-    return real(dirfd, path, flags, mode);
 }
 
 /* ---- files and mappings ---------------------------------------------------- */
