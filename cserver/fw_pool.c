@@ -24,8 +24,12 @@ static void wake_loop_locked(fw_pool *p)
     p->done_signalled = 1;
     uint64_t one = 1;
     /* A full counter (never, in practice) still reads as "wake up". */
-    if (write(p->done_w.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+    if (write(p->done_w.fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
         p->ops->error(p->ctx, "pool: eventfd write", errno);
+        /* done_signalled stays set: no more writes until the loop has
+         * looked, which it does at its next pass (fw_pool_recover). */
+        atomic_store(&p->wake_lost, 1);
+    }
 }
 
 static void *pool_main(void *arg)
@@ -89,6 +93,12 @@ static void on_done(fw_loop *loop, fw_watch *w, uint32_t events)
         p->ops->done(p->ctx, job);
         job = next;
     }
+}
+
+void fw_pool_recover(fw_pool *p)
+{
+    if (atomic_load_explicit(&p->wake_lost, memory_order_relaxed) && atomic_exchange(&p->wake_lost, 0))
+        on_done(p->loop, &p->done_w, 0);
 }
 
 int fw_pool_max_threads(int nthreads)

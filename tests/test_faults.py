@@ -295,6 +295,40 @@ def test_spare_thread_that_cannot_start_is_logged_and_requests_answered(make_ser
             sk.close()
 
 
+def test_lost_pool_wake_up_does_not_wedge_the_worker(make_server, faults):
+    """Every write to the pool's done eventfd fails: the loop is never woken
+    for finished requests. Each failure is logged, and the loop takes the
+    finished jobs back at its next pass anyway: more requests than there
+    are threads are all answered (before the fix, the threads stayed
+    counted busy for ever and the 4th request waited for ever)."""
+    f = faults("eventfd_write:1+=EIO", gated=True)
+    s = make_server("apps:echo", "--workers", "1", "--threads", "3", env=f.env)
+    get_ok(s)
+    f.open()
+    for _ in range(6):
+        r = s.request(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout=5)
+        assert r.status == 200
+    f.wait("eventfd_write")
+    f.close()
+    wait_log(s, r"\[ERROR\] pool: eventfd write: Input/output error")
+    get_ok(s)
+
+
+def test_failed_pool_eventfd_read_is_logged_and_requests_answered(make_server, faults):
+    """Reading the pool's done eventfd fails: logged, the finished jobs are
+    taken back all the same."""
+    f = faults("eventfd_read:1=EIO", gated=True)
+    s = make_server("apps:echo", "--workers", "1", "--threads", "3", env=f.env)
+    get_ok(s)
+    f.open()
+    get_ok(s)
+    f.wait("eventfd_read")
+    f.close()
+    wait_log(s, r"\[ERROR\] pool: eventfd read: Input/output error")
+    for _ in range(4):
+        get_ok(s)
+
+
 # ---- the event loop fails ------------------------------------------------------
 
 def test_event_loop_failure_ends_the_worker_and_it_is_replaced(make_server, faults):

@@ -9,7 +9,8 @@
  *
  * FW_FAULT: comma-separated rules, each  NAME:N[+|-M][=ERR]
  *   NAME   one of the functions below (malloc, calloc, eventfd, ...), or
- *          epoll_ctl_add / epoll_ctl_mod / epoll_ctl_del: epoll_ctl with that op
+ *          epoll_ctl_add / epoll_ctl_mod / epoll_ctl_del: epoll_ctl with that op,
+ *          eventfd_write / eventfd_read: write() / read() on an eventfd
  *   N      fail the Nth call of NAME made from the extension (1-based)
  *   N+     fail the Nth call and every one after it
  *   N-M    fail calls N to M
@@ -369,6 +370,35 @@ ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
         return -1;
     NEXT(writev);
     return real(fd, iov, iovcnt);
+}
+
+/* write() and read() on an eventfd only (rules eventfd_write, eventfd_read):
+ * the extension's other writes and reads are the clients' traffic. */
+static int is_eventfd(int fd)
+{
+    char path[64], target[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    if (n < 0)
+        return 0;
+    target[n] = 0;
+    return strcmp(target, "anon_inode:[eventfd]") == 0;
+}
+
+ssize_t write(int fd, const void *buf, size_t len)
+{
+    if (rule_for("eventfd_write") && !busy && is_eventfd(fd) && should_fail("eventfd_write", RET))
+        return -1;
+    NEXT(write);
+    return real(fd, buf, len);
+}
+
+ssize_t read(int fd, void *buf, size_t len)
+{
+    if (rule_for("eventfd_read") && !busy && is_eventfd(fd) && should_fail("eventfd_read", RET))
+        return -1;
+    NEXT(read);
+    return real(fd, buf, len);
 }
 
 /* posix_fallocate returns the error instead of setting errno. */
