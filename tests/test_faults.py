@@ -471,19 +471,26 @@ def delivered(out):
         return set()
 
 
-def test_journal_disk_full_sends_records_straight_to_the_sink(make_server, faults, tmp_path):
-    """The sibling cannot append to the journal (ENOSPC): it says so once,
-    and records go to the sink straight from the ring; none is lost."""
-    f = faults("writev:1+=ENOSPC", gated=True)
+@pytest.mark.parametrize("spec,line", [
+    # Appending to the journal (a full disk).
+    ("writev:1+=ENOSPC", r"\[ERROR\] offload: cannot write the journal in \S+ \(No space left on device\): "
+                         r"\d+ failed write\(s\); records go to the sink straight from the queue"),
+    # Punching out a segment's delivered bytes.
+    ("fallocate:1+=EIO", r"\[ERROR\] offload: cannot write the journal state in \S+ \(Input/output error\)"),
+], ids=["append", "punch"])
+def test_journal_that_cannot_be_written_sends_records_straight_to_the_sink(make_server, faults, tmp_path, spec,
+                                                                         line):
+    """The sibling cannot write the journal: it says so once, and records
+    go to the sink straight from the ring; none is lost."""
+    f = faults(spec, gated=True)
     s, out = offload_server(make_server, tmp_path, f)
     assert s.get("/emit?n=1&id=a").status == 200
     assert wait_for(lambda: len(delivered(out)) == 1, 20), s.log()
     f.open()
     for i in range(5):
         assert s.get(f"/emit?n=20&id=b{i}").status == 200
-    f.wait("writev")
-    wait_log(s, r"\[ERROR\] offload: cannot write the journal in \S+ \(No space left on device\): "
-                r"\d+ failed write\(s\); records go to the sink straight from the queue")
+    f.wait(spec.split(":")[0])
+    wait_log(s, line)
     assert wait_for(lambda: len(delivered(out)) == 101, 20), s.log()
     f.close()
 
