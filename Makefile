@@ -4,6 +4,7 @@
 #   make ctest         C unit tests (tests/c: parser, PROXY protocol, uwsgi packets, access log writer, offload ring), ASan + UBSan
 #   make kafka-ctest RDKAFKA_LIB=...  the Kafka producer (cserver/fw_kafka.c) over a real librdkafka, no broker
 #   make rdkafka-abi   cserver/fw_rdkafka.h checked against librdkafka's rdkafka.h (needs librdkafka-dev)
+#   make faults        tests/c/build/libfwfault.so, the LD_PRELOAD fault injector tests/test_faults.py uses
 #   make fuzz-smoke    the fuzz targets (HTTP, PROXY protocol, uwsgi) without libFuzzer: corpus + random inputs, ~90 s
 #   make fuzz          libFuzzer (clang), FUZZ_SECONDS=60
 #   make fuzz-proxy    the same for the PROXY protocol parser
@@ -61,7 +62,7 @@ ASAN_EXT_ENV = LD_PRELOAD=$(LIBASAN) \
     UBSAN_OPTIONS=print_stacktrace=1:log_path=$(abspath $(ASAN_DIR))/logs/ubsan \
     PYTHONPATH=$(abspath $(ASAN_DIR))
 
-.PHONY: help ctest kafka-ctest rdkafka-abi fuzz-smoke fuzz fuzz-http fuzz-proxy fuzz-uwsgi fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring \
+.PHONY: help ctest faults kafka-ctest rdkafka-abi fuzz-smoke fuzz fuzz-http fuzz-proxy fuzz-uwsgi fuzz-offload-smoke fuzz-offload fuzz-ring-smoke fuzz-ring \
         asan-ext asan-ext-build asan-smoke coverage coverage-build wheels clean
 
 help:
@@ -104,6 +105,14 @@ KAFKA_SRC := cserver/fw_kafka.c cserver/fw_rdkafka.c
 $(CBUILD)/test_kafka: tests/c/test_kafka.c tests/c/check.h $(KAFKA_SRC) cserver/fw_kafka.h cserver/fw_rdkafka.h
 	@mkdir -p $(CBUILD)
 	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_kafka.c $(KAFKA_SRC) -ldl -lpthread -o $@
+
+# The fault injector (tests/c/faults.c: see its top comment); the tests
+# build their own copy, this one is for trying a fault by hand.
+$(CBUILD)/libfwfault.so: tests/c/faults.c
+	@mkdir -p $(CBUILD)
+	$(CC) $(CWARN) -shared -fPIC -O1 -o $@ tests/c/faults.c -ldl
+
+faults: $(CBUILD)/libfwfault.so
 
 # RDKAFKA_LIB: the librdkafka shared library to drive (tests/test_c.py gives
 # the one confluent-kafka ships); no broker is needed.

@@ -24,8 +24,12 @@ static void wake_loop_locked(fw_pool *p)
     p->done_signalled = 1;
     uint64_t one = 1;
     /* A full counter (never, in practice) still reads as "wake up". */
-    if (write(p->done_w.fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+    if (write(p->done_w.fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
         p->ops->error(p->ctx, "pool: eventfd write", errno);
+        /* done_signalled stays set: no more writes until the loop has
+         * looked, which it does at its next pass (fw_pool_recover). */
+        atomic_store(&p->wake_lost, 1);
+    }
 }
 
 static void *pool_main(void *arg)
@@ -91,17 +95,21 @@ static void on_done(fw_loop *loop, fw_watch *w, uint32_t events)
     }
 }
 
+void fw_pool_recover(fw_pool *p)
+{
+    if (atomic_load_explicit(&p->wake_lost, memory_order_relaxed) && atomic_exchange(&p->wake_lost, 0))
+        on_done(p->loop, &p->done_w, 0);
+}
+
 int fw_pool_max_threads(int nthreads)
 {
     return nthreads + (nthreads > 4 ? nthreads : 4);
 }
 
-/* Start thread number p->started. Returns 0, or -errno (-EAGAIN: max_threads
- * run already; -ENOMEM; pthread_create's). */
+/* Start thread number p->started (the caller made sure it is below
+ * max_threads). Returns 0, or -errno (-ENOMEM; pthread_create's). */
 static int start_thread(fw_pool *p)
 {
-    if (p->started >= p->max_threads)
-        return -EAGAIN;
     pool_thread *arg = malloc(sizeof(*arg));
     if (!arg)
         return -ENOMEM;
@@ -192,16 +200,21 @@ void fw_pool_park(fw_pool *p, fw_pool_job *job)
     if (p->parked_tail) p->parked_tail->next = job; else p->parked_head = job;
     p->parked_tail = job;
     p->parked++;
-    /* This thread sleeps: a spare takes its place among the runnable ones. */
-    if (p->started - p->parked < p->nthreads && !p->quit)
+    /* This thread sleeps: a spare takes its place among the runnable ones
+     * (none past max_threads: then not a failure). */
+    if (p->started - p->parked < p->nthreads && p->started < p->max_threads && !p->quit)
         rc = start_thread(p);
     wake_loop_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    /* Said now, not once the client lets this thread go (that may be never).
+     * pthread_create's EAGAIN is the thread limit: said too. */
+    if (rc < 0)
+        p->ops->error(p->ctx, "pool: cannot start a spare thread", -rc);
+    pthread_mutex_lock(&p->mu);
     while (job->parked)
         pthread_cond_wait(&p->resume_cv, &p->mu);
     p->parked--;
     pthread_mutex_unlock(&p->mu);
-    if (rc < 0 && rc != -EAGAIN)
-        p->ops->error(p->ctx, "pool: cannot start a spare thread", -rc);
 }
 
 void fw_pool_resume(fw_pool *p, fw_pool_job *job)

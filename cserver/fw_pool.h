@@ -21,6 +21,7 @@
 #define FW_POOL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "fw_loop.h"
 #include "fw_rc.h"
@@ -63,6 +64,7 @@ typedef struct fw_pool {
     fw_pool_job *parked_head, *parked_tail;
     int quit;
     int done_signalled;            /* an eventfd write is pending for the loop */
+    atomic_int wake_lost;          /* that write failed: the loop looks anyway (fw_pool_recover) */
 
     int busy;                      /* loop thread only: jobs the pool holds */
     fw_watch done_w;               /* eventfd, owned */
@@ -97,6 +99,11 @@ fw_pool_job *fw_pool_cancel_queued(fw_pool *p);
  * loop dispatches it by itself; this is for a caller that waits on the
  * loop and dispatches only this watch.) */
 int fw_pool_is_done_watch(const fw_pool *p, const fw_watch *w);
+
+/* Loop thread, at every pass (at least once a second): take back the
+ * jobs whose eventfd wake-up was lost to a failed write, which would
+ * otherwise wait for ever (their threads stay counted as busy). */
+void fw_pool_recover(fw_pool *p);
 
 /* Loop thread: let the threads finish, join them, free the pool. Only when
  * busy == 0. */

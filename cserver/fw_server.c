@@ -804,6 +804,7 @@ static void drain_pool(fw_server *srv)
             if (fw_pool_is_done_watch(p, w))
                 w->cb(&srv->loop, w, srv->loop.events[i].events);
         }
+        fw_pool_recover(p);
         close_all(srv);
     }
 }
@@ -835,8 +836,10 @@ static void after_events(fw_server *srv)
     expire_grace(srv);
     if (srv->stopping && srv->pass_waiting)
         pass_on_idle(srv);
-    if (srv->pool)
+    if (srv->pool) {
+        fw_pool_recover(srv->pool);
         serve_ready(srv);
+    }
     free_graveyard(srv);
     maybe_accept_again(srv);
 }

@@ -58,21 +58,14 @@ def run(setup, log):
         # After become(): the kernel forgets it when the identity changes.
         process.die_with_parent(setup.master_pid)
         if setup.offload:
-            # This process's producer: forkwsgi.offload() from any thread
-            # (and from the app's own import, with --lazy-apps).
-            producer.setup(**setup.offload)
+            _setup_offload(setup, log)
         app = setup.app if setup.app is not None else _import_app(setup, log)
         hooks, hw = setup.hooks, setup.hook_worker
         if hw is not None and setup.stats is not None:
             hw.count_requests(lambda: _forkwsgi.stats_read(setup.stats, 0)["requests"])      # worker.nr
         if "pre_request" in hooks or "post_request" in hooks:
             app = hooks_mod.wrap(app, hooks, hw)          # only then: no cost otherwise
-        server = Server(app, sockets=setup.sockets, _protocols=setup.protocols, logger=log,
-                        _multiprocess=setup.multiprocess,
-                        _status=setup.status, _stats=setup.stats, _balance=setup.balance,
-                        _offload=bool(setup.offload), _access_log_fd=access_fd,
-                        _release_listeners=True, _name=f"forkwsgi worker {setup.index}",
-                        _access_logger=setup.access_logger, **setup.options)
+        server = _make_server(app, setup, access_fd, log)
         _catch_signals(server, hooks, hw)
         # The master held the stop signals across fork: one that arrived
         # since is delivered now, to the handlers above (the server then
@@ -125,6 +118,38 @@ def _become_the_owner(setup, log):
                       setup.owner.gid, e.strerror)
             os._exit(WORKER_BOOT_ERROR)
     return access_fd
+
+
+def _setup_offload(setup, log):
+    """This process's producer: forkwsgi.offload() from any thread (and
+    from the app's own import, with --lazy-apps). One that cannot map the
+    ring (out of memory or address space) failed to boot: one line says
+    why, and the master stops."""
+    try:
+        producer.setup(**setup.offload)
+    except OSError as e:
+        log.error("worker %d: cannot open the offload ring: %s", setup.index, e.strerror or e)
+        os._exit(WORKER_BOOT_ERROR)
+
+
+def _make_server(app, setup, access_fd, log):
+    """The worker's server. One whose core cannot be made (out of memory,
+    out of descriptors: an eventfd, an epoll set) failed to boot: one line
+    says why, not a traceback, and the master stops."""
+    try:
+        return Server(app, sockets=setup.sockets, _protocols=setup.protocols, logger=log,
+                      _multiprocess=setup.multiprocess,
+                      _status=setup.status, _stats=setup.stats, _balance=setup.balance,
+                      _offload=bool(setup.offload), _access_log_fd=access_fd,
+                      _release_listeners=True, _name=f"forkwsgi worker {setup.index}",
+                      _access_logger=setup.access_logger, **setup.options)
+    except MemoryError:
+        log.error("worker %d: cannot start the server: out of memory", setup.index)
+    except OSError as e:
+        if e.strerror is None:
+            raise
+        log.error("worker %d: cannot start the server: %s", setup.index, e.strerror)
+    os._exit(WORKER_BOOT_ERROR)
 
 
 def _start_threads(server, setup, log):
