@@ -460,7 +460,13 @@ def test_app_threads_that_cannot_start_fail_the_boot_once(workers):
     assert "Traceback" not in err, err[-2000:]
     if workers == "1":
         assert p.returncode == 3, err[-2000:]
-        assert err.count("Booted worker") == 1, err[-2000:]
+        # One boot, or a few: under an address-space limit memory may run out
+        # anywhere, and a worker whose stack cannot grow dies of SIGSEGV
+        # before it can say why (seen once in 18 tries on a loaded machine:
+        # 35 threads' stacks and malloc arenas took the space). Such a death
+        # before ready is retried after a back-off; the clean failure stops.
+        crashes = err.count("died (signal")
+        assert err.count("Booted worker") == 1 + crashes and crashes <= 2, err[-2000:]
         assert "worker 1 failed to boot: stopping" in err
     else:
         assert p.returncode == 2, err[-2000:]
