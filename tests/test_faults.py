@@ -172,6 +172,28 @@ def test_connection_without_memory_is_closed_and_the_next_is_served(make_server,
     assert s.log().count("out of memory for a connection") == 1
 
 
+def test_a_replacement_that_cannot_boot_after_the_server_served_is_retried(make_server, faults):
+    """A worker that replaces one retired by --max-requests cannot make its
+    server (the first eventfd of each new worker fails while the gate is
+    open: descriptors or memory short for a while). The server has served:
+    the replacement is retried after the back-off and serves once the
+    shortage is over. Before, any boot failure stopped the whole server
+    (exit 3), whenever it came."""
+    f = faults("eventfd:1", gated=True)
+    s = make_server("apps:echo", "--workers", "1", "--max-requests", "3", env=f.env)
+    get_ok(s)
+    f.open()
+    get_ok(s)
+    get_ok(s)                               # the third: the worker retires
+    f.wait("eventfd")
+    wait_log(s, r"\[ERROR\] worker 1: cannot start the server: ")
+    f.close()
+    get_ok(s)                               # a later replacement boots and serves
+    assert s.alive(), s.log()
+    assert "failed to boot: stopping" not in s.log()
+    assert re.search(r"Worker 1 \(pid \d+\) died \(exit code 3\)", s.log()), s.log()
+
+
 # ---- accept fails --------------------------------------------------------------
 
 @pytest.mark.parametrize("err,text", [("EMFILE", "Too many open files"), ("ENFILE", "Too many open files in system"),

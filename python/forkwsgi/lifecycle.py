@@ -252,7 +252,11 @@ class WorkerLifecycle:
                     raise HaltServer(f"worker {w.index} could not load the app {self.app_spec!r}: stopping", 4)
                 self.lost_the_app(w)
                 continue
-            if code == worker.WORKER_BOOT_ERROR and not w.ready:
+            if code == worker.WORKER_BOOT_ERROR and not w.ready and not self.served:
+                # Before anything served: the set-up is wrong, say so and stop.
+                # Once the server has served, a replacement that cannot boot
+                # (memory, descriptors, threads running short for a while) is
+                # retried after the back-off below: the others serve on.
                 raise HaltServer(f"worker {w.index} failed to boot: stopping", 3)
             if self.stopping:
                 self.log.info("Worker %d (pid %d) exited (%s)", w.index, pid, how)

@@ -116,7 +116,7 @@ def _become_the_owner(setup, log):
         except OSError as e:
             log.error("worker %d: cannot become uid %d gid %d: %s", setup.index, setup.owner.uid,
                       setup.owner.gid, e.strerror)
-            os._exit(WORKER_BOOT_ERROR)
+            _boot_failed()
     return access_fd
 
 
@@ -128,8 +128,8 @@ def _setup_offload(setup, log):
     try:
         producer.setup(**setup.offload)
     except OSError as e:
-        log.error("worker %d: cannot open the offload ring: %s", setup.index, e.strerror or e)
-        os._exit(WORKER_BOOT_ERROR)
+        log.error("worker %d: cannot open the offload ring: %s", setup.index, _why(e))
+        _boot_failed()
 
 
 def _make_server(app, setup, access_fd, log):
@@ -148,8 +148,8 @@ def _make_server(app, setup, access_fd, log):
     except OSError as e:
         if e.strerror is None:
             raise
-        log.error("worker %d: cannot start the server: %s", setup.index, e.strerror)
-    os._exit(WORKER_BOOT_ERROR)
+        log.error("worker %d: cannot start the server: %s", setup.index, _why(e))
+    _boot_failed()
 
 
 def _start_threads(server, setup, log):
@@ -160,7 +160,7 @@ def _start_threads(server, setup, log):
         server.start_threads()
     except OSError as e:
         log.error("worker %d: %s", setup.index, e.strerror)
-        os._exit(WORKER_BOOT_ERROR)
+        _boot_failed()
 
 
 def _import_app(setup, log):
@@ -201,6 +201,24 @@ def _catch_signals(server, hooks, hw):
     signal.signal(signal.SIGINT, fast)
     signal.signal(signal.SIGQUIT, fast)
     signal.signal(signal.SIGUSR1, reopen)
+
+
+def _why(e):
+    """An OSError as one line: the file it names, if any, and why."""
+    why = e.strerror or str(e)
+    return f"{e.filename}: {why}" if e.filename else why
+
+
+def _boot_failed():
+    """A worker that cannot boot ends now (the master sees exit 3 before
+    ready), with what it printed so far flushed: stdout may be a pipe
+    (systemd, docker), block-buffered, and os._exit does not flush it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(WORKER_BOOT_ERROR)
 
 
 def _finish(setup, code):
