@@ -151,6 +151,8 @@ void fw_conn_close(fw_conn *c)
     }
     if (c->state == FW_C_QUEUED)
         fw_server_dequeue(srv, c);
+    if (c->deferred)
+        fw_server_undefer(srv, c);
     if (c->app_state && srv->ops->on_drop && srv->pool && !srv->closing && c->state != FW_C_APP) {
         /* The app still holds the request (a streamed response the client
          * dropped): its cleanup, the iterable's close(), is the app's code
@@ -667,6 +669,7 @@ static void request_end(fw_conn *c)
     c->ext = NULL;              /* written by now: the response is on the wire or in `out` */
     c->ext_len = c->ext_tail_len = 0;
     c->requests++;
+    c->no_defer = 0;
     fw_server_request_done(srv);
     c->app_active = 0;
     c->app_state = NULL;
@@ -970,6 +973,21 @@ static enum drive step_body(fw_conn *c)
     return wait_for_input(c);
 }
 
+int fw_conn_may_defer(const fw_conn *c)
+{
+    const fw_server *srv = c->srv;
+    return srv->cfg.write_coalesce_us && !srv->pool && srv->loop.left > 0 && !c->no_defer &&
+           srv->now >= srv->coalesce_off_until &&
+           c->ext_len == 0 && c->resp.sf_left == 0 && fw_buf_used(&c->out) <= FW_DEFER_MAX_BYTES &&
+           !closes_after_response(c) && !srv->stopping;
+}
+
+void fw_conn_write_deferred(fw_conn *c)
+{
+    c->no_defer = 1;
+    conn_drive(c);
+}
+
 /* WRITE or FLUSH: write what is owed. DRIVE_WAIT when c waits for the
  * socket, closed or went to its parked thread, else DRIVE_ON. */
 static enum drive step_write(fw_conn *c)
@@ -980,6 +998,10 @@ static enum drive step_write(fw_conn *c)
         c->batched++;
         request_end(c);
         return DRIVE_ON;
+    }
+    if (c->state == FW_C_WRITE && !c->deferred && fw_buf_used(&c->out) > 0 && fw_conn_may_defer(c)) {
+        fw_server_defer(srv, c);
+        return DRIVE_WAIT;
     }
     app_unlock(srv);
     uint64_t before = pending_out(c);
@@ -1056,8 +1078,13 @@ static enum drive step_app(fw_conn *c)
      * so the registration stays as it is, which saves an epoll_ctl pair
      * per kept-alive request (events that arrive for a connection in APP
      * state are ignored by conn_cb). */
+    if (srv->defer_head)
+        fw_server_defer_due(srv);
+    uint64_t t0 = srv->cfg.write_coalesce_us ? fw_now_ns() : 0;
     enum fw_app_rc rc = c->app_active ? srv->ops->on_writable(srv->app, c)
                                       : srv->ops->on_request(srv->app, c);
+    if (t0)
+        fw_server_app_took(srv, fw_now_ns() - t0);
     return app_returned(c, rc);
 }
 

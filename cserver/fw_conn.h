@@ -191,6 +191,12 @@ struct fw_conn {
     int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
                                        * next request under the idle timeout, not the header one */
 
+    /* Inline: its finished response waits in `out` for the end of the loop
+     * pass (srv->defer_head's list), state WRITE. */
+    fw_conn *defer_next;
+    int deferred;
+    int no_defer;                     /* written now: flushing the deferred ones */
+
     /* The ready queue (srv->ready_head/tail), while QUEUED. */
     fw_conn *rq_prev, *rq_next;
     int64_t ready_at;                 /* when its request arrived (ms): the queue's order */
@@ -237,6 +243,13 @@ void fw_conn_parked(fw_conn *c);
 /* Loop thread: a thread is free, c is the oldest request waiting for one
  * (taken off the ready queue by the server): serve it. */
 void fw_conn_dispatch(fw_conn *c);
+/* Question (1 yes, 0 no), inline: may c's finished response wait in `out`
+ * for the end of the loop pass, to be written with the others of the pass
+ * (fw_server_defer)? Yes while more events of the pass are to come, for a
+ * small response on a connection that stays open. */
+int fw_conn_may_defer(const fw_conn *c);
+/* Write c's deferred response now (fw_server_flush_deferred), and drive on. */
+void fw_conn_write_deferred(fw_conn *c);
 /* Loop thread: c waits in the ready queue unread: hand it to a peer with a
  * free thread. Returns 0 when handed over (c is closed here), FW_AGAIN when
  * none took it (or c may not go: read, or the server stops). */
@@ -288,6 +301,9 @@ void fw_resp_abort_head(fw_conn *c);
 /* Frame and queue body bytes without writing (for bodies known to be
  * ready). Returns 0, or -ENOMEM. */
 int fw_resp_queue(fw_conn *c, const char *data, size_t len);
+/* Question (1 yes, 0 no): do len body bytes end the response (they reach
+ * the app's Content-Length)? */
+int fw_resp_completes(const fw_conn *c, size_t len);
 /* Send from a file with sendfile() after what is queued. */
 void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count);
 /* The app has no more body: queue the chunked terminator, check lengths. */
@@ -326,6 +342,9 @@ int fw_conn_drain_wait(fw_conn *c);
  * connections, latency of the first response, memory). */
 #define FW_BATCH_MAX_RESPONSES 64
 #define FW_BATCH_MAX_BYTES (64 * 1024)
+/* A finished response larger than this is written at once, not deferred to
+ * the end of the loop pass (fw_server_defer). */
+#define FW_DEFER_MAX_BYTES (64 * 1024)
 
 /* Question (1 yes, 0 no): may the write of c's complete response wait, to
  * leave with the responses of the pipelined requests after it? Yes when

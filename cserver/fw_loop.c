@@ -70,6 +70,8 @@ void fw_loop_dispatch(fw_loop *loop, int n)
         fw_watch *w = loop->events[i].data.ptr;
         if (w->oneshot)
             w->mask = 0;       /* the kernel disarmed it; it stays in the set */
+        loop->left = n - i - 1;
         w->cb(loop, w, loop->events[i].events);
     }
+    loop->left = 0;
 }

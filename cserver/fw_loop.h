@@ -31,6 +31,8 @@ struct fw_loop {
     int epfd;
     int nevents;
     struct epoll_event *events;   /* owned, nevents long */
+    int left;                     /* events of the pass being dispatched that are still to
+                                   * come (0 outside fw_loop_dispatch) */
 };
 
 int fw_loop_init(fw_loop *loop, int nevents);

@@ -272,6 +272,11 @@ int fw_resp_queue(fw_conn *c, const char *data, size_t len)
     return 0;
 }
 
+int fw_resp_completes(const fw_conn *c, size_t len)
+{
+    return c->resp.fixed && !c->resp.no_body && (uint64_t)len == c->resp.left;
+}
+
 void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count)
 {
     fw_resp *r = &c->resp;

@@ -47,6 +47,7 @@ void fw_config_defaults(fw_config *cfg)
     cfg->spool_dir = NULL;
     cfg->max_connections = 10000;
     cfg->accept_batch = 64;
+    cfg->write_coalesce_us = 200;
 }
 
 void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
@@ -912,6 +913,7 @@ enum fw_run_end fw_server_run(fw_server *srv)
             break;
         }
         fw_loop_dispatch(&srv->loop, n);
+        fw_server_flush_deferred(srv);
         if (srv->sig_stop) {
             rc = FW_RUN_SIGNAL;
             break;

@@ -59,6 +59,9 @@ typedef struct fw_config {
     const char *spool_dir;     /* directory for spool files; not owned */
     int max_connections;
     int accept_batch;          /* accepts per listener wake-up */
+    int write_coalesce_us;     /* inline: how long a finished response may wait for the end of
+                                * the loop pass, to leave with the others (fw_server_defer);
+                                * 0: each is written at once */
     uint64_t max_requests;     /* stop gracefully after this many responses; 0 = never */
     int threads;               /* app threads; 1 = the app runs inline on the loop thread */
     int release_listeners;     /* on stop, drop this process's hold on the listening sockets
@@ -168,6 +171,11 @@ struct fw_server {
     int nready;
     int nready_unread;         /* of them, arrived on an idle connection and not read yet */
     int nparked;               /* requests whose app thread waits for the loop (fw_conn.parked) */
+    /* Inline: finished responses whose write waits for the end of the loop
+     * pass (fw_conn.defer_next), oldest first; see fw_server_defer. */
+    fw_conn *defer_head, *defer_tail;
+    uint64_t defer_since_ns;   /* when the oldest of them was deferred */
+    int64_t coalesce_off_until;    /* ms: an app call was slow, nothing waits until then */
     size_t write_queued;       /* inline: bytes write() queued in all connections, unsent */
     int take_next;             /* the listener take_waiting tries first */
     fw_backlog backlog;        /* asks the kernel how many connections wait to be accepted */
@@ -194,6 +202,26 @@ enum fw_run_end {
     FW_RUN_STOPPED = 0,     /* a stop was requested (fw_server_stop) */
     FW_RUN_SIGNAL = 1       /* on_signal asked to stop */
 };
+
+/* ---- coalesced writes (fw_coalesce.c) ---- */
+
+/* Inline: c's finished response (in c->out, state WRITE) is written at the
+ * end of this loop pass, with the others of the pass, or before the next app
+ * call once the oldest has waited cfg.write_coalesce_us. */
+void fw_server_defer(fw_server *srv, fw_conn *c);
+/* Write the deferred responses now (each connection is driven on). */
+void fw_server_flush_deferred(fw_server *srv);
+/* Before an inline app call (with responses deferred): flush them if the
+ * oldest has waited cfg.write_coalesce_us. */
+void fw_server_defer_due(fw_server *srv);
+/* An inline app call took ns: after a slow one (FW_COALESCE_SLOW times
+ * cfg.write_coalesce_us), responses are written at once for
+ * FW_COALESCE_PAUSE_MS, since what waits behind a call waits all of it. */
+void fw_server_app_took(fw_server *srv, uint64_t ns);
+#define FW_COALESCE_SLOW 10
+#define FW_COALESCE_PAUSE_MS 1000
+/* c closes: out of the deferred list. */
+void fw_server_undefer(fw_server *srv, fw_conn *c);
 
 /* Run until stopped. */
 enum fw_run_end fw_server_run(fw_server *srv);

@@ -103,6 +103,7 @@ cdef extern from "glue.h":
         const char *spool_dir
         int max_connections
         int accept_batch
+        int write_coalesce_us
         uint64_t max_requests
         int threads
         int release_listeners

@@ -55,6 +55,7 @@ cdef enum Kind:
     K_MS = 3            # seconds (float) stored as int milliseconds
     K_NETS = 4          # addresses and networks (a list of text), a parsed fw_netlist the Server owns
     K_PROXY = 5         # PROXY protocol versions: "off", "v1", "v2", "auto" as an int mask
+    K_US = 6            # seconds (float, at most 0.1) stored as int microseconds
 
 cdef fw_config _layout
 
@@ -76,6 +77,7 @@ CORE_SETTINGS = {
     "max_connections": (K_INT, _at(&_layout.max_connections)),
     "max_requests": (K_U64, _at(&_layout.max_requests)),
     "threads": (K_INT, _at(&_layout.threads)),
+    "write_coalesce": (K_US, _at(&_layout.write_coalesce_us)),
     "forwarded_allow_ips": (K_NETS, _at(&_layout.forwarded_allow)),
     "proxy_protocol": (K_PROXY, _at(&_layout.proxy_protocol)),
     "proxy_allow_ips": (K_NETS, _at(&_layout.proxy_allow)),
@@ -121,6 +123,8 @@ cdef int _store(fw_config *cfg, str name, object value) except -1:
         if value > 0x7fffffff:
             raise ValueError(f"{name} is too large")
         (<int *>field)[0] = <int>value
+    elif kind == K_US:
+        (<int *>field)[0] = <int>(min(value, 0.1) * 1e6 + 0.5)
     else:
         (<int *>field)[0] = _ms(value)
     return 0

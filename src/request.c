@@ -384,6 +384,16 @@ static enum fw_app_rc iterate(fw_req *r)
                 rc = fw_conn_flush(c);
                 Py_END_ALLOW_THREADS
             }
+        } else if (r->iter && n < LEND_MIN && fw_resp_completes(c, (size_t)n) && fw_conn_may_defer(c)) {
+            /* The body's last bytes (its Content-Length reached), inline,
+             * with more of this loop pass to come: queued, to be written
+             * with the responses finished after it at the end of the pass
+             * (fw_server_defer). As after a full socket, the iterable is
+             * asked for more, and closed, once they are written. */
+            rc = fw_resp_queue(c, PyBytes_AS_STRING(chunk), (size_t)n);
+            Py_DECREF(chunk);
+            if (rc == 0)
+                return FW_APP_WAIT;
         } else {
             /* PEP 3333: each yielded chunk goes out before the next is
              * asked for. What the socket does not take now is lent to the

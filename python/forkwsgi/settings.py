@@ -3,7 +3,7 @@ default, value type, help and --help section), from which the command line
 (flags.py), the environment, config files (config.py) and the embedding API
 (resolve) all take theirs.
 """
-from .valuetypes import (KAFKA_PRODUCERS, addresses, balance, boolean, choice, env_pair, fsync, group, json_dict,
+from .valuetypes import (KAFKA_PRODUCERS, addresses, balance, boolean, brief_seconds, choice, env_pair, fsync, group, json_dict,
                          kafka_option, kafka_producer, log_level, nice, non_negative_int, offload_sink, overflow,
                          positive_int, proxy_protocol, rate, root_path, scheme_headers, seconds, size, socket_mode,
                          statsd_address, topic, umask, user)
@@ -73,6 +73,13 @@ SETTINGS = [
             "worker processes under a master; 0 serves from this process, with no master", section="Processes"),
     Setting("threads", ["--threads"], 1, positive_int,
             "app threads per worker; 1 runs the app on the worker's I/O loop thread", section="Processes"),
+    Setting("write_coalesce", ["--write-coalesce"], 0.0002, brief_seconds,
+            "with --threads 1: the responses finished in one pass of the worker's loop leave together at "
+            "its end, so that the client side (a proxy, a load balancer) is woken once per pass and not "
+            "once per response, which costs the worker less CPU under load. A response waits at most "
+            "this many seconds plus the app call running then, and only while other requests of the "
+            "pass wait; after an app call ten times longer than this, each is written at once for a "
+            "second. 0 writes each at once", section="Processes"),
     Setting("balance", ["--balance"], "least-busy", balance,
             "how workers share connections: least-busy (the worker with the fewest requests in flight "
             "and a free thread accepts; kept-alive connections move to free workers), reuseport "

@@ -207,6 +207,14 @@ def seconds(v):
     return x
 
 
+def brief_seconds(v):
+    """Seconds, at most 0.1: a wait every response may add."""
+    x = seconds(v)
+    if x > 0.1:
+        raise ValueError("at most 0.1 (100 ms)")
+    return x
+
+
 def size(v):
     """Bytes, with an optional K/M/G suffix (powers of 1024)."""
     s = str(v).strip().upper()

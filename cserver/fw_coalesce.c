@@ -1,0 +1,77 @@
+/* fw_coalesce: inline (--threads 1), the responses finished in one loop
+ * pass leave together at its end (--write-coalesce).
+ *
+ * A response sent the moment it is ready wakes its client (an idle reader
+ * on another CPU: an interrupt to that CPU, paid in the sender's system
+ * call) once per response: measured on a small Flask app, about a tenth
+ * of the worker's CPU. Written together, the client side wakes about once per
+ * pass. A response waits at most cfg.write_coalesce_us and the app call
+ * running then (the wait is checked before each app call), only while more
+ * events of the pass are to come (fw_conn_may_defer), and not at all for a
+ * while after a slow app call, since what waits behind a call waits all of
+ * it. The list (srv->defer_head) holds connections in state WRITE whose
+ * `out` holds the response; fw_server.c flushes it after each pass. */
+#include "fw_conn.h"
+#include "fw_server.h"
+#include "fw_timer.h"
+
+void fw_server_defer(fw_server *srv, fw_conn *c)
+{
+    c->deferred = 1;
+    c->defer_next = NULL;
+    if (srv->defer_tail) {
+        srv->defer_tail->defer_next = c;
+    } else {
+        srv->defer_head = c;
+        srv->defer_since_ns = fw_now_ns();
+    }
+    srv->defer_tail = c;
+}
+
+void fw_server_undefer(fw_server *srv, fw_conn *c)
+{
+    fw_conn **p = &srv->defer_head, *prev = NULL;
+    while (*p && *p != c) {
+        prev = *p;
+        p = &(*p)->defer_next;
+    }
+    if (*p)
+        *p = c->defer_next;
+    if (srv->defer_tail == c)
+        srv->defer_tail = prev;
+    c->deferred = 0;
+}
+
+/* Two rounds: the writes first, back to back (the point of the wait), then
+ * each connection driven on (its app's iterable asked for the rest, its
+ * next request taken up), which runs app code. A connection closed in the
+ * second round stays readable until the pass ends (the graveyard). */
+void fw_server_flush_deferred(fw_server *srv)
+{
+    fw_conn *list = srv->defer_head;
+    if (!list)
+        return;
+    srv->defer_head = srv->defer_tail = NULL;
+    if (srv->ops->unlock)
+        srv->ops->unlock(srv->app);     /* no interpreter lock held over system calls */
+    for (fw_conn *c = list; c; c = c->defer_next) {
+        c->deferred = 0;
+        (void)fw_conn_flush(c);         /* a failure is met again, and acted on, below */
+    }
+    for (fw_conn *c = list, *next; c; c = next) {
+        next = c->defer_next;
+        fw_conn_write_deferred(c);
+    }
+}
+
+void fw_server_app_took(fw_server *srv, uint64_t ns)
+{
+    if (ns > (uint64_t)srv->cfg.write_coalesce_us * 1000u * FW_COALESCE_SLOW)
+        srv->coalesce_off_until = fw_now_ms() + FW_COALESCE_PAUSE_MS;
+}
+
+void fw_server_defer_due(fw_server *srv)
+{
+    if (fw_now_ns() - srv->defer_since_ns >= (uint64_t)srv->cfg.write_coalesce_us * 1000u)
+        fw_server_flush_deferred(srv);
+}
