@@ -335,8 +335,12 @@ static PyObject *ring_usage(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "i:ring_usage", &fd))
         return NULL;
     fw_ring_meta m;
-    if (pread(fd, &m, sizeof(m), 0) != (ssize_t)sizeof(m))
+    ssize_t n = pread(fd, &m, sizeof(m), 0);
+    if (n != (ssize_t)sizeof(m)) {
+        if (n >= 0)
+            errno = ENODATA;     /* shorter than a ring's header: pread set no errno */
         return PyErr_SetFromErrno(PyExc_OSError);
+    }
     uint64_t head = atomic_load(&m.head), tail = atomic_load(&m.tail);
     return Py_BuildValue("(KK)", (unsigned long long)(head > tail ? head - tail : 0),
                          (unsigned long long)m.capacity);

@@ -163,14 +163,15 @@ def test_teardown_waits_for_a_call_blocked_on_a_full_ring(tmp_path):
 def test_ring_prepare_and_usage_refuse_files_that_are_not_rings(tmp_path):
     """A file of other bytes is not taken for a ring (ValueError: the
     server sets it aside); a file too short for the header cannot be read
-    for its usage (OSError)."""
+    for its usage (OSError ENODATA)."""
     out = run(tmp_path, """
         bad = os.open(os.path.join(D, "bad.fwr"), os.O_RDWR | os.O_CREAT, 0o600)
         os.write(bad, b"not a ring" * 1000)
         raises(ValueError, "not an offload ring file", fw.ring_prepare, bad, 1 << 16)
         short = os.open(os.path.join(D, "short.fwr"), os.O_RDWR | os.O_CREAT, 0o600)
         os.write(short, b"x" * 10)
-        raises(OSError, "", fw.ring_usage, short)
+        e = raises(OSError, "", fw.ring_usage, short)
+        assert e.errno == errno.ENODATA, e           # not errno 0 ("[Errno 0] Error")
         print("ok")
     """)
     assert out == "ok"
