@@ -335,8 +335,12 @@ static PyObject *ring_usage(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "i:ring_usage", &fd))
         return NULL;
     fw_ring_meta m;
-    if (pread(fd, &m, sizeof(m), 0) != (ssize_t)sizeof(m))
+    ssize_t n = pread(fd, &m, sizeof(m), 0);
+    if (n != (ssize_t)sizeof(m)) {
+        if (n >= 0)
+            errno = ENODATA;     /* shorter than a ring's header: pread set no errno */
         return PyErr_SetFromErrno(PyExc_OSError);
+    }
     uint64_t head = atomic_load(&m.head), tail = atomic_load(&m.tail);
     return Py_BuildValue("(KK)", (unsigned long long)(head > tail ? head - tail : 0),
                          (unsigned long long)m.capacity);
@@ -565,16 +569,20 @@ static PyObject *ring_take(PyObject *mod, PyObject *args)
     }
     b.at = g_reader.pos;
     const char *state;
-    if (fill_batch(&b, limit, max_bytes, &state) < 0 || (b.jfd >= 0 && journal_batch(&b) < 0)) {
-        PyMem_Free(b.fresh);
-        Py_XDECREF(b.topic);
-        Py_DECREF(b.list);
-        return NULL;
-    }
-    g_reader.pos = b.at;
+    PyObject *res = NULL;
+    /* The answer is built before the journal write: once the records are
+     * journaled and their room freed, nothing may fail (a MemoryError then
+     * left them in the journal without the caller knowing of them). */
+    if (fill_batch(&b, limit, max_bytes, &state) == 0)
+        res = Py_BuildValue("(OnsK)", b.list, b.taken, state, (unsigned long long)b.at);
+    if (res && b.jfd >= 0 && journal_batch(&b) < 0)
+        Py_CLEAR(res);
+    if (res)
+        g_reader.pos = b.at;
     PyMem_Free(b.fresh);
     Py_XDECREF(b.topic);
-    return Py_BuildValue("(NnsK)", b.list, b.taken, state, (unsigned long long)b.at);
+    Py_DECREF(b.list);
+    return res;
 }
 
 /* ring_release(upto): free the ring up to a position ring_take gave. */

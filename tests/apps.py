@@ -276,6 +276,13 @@ def where(environ, start_response):
     return [body.encode()]
 
 
+def released_view():
+    """A memoryview whose buffer was released: offload() cannot copy it."""
+    m = memoryview(b"gone")
+    m.release()
+    return m
+
+
 def offloader(environ, start_response):
     """/emit?topic=T&n=N&size=S&key=K&mark=PATH&t=SECONDS&spin=US&hold=PATH: N
     records of S bytes (value = "<pid>-<i>-" padded with x), with US
@@ -302,6 +309,11 @@ def offloader(environ, start_response):
             "kw-ok": lambda: forkwsgi.offload(value="by keyword", key="k", topic="kw"),
             "buffers": lambda: forkwsgi.offload("buf", bytearray(b"from a bytearray"), key=memoryview(b"mv")),
             "buffer-key-type": lambda: forkwsgi.offload("t", bytearray(b"v"), key=3.5),
+            "missing-topic": lambda: forkwsgi.offload(value=b"v"),
+            "topic-surrogate": lambda: forkwsgi.offload("t\ud800", b"v"),
+            "value-surrogate": lambda: forkwsgi.offload("t", "\udcff"),
+            "key-surrogate": lambda: forkwsgi.offload("t", bytearray(b"v"), key="\ud800"),
+            "released-view": lambda: forkwsgi.offload("t", released_view()),
         }
         try:
             calls[case]()

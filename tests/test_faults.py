@@ -517,6 +517,24 @@ def test_journal_that_cannot_be_written_sends_records_straight_to_the_sink(make_
     f.close()
 
 
+def test_journal_on_a_file_system_without_holes_is_no_error(make_server, faults, tmp_path):
+    """A file system that cannot punch holes (fallocate EOPNOTSUPP, as on
+    some network and older file systems) is not a write error: delivered
+    segments are then dropped whole; no error is logged and every record
+    arrives."""
+    f = faults("fallocate:1+=95", gated=True)        # 95: EOPNOTSUPP
+    s, out = offload_server(make_server, tmp_path, f)
+    assert s.get("/emit?n=1&id=a").status == 200
+    assert wait_for(lambda: len(delivered(out)) == 1, 20), s.log()
+    f.open()
+    for i in range(5):
+        assert s.get(f"/emit?n=20&id=b{i}").status == 200
+    f.wait("fallocate")
+    assert wait_for(lambda: len(delivered(out)) == 101, 20), s.log()
+    assert "[ERROR]" not in s.log() and "Traceback" not in s.log(), s.log()[-3000:]
+    f.close()
+
+
 def test_sibling_that_cannot_start_its_ring_watch_is_replaced(make_server, faults, tmp_path):
     """The sibling's ring watch thread cannot start (pthread_create EAGAIN):
     it fails and is replaced after a back-off; once a sibling starts, every

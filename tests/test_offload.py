@@ -127,6 +127,11 @@ def test_bad_calls_raise_clear_errors_and_send_nothing(make_server, dirs):
         "kw-unknown": "TypeError: offload() got an unexpected keyword argument 'kee'",
         "kw-twice": "TypeError: offload() got multiple values for argument 'topic'",
         "too-many": "TypeError: offload() takes at most 3 arguments (4 given)",
+        "missing-topic": "TypeError: offload() missing required argument 'topic'",
+        "topic-surrogate": "UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud800'",
+        "value-surrogate": "UnicodeEncodeError: 'utf-8' codec can't encode character '\\udcff'",
+        "key-surrogate": "UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud800'",
+        "released-view": "ValueError: operation forbidden on released memoryview object",
     }
     for case, want in expected.items():
         body = get(s, f"/bad?case={case}").body.decode()

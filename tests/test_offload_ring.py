@@ -362,3 +362,21 @@ def test_a_ring_a_killed_masters_worker_still_writes_is_not_made_anew(make_serve
     assert new.stop() == 0
     start(make_server, dirs, "--offload-queue-bytes", "65536", workers="1", threads="1")
     assert ring_capacity(ring) == 65536
+
+
+def test_a_file_that_is_not_a_ring_is_set_aside_and_a_new_ring_made(make_server, dirs):
+    """A ring file this version cannot read (another program's bytes, a
+    damaged header) is not used: the server logs one error that names the
+    file it was set aside as, keeps its bytes there, makes a new ring and
+    delivers through it."""
+    from forkwsgi.offload.queue import RING
+    dirs["journal"].mkdir()
+    junk = b"not a ring " * 1000
+    (dirs["journal"] / RING).write_bytes(junk)
+    s = start(make_server, dirs, workers="1", threads="1")
+    aside = list(dirs["journal"].glob(RING + ".damaged-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == junk, aside
+    assert re.search(r"is not a ring this version can read \(damaged\?\): set aside as \S+\.damaged-\d+",
+                     s.log()), s.log()[-3000:]
+    assert json.loads(get(s, "/emit?n=5&id=new").body)["results"] == [True] * 5
+    assert wait_for(lambda: len(lines(dirs["out"])) == 5), s.log()[-3000:]
