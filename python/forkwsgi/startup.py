@@ -10,9 +10,6 @@ import socket
 import threading
 
 from . import appload, appmetrics, binding, config, metrics, process, stats, statsd
-from .offload.queue import OffloadQueue
-from .offload.sinks import sink_file
-from .offload.supervisor import ForkStarter, Supervisor
 from .server import check_spool_dir
 
 
@@ -130,7 +127,10 @@ class StartUp:
         if self.cfg["offload_sink"] or inherited_queue:
             # The queue lives as long as the master, so what is queued
             # outlives any worker or sibling (and an in-place reload: its
-            # counters are in a memfd).
+            # counters are in a memfd). Imported here: most servers never
+            # offload, and these modules cost ~20 ms of every start.
+            from .offload.queue import OffloadQueue
+            from .offload.supervisor import ForkStarter, Supervisor
             ocfg = self.cfg if self.cfg["offload_sink"] else dict(self.cfg, **inherited_queue["cfg"])
             queue = OffloadQueue(ocfg, self.slots.nslots, shared_fd=True, inherited=inherited_queue,
                                  owner=self.owner)
@@ -226,6 +226,7 @@ class StartUp:
         if self.app_metrics:
             wanted.append((self.app_metrics.dir, dirs, "the app metrics' directory (PROMETHEUS_MULTIPROC_DIR)"))
         if self.offload:
+            from .offload.sinks import sink_file     # loaded already: _open_offload imported the queue
             ocfg = self.offload.queue.cfg
             wanted.append((ocfg["offload_dir"], dirs, "--offload-dir"))
             if sink_file(ocfg["offload_sink"]):
