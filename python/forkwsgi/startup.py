@@ -9,8 +9,19 @@ import signal
 import socket
 import threading
 
-from . import appload, appmetrics, binding, config, metrics, process, stats, statsd
+from . import appload, appmetrics, binding, config, process, statsd
 from .server import check_spool_dir
+
+
+def _observer_kind(name):
+    """The server class of --stats or --metrics, imported when one is
+    used: most servers have neither, and the two modules cost every start
+    ~2 ms."""
+    if name == "stats":
+        from .stats import StatsServer
+        return StatsServer
+    from .metrics import MetricsServer
+    return MetricsServer
 
 
 class StartUp:
@@ -88,8 +99,11 @@ class StartUp:
         before an in-place reload (moved, or closed, as the settings say)."""
         kept = dict(st["observers"]) if st else {}
         kept_at = dict(st.get("observer_addrs") or {}) if st else {}
-        for name, kind in (("stats", stats.StatsServer), ("metrics", metrics.MetricsServer)):
+        for name in ("stats", "metrics"):
             fd = kept.pop(name, None)
+            if fd is None and not self.cfg[name]:
+                continue                 # neither asked for nor kept: its module stays unimported
+            kind = _observer_kind(name)
             if fd is not None and self.cfg[name] and self.cfg[name] != kept_at.get(name, self.cfg[name]):
                 # Moved by a reload: nothing else depends on this socket, so
                 # the new address is taken now (the old one, if that fails).
