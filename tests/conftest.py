@@ -10,6 +10,7 @@ app threads (FORKWSGI_THREADS=3), since each request then takes another path
 through the core. A module that sets APP_MODES = ("inline",) runs once (its
 servers choose their own --threads).
 """
+import importlib.util
 import os
 import re
 import resource
@@ -26,6 +27,35 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from httpraw import Conn, request  # noqa: E402
+
+
+# The tests' own directory (not what they write under it), then the package.
+_COMPILE = """import compileall, py_compile, sys
+mode = py_compile.PycInvalidationMode.CHECKED_HASH
+compileall.compile_dir(sys.argv[1], maxlevels=0, quiet=1, invalidation_mode=mode)
+for d in sys.argv[2:]:
+    compileall.compile_dir(d, quiet=1, invalidation_mode=mode)
+"""
+
+
+def _compile_for_children():
+    """With PYTHONDONTWRITEBYTECODE set (this machine's sessions set it),
+    every server the suite starts (~1,500) compiled forkwsgi's modules (and
+    apps.py) from source again, as nothing writes their __pycache__: ~30 ms
+    of each start. They are compiled once here. Checked-hash pycs: Python
+    uses one only while its source is unchanged, whatever the mtime, so a
+    module edited during a run is never run stale. What tests write (in
+    tmp_path) is compiled from source as before."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return                       # the processes write their own
+    spec = importlib.util.find_spec("forkwsgi")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    subprocess.run([sys.executable, "-c", _COMPILE, HERE, *spec.submodule_search_locations],
+                   check=False, stdout=subprocess.DEVNULL, timeout=120)
+
+
+_compile_for_children()
 
 
 class ServerProc:
