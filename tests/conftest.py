@@ -10,9 +10,11 @@ app threads (FORKWSGI_THREADS=3), since each request then takes another path
 through the core. A module that sets APP_MODES = ("inline",) runs once (its
 servers choose their own --threads).
 """
+import importlib.util
 import os
 import re
 import resource
+import select
 import signal
 import subprocess
 import sys
@@ -25,6 +27,35 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from httpraw import Conn, request  # noqa: E402
+
+
+# The tests' own directory (not what they write under it), then the package.
+_COMPILE = """import compileall, py_compile, sys
+mode = py_compile.PycInvalidationMode.CHECKED_HASH
+compileall.compile_dir(sys.argv[1], maxlevels=0, quiet=1, invalidation_mode=mode)
+for d in sys.argv[2:]:
+    compileall.compile_dir(d, quiet=1, invalidation_mode=mode)
+"""
+
+
+def _compile_for_children():
+    """With PYTHONDONTWRITEBYTECODE set (this machine's sessions set it),
+    every server the suite starts (~1,500) compiled forkwsgi's modules (and
+    apps.py) from source again, as nothing writes their __pycache__: ~30 ms
+    of each start. They are compiled once here. Checked-hash pycs: Python
+    uses one only while its source is unchanged, whatever the mtime, so a
+    module edited during a run is never run stale. What tests write (in
+    tmp_path) is compiled from source as before."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return                       # the processes write their own
+    spec = importlib.util.find_spec("forkwsgi")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    subprocess.run([sys.executable, "-c", _COMPILE, HERE, *spec.submodule_search_locations],
+                   check=False, stdout=subprocess.DEVNULL, timeout=120)
+
+
+_compile_for_children()
 
 
 class ServerProc:
@@ -73,7 +104,9 @@ class ServerProc:
                 return self
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{text}")
-            time.sleep(0.02)
+            # Short: the suite starts ~1,500 servers, and each waits half
+            # an interval on average past its "Listening at" line.
+            time.sleep(0.005)
         raise RuntimeError(f"server did not start:\n{self.log()}")
 
     def conn(self, timeout=10.0):
@@ -111,7 +144,7 @@ class ServerProc:
         if self.proc.poll() is None:
             try:
                 os.kill(self.pid, signal.SIGTERM)
-                self.proc.wait(timeout)
+                wait_exit(self.proc, timeout)
             except subprocess.TimeoutExpired:
                 os.kill(self.pid, signal.SIGKILL)
                 self.proc.wait(5)
@@ -123,6 +156,25 @@ class ServerProc:
         except OSError:
             pass
         return self.proc.returncode
+
+
+def wait_exit(proc, timeout):
+    """proc.wait(timeout), woken by the exit itself: Popen.wait with a
+    timeout sleeps between checks, growing to 50 ms, which the ~1,500
+    servers the suite stops would each wait out in part. A pidfd (Linux
+    5.3) becomes readable when the process exits."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):      # no pidfd here, or already reaped
+        return proc.wait(timeout)
+    try:
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+        if not p.poll(timeout * 1000):
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+    finally:
+        os.close(fd)
+    return proc.wait(timeout)              # exited: this only reaps it
 
 
 APP_MODE_ENV = {"inline": {}, "threads": {"FORKWSGI_THREADS": "3"}}

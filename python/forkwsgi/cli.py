@@ -5,7 +5,6 @@ import signal
 import sys
 
 from . import accesslog, appload, arbiter, binding, config, gunicorn_compat, logs, systemd
-from .offload.supervisor import Host
 from . import process
 from .server import Server
 
@@ -106,6 +105,7 @@ def run_alone(app_spec, cfg, hook_fns, owner):
         return fail("--user/--group need a master (--workers 1 or more): its workers drop privileges")
     host = None
     if cfg["offload_sink"]:           # before the app, which may offload at import
+        from .offload.supervisor import Host     # here: most servers never offload (~20 ms of imports)
         try:
             host = Host(cfg, log)
         except config.ConfigError as e:

@@ -15,7 +15,7 @@ import os
 import runpy
 import types
 
-from . import accesslog, gunicorn_compat, hooks, uwsgi_compat, uwsgi_ini
+from . import accesslog, gunicorn_compat, hooks
 from .flags import GUNICORN_DEST, build_parser, env_names, parse_env_flags, parse_flags, typo_of
 from .settings import BY_NAME, SETTINGS, ConfigError, defaults
 
@@ -194,6 +194,7 @@ def apply_ini(spec, cfg, origins, warnings, environ):
     """The settings of uWSGI ini file `spec` (FILE or FILE:SECTION) into
     cfg, below everything else (uwsgi_ini.py reads it, uwsgi_compat.py translates it).
     Returns (app spec, where) from its module / wsgi-file, or None."""
+    from . import uwsgi_compat, uwsgi_ini    # here: only --ini needs them, and they cost every start ~3 ms
     try:
         ini = uwsgi_ini.Ini(spec, environ)
         t = uwsgi_compat.translate(ini, defaults(), typo_of)

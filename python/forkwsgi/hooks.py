@@ -23,7 +23,6 @@ At start, nworkers_changed(server, N, None) comes first, before
 on_starting, as in gunicorn (which calls it when it first sets the
 number of workers).
 """
-import inspect
 import logging
 import os
 import socket
@@ -48,6 +47,7 @@ def check(name, fn):
     passes (gunicorn's check too): HookError if not."""
     if not callable(fn):
         raise HookError(f"{name} must be a function")
+    import inspect                    # here: only config files with hooks need it (~3 ms to import)
     try:
         inspect.signature(fn).bind(*range(SIGNATURES[name]))
     except TypeError:

@@ -13,7 +13,6 @@ import threading
 
 from . import _forkwsgi, accesslog, accessrecords, binding, config
 from ._version import __version__
-from .offload.supervisor import Host
 
 log = logging.getLogger("forkwsgi")
 
@@ -107,6 +106,7 @@ class Server:
         # long as the server, unless the caller made it (and then stops it).
         self._offload_host = None
         if self.settings["offload_sink"] and _offload_host is None:
+            from .offload.supervisor import Host     # here: most servers never offload, and it costs ~20 ms to import
             self._offload_host = Host(self.settings, self.log)
         _offload = _offload or _offload_host is not None or self._offload_host is not None
         if sockets is None:

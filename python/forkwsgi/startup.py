@@ -9,11 +9,19 @@ import signal
 import socket
 import threading
 
-from . import appload, appmetrics, binding, config, metrics, process, stats, statsd
-from .offload.queue import OffloadQueue
-from .offload.sinks import sink_file
-from .offload.supervisor import ForkStarter, Supervisor
+from . import appload, appmetrics, binding, config, process, statsd
 from .server import check_spool_dir
+
+
+def _observer_kind(name):
+    """The server class of --stats or --metrics, imported when one is
+    used: most servers have neither, and the two modules cost every start
+    ~2 ms."""
+    if name == "stats":
+        from .stats import StatsServer
+        return StatsServer
+    from .metrics import MetricsServer
+    return MetricsServer
 
 
 class StartUp:
@@ -91,8 +99,11 @@ class StartUp:
         before an in-place reload (moved, or closed, as the settings say)."""
         kept = dict(st["observers"]) if st else {}
         kept_at = dict(st.get("observer_addrs") or {}) if st else {}
-        for name, kind in (("stats", stats.StatsServer), ("metrics", metrics.MetricsServer)):
+        for name in ("stats", "metrics"):
             fd = kept.pop(name, None)
+            if fd is None and not self.cfg[name]:
+                continue                 # neither asked for nor kept: its module stays unimported
+            kind = _observer_kind(name)
             if fd is not None and self.cfg[name] and self.cfg[name] != kept_at.get(name, self.cfg[name]):
                 # Moved by a reload: nothing else depends on this socket, so
                 # the new address is taken now (the old one, if that fails).
@@ -130,7 +141,10 @@ class StartUp:
         if self.cfg["offload_sink"] or inherited_queue:
             # The queue lives as long as the master, so what is queued
             # outlives any worker or sibling (and an in-place reload: its
-            # counters are in a memfd).
+            # counters are in a memfd). Imported here: most servers never
+            # offload, and these modules cost ~20 ms of every start.
+            from .offload.queue import OffloadQueue
+            from .offload.supervisor import ForkStarter, Supervisor
             ocfg = self.cfg if self.cfg["offload_sink"] else dict(self.cfg, **inherited_queue["cfg"])
             queue = OffloadQueue(ocfg, self.slots.nslots, shared_fd=True, inherited=inherited_queue,
                                  owner=self.owner)
@@ -226,6 +240,7 @@ class StartUp:
         if self.app_metrics:
             wanted.append((self.app_metrics.dir, dirs, "the app metrics' directory (PROMETHEUS_MULTIPROC_DIR)"))
         if self.offload:
+            from .offload.sinks import sink_file     # loaded already: _open_offload imported the queue
             ocfg = self.offload.queue.cfg
             wanted.append((ocfg["offload_dir"], dirs, "--offload-dir"))
             if sink_file(ocfg["offload_sink"]):
