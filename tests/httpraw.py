@@ -197,6 +197,42 @@ def wait_for(pred, timeout=10.0, interval=0.02):
     return pred()
 
 
+def proc_stat(pid):
+    """/proc/PID/stat's fields after "(comm)" (state, ppid, pgrp, ...), or
+    None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def proc_state(pid):
+    """The process's state letter (R, S, T, Z, ...), or "gone"."""
+    fields = proc_stat(pid)
+    return fields[0] if fields else "gone"
+
+
+def proc_gone(pid):
+    """No such process, or a zombie: it has exited, its files, locks and
+    mappings released; only its reaper has not collected it (a killed
+    master's orphans go to PID 1, which in some containers collects them a
+    second or two later)."""
+    return proc_state(pid) in ("gone", "Z", "X")
+
+
+def group_members(pgid):
+    """Live processes of process group pgid, from /proc (not pgrep: under
+    the ASan build's LD_PRELOAD pgrep hangs)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = proc_stat(name)
+            if fields and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+                out.append(int(name))
+    return out
+
+
 def stop_and_wait(pid, timeout=30):
     """SIGSTOP `pid` and wait until it is stopped. kill() returns with the
     SIGSTOP only queued: the process stops when it next runs, which under a
@@ -205,10 +241,7 @@ def stop_and_wait(pid, timeout=30):
     comes before it stopped is taken first, handled, and never pending."""
     os.kill(pid, signal.SIGSTOP)
 
-    def stopped():
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    assert wait_for(stopped, timeout=timeout), f"pid {pid} did not stop in {timeout} s"
+    assert wait_for(lambda: proc_state(pid) in ("T", "t"), timeout=timeout), f"pid {pid} did not stop in {timeout} s"
 
 
 def established(port):

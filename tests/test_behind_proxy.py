@@ -17,7 +17,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import Closed, Conn, in_app_header, wait_for, wait_in_app
+from httpraw import Closed, Conn, in_app_header, proc_gone, wait_for, wait_in_app
 
 APP_MODES = ("inline",)      # each server here chooses its own --threads
 
@@ -274,21 +274,12 @@ def test_proxied_client_survives_keep_alive_hand_off(header, addr, port):
                 seen.append((d["pid"], d["remote_addr"], d["remote_port"]))
                 if [pid for pid, _, _ in seen].count(d["pid"]) == 3:
                     # idle while the retiring worker hands it on: sent once it has exited
-                    assert wait_for(lambda: not _alive(d["pid"]), timeout=20), s.log()
+                    assert wait_for(lambda: proc_gone(d["pid"]), timeout=20), s.log()
         assert len({pid for pid, _, _ in seen}) >= 2, seen          # it moved
         assert {(a, p) for _, a, p in seen} == {(addr, port or mine)}, seen
         assert "PROXY protocol" not in s.log()                     # no header expected after a hand-off
     finally:
         s.stop()
-
-
-def _alive(pid):
-    """The process runs (not gone, not a zombie waiting for its parent)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_proxied_client_survives_hand_off_to_a_free_worker(tmp_path):

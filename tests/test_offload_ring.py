@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from httpraw import request, stop_and_wait, wait_for
+from httpraw import group_members, proc_gone, request, stop_and_wait, wait_for
 from test_offload import LineTail, dirs, get, lines, sibling_pid, start  # noqa: F401 - dirs is a fixture
 
 APP_MODES = ("inline",)        # every server here sets its own --threads
@@ -85,32 +85,9 @@ def wait_group_killed(s):
 
 
 def group_gone(pgid, timeout=10):
-    """No process of the group runs any more. A zombie counts as gone: it
-    has exited, its files, locks and mappings released; only its reaper
-    (the killed master's orphans go to PID 1, which in some containers
-    collects them a second or two later) has not collected it yet."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if not group_running(pgid):
-            return True
-        time.sleep(0.02)
-    return False
-
-
-def group_running(pgid):
-    """Some process of group `pgid` has not exited (/proc/PID/stat: its
-    state is not Z or X)."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()      # after "(comm)": state, ppid, pgrp, ...
-        except (OSError, IndexError):
-            continue                                              # gone meanwhile
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+    """No process of the group runs any more (a zombie counts as gone:
+    httpraw.proc_gone)."""
+    return wait_for(lambda: not group_members(pgid), timeout=timeout)
 
 
 def test_sigkill_of_every_process_under_load_loses_no_acknowledged_record(make_server, dirs):
@@ -250,16 +227,6 @@ def delivered_ids(dirs):
     return {bytes.fromhex(x["value"]).rstrip(b"x").decode() for x in lines(dirs["out"])}
 
 
-def process_gone(pid):
-    """No such process, or a zombie (its parent, a killed master, is gone:
-    whoever adopted it may not reap it at once)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-
-
 @pytest.mark.parametrize("ring", ["same size", "another size"])
 def test_a_new_server_while_the_old_sibling_still_drains_loses_nothing(make_server, dirs, tmp_path, ring):
     """The master alone SIGKILLed: its sibling drains (SIGTERM from the
@@ -308,7 +275,7 @@ def test_a_new_server_while_the_old_sibling_still_drains_loses_nothing(make_serv
     assert wait_for(lambda: "another sibling still reads the ring" in new.log(), timeout=10), new.log()
     fail.write_text("")
     gate.unlink()                               # the old sibling delivers that batch, then its sink fails
-    assert wait_for(lambda: process_gone(old_sibling), timeout=15), old.log()[-3000:]
+    assert wait_for(lambda: proc_gone(old_sibling), timeout=15), old.log()[-3000:]
     assert "30 record(s) not delivered before the stop" in old.log(), old.log()[-3000:]
     by_old = [x for x in lines(dirs["out"]) if x["pid"] == old_sibling]
     assert len(by_old) == 10, by_old
@@ -348,7 +315,7 @@ def test_a_ring_a_killed_masters_worker_still_writes_is_not_made_anew(make_serve
     c.send(f"GET /emit?n=5&id=late&hold={hold} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
     old.signal(signal.SIGKILL)
     assert old.proc.wait(10) == -signal.SIGKILL
-    assert wait_for(lambda: process_gone(old_sibling), timeout=10), old.log()[-3000:]
+    assert wait_for(lambda: proc_gone(old_sibling), timeout=10), old.log()[-3000:]
     new = start(make_server, dirs, "--offload-queue-bytes", "65536", workers="1", threads="1")
     hold.unlink()
     doc = json.loads(c.read_response().body)
@@ -358,7 +325,7 @@ def test_a_ring_a_killed_masters_worker_still_writes_is_not_made_anew(make_serve
     delivered = lambda: delivered_ids(dirs)
     assert wait_for(lambda: want <= delivered(), timeout=20), (len(want - delivered()), new.log()[-3000:])
     assert "is still open in a process of the last server" in new.log(), new.log()[-3000:]
-    assert wait_for(lambda: process_gone(doc["pid"]), timeout=20), old.log()[-3000:]
+    assert wait_for(lambda: proc_gone(doc["pid"]), timeout=20), old.log()[-3000:]
     assert new.stop() == 0
     start(make_server, dirs, "--offload-queue-bytes", "65536", workers="1", threads="1")
     assert ring_capacity(ring) == 65536

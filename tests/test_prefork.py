@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from httpraw import Conn, in_app_header, request, wait_for, wait_in_app
+from httpraw import Conn, in_app_header, proc_gone, request, wait_for, wait_in_app
 
 # Process-model tests; their servers choose --threads.
 APP_MODES = ("inline",)
@@ -122,15 +122,7 @@ def test_sigterm_slow_request_completes(make_server, tmp_path):
     r = c.read_response()
     assert r.status == 200 and r.body == b"slept" and r.header("connection") == "close"
     assert s.proc.wait(15) == 0
-    assert not any(os.path.exists(f"/proc/{p}") and _state(p) != "Z" for p in workers)
-
-
-def _state(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return "gone"
+    assert all(proc_gone(p) for p in workers)
 
 
 def test_workers_exit_when_master_dies(make_server):
@@ -139,7 +131,7 @@ def test_workers_exit_when_master_dies(make_server):
     workers = s.worker_pids()
     s.signal(signal.SIGKILL)
     s.proc.wait(5)
-    assert wait_for(lambda: all(_state(p) in ("gone", "Z") for p in workers), timeout=15)
+    assert wait_for(lambda: all(proc_gone(p) for p in workers), timeout=15)
 
 
 def test_preload_imports_once_lazy_in_each_worker(make_server, tmp_path):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import HERE
-from httpraw import wait_for
+from httpraw import group_members, wait_for
 
 APP_MODES = ("inline",)
 
@@ -36,23 +36,6 @@ def start(args, cwd, log=None):
     finally:
         if log:
             out.close()
-
-
-def group_members(pgid):
-    """Live processes of process group pgid, from /proc (not pgrep: under
-    the ASan build's LD_PRELOAD pgrep hangs)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:                # gone meanwhile
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:     # state, ppid, pgrp
-            out.append(int(name))
-    return out
 
 
 def described(pid):
