@@ -54,9 +54,14 @@ void fw_server_flush_deferred(fw_server *srv)
     srv->defer_head = srv->defer_tail = NULL;
     if (srv->ops->unlock)
         srv->ops->unlock(srv->app);     /* no interpreter lock held over system calls */
+    int timed = srv->cfg.access_log || srv->cfg.stats;
     for (fw_conn *c = list; c; c = c->defer_next) {
         c->deferred = 0;
-        (void)fw_conn_flush(c);         /* a failure is met again, and acted on, below */
+        /* A failure is met again, and acted on, below. A response written
+         * whole is timed now, not when its request ends below, after app
+         * code of the connections before it (record_response). */
+        if (fw_conn_flush(c) == 0 && timed && !c->app_active)
+            c->written_ns = fw_now_ns();
     }
     for (fw_conn *c = list, *next; c; c = next) {
         next = c->defer_next;

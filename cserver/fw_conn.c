@@ -604,9 +604,10 @@ static void record_response(fw_conn *c)
     fw_server *srv = c->srv;
     /* A response still queued (a pipelined batch) was done when the app
      * returned: the app layer's clock reading then serves. */
-    uint64_t now = c->app_done_ns && fw_buf_used(&c->out) > 0 ? c->app_done_ns : fw_now_ns();
+    uint64_t now = c->written_ns ? c->written_ns     /* a deferred one, written then */
+                 : c->app_done_ns && fw_buf_used(&c->out) > 0 ? c->app_done_ns : fw_now_ns();
     int64_t micros = c->began_ns && now > c->began_ns ? (int64_t)((now - c->began_ns) / 1000) : 0;
-    c->began_ns = c->app_done_ns = 0;
+    c->began_ns = c->app_done_ns = c->written_ns = 0;
     if (srv->cfg.stats)
         fw_stats_request_done(srv->cfg.stats, c->resp.status, c->resp.sent, (uint64_t)micros);
     if (srv->cfg.access_log)

@@ -196,6 +196,10 @@ struct fw_conn {
     fw_conn *defer_next;
     int deferred;
     int no_defer;                     /* written now: flushing the deferred ones */
+    uint64_t written_ns;              /* when the flush wrote its whole response (CLOCK_MONOTONIC
+                                       * ns; with the access log or stats), 0 otherwise: the
+                                       * request ends later, once the connections written before
+                                       * it were driven on, but it is timed to here */
 
     /* The ready queue (srv->ready_head/tail), while QUEUED. */
     fw_conn *rq_prev, *rq_next;
