@@ -75,8 +75,10 @@ void fw_server_app_took(fw_server *srv, uint64_t ns)
         srv->coalesce_off_until = fw_now_ms() + FW_COALESCE_PAUSE_MS;
 }
 
-void fw_server_defer_due(fw_server *srv)
+int fw_server_defer_due(fw_server *srv)
 {
-    if (fw_now_ns() - srv->defer_since_ns >= (uint64_t)srv->cfg.write_coalesce_us * 1000u)
-        fw_server_flush_deferred(srv);
+    if (fw_now_ns() - srv->defer_since_ns < (uint64_t)srv->cfg.write_coalesce_us * 1000u)
+        return 0;
+    fw_server_flush_deferred(srv);
+    return 1;
 }

@@ -754,6 +754,7 @@ static void head_parsed(fw_conn *c, const char *buf, size_t len)
     c->head = buf;
     c->head_len = len;
     c->head_scan = 0;
+    c->parse_stale = 0;
     if (srv->cfg.access_log || srv->cfg.stats)
         c->began_ns = fw_now_ns();
     /* A 2xx to CONNECT turns the connection into a tunnel for a proxy in
@@ -1079,8 +1080,8 @@ static enum drive step_app(fw_conn *c)
      * so the registration stays as it is, which saves an epoll_ctl pair
      * per kept-alive request (events that arrive for a connection in APP
      * state are ignored by conn_cb). */
-    if (srv->defer_head)
-        fw_server_defer_due(srv);
+    if (srv->defer_head && fw_server_defer_due(srv))
+        c->parse_stale = 1;
     uint64_t t0 = srv->cfg.write_coalesce_us ? fw_now_ns() : 0;
     enum fw_app_rc rc = c->app_active ? srv->ops->on_writable(srv->app, c)
                                       : srv->ops->on_request(srv->app, c);

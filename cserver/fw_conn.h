@@ -211,6 +211,10 @@ struct fw_conn {
                                        * yet or neither stats nor access log want it */
     uint64_t app_done_ns;             /* set by the app layer: when its last call for this
                                        * request returned (CLOCK_MONOTONIC ns), or 0 */
+    int parse_stale;                  /* inline: deferred responses were written (their
+                                       * connections driven on, app code run) between the
+                                       * parse and the first app call: began_ns is not that
+                                       * call's start (fw_status_enter) */
     uint64_t app_waited_ns;           /* set by the app layer: time its current call spent
                                        * waiting for the client (not app time) */
     fw_buf log_headers;               /* owned: response headers the format shows (fw_alog_capture) */

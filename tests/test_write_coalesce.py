@@ -180,3 +180,21 @@ def test_a_deferred_response_is_timed_to_its_own_write(make_server, tmp_path):
     # A generator's request still ends with its close(), as before.
     assert us["gen=1&after=800"] >= 790_000, us
 
+
+def test_an_app_call_after_a_flush_is_timed_from_its_own_start(make_server, tmp_path):
+    # Before an app call, the responses deferred for the setting are
+    # written and their connections driven on: here the generator's work
+    # after its body (2 s) runs. --timeout (3 s) counts one call into the
+    # app. Failed before: with the access log on, the call after that
+    # flush (2 s) was timed from its request's parse, so it counted the
+    # generator's 2 s too, and the master killed the worker for a 4 s call
+    # ("timed out"); --stats counted that time twice as well (app_us).
+    # (--max-requests only makes the master check every 0.2 s.)
+    srv = make_server(APP, "--write-coalesce", "0.05", "--timeout", "3", "--max-requests", "1000000",
+                      "--access-logfile", str(tmp_path / "access.log"))
+    # The 100 ms call lets the generator's response wait past the setting
+    # (50 ms), so that it is written before the next call, not at the
+    # end of the pass.
+    one_pass(srv, tmp_path, ["/?gen=1&after=2000", "/?ms=100", "/?ms=2000"])
+    log = srv.log()
+    assert "timed out" not in log, log
