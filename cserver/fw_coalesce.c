@@ -54,9 +54,14 @@ void fw_server_flush_deferred(fw_server *srv)
     srv->defer_head = srv->defer_tail = NULL;
     if (srv->ops->unlock)
         srv->ops->unlock(srv->app);     /* no interpreter lock held over system calls */
+    int timed = srv->cfg.access_log || srv->cfg.stats;
     for (fw_conn *c = list; c; c = c->defer_next) {
         c->deferred = 0;
-        (void)fw_conn_flush(c);         /* a failure is met again, and acted on, below */
+        /* A failure is met again, and acted on, below. A response written
+         * whole is timed now, not when its request ends below, after app
+         * code of the connections before it (record_response). */
+        if (fw_conn_flush(c) == 0 && timed && !c->app_active)
+            c->written_ns = fw_now_ns();
     }
     for (fw_conn *c = list, *next; c; c = next) {
         next = c->defer_next;
@@ -70,8 +75,10 @@ void fw_server_app_took(fw_server *srv, uint64_t ns)
         srv->coalesce_off_until = fw_now_ms() + FW_COALESCE_PAUSE_MS;
 }
 
-void fw_server_defer_due(fw_server *srv)
+int fw_server_defer_due(fw_server *srv)
 {
-    if (fw_now_ns() - srv->defer_since_ns >= (uint64_t)srv->cfg.write_coalesce_us * 1000u)
-        fw_server_flush_deferred(srv);
+    if (fw_now_ns() - srv->defer_since_ns < (uint64_t)srv->cfg.write_coalesce_us * 1000u)
+        return 0;
+    fw_server_flush_deferred(srv);
+    return 1;
 }

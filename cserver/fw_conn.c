@@ -604,9 +604,10 @@ static void record_response(fw_conn *c)
     fw_server *srv = c->srv;
     /* A response still queued (a pipelined batch) was done when the app
      * returned: the app layer's clock reading then serves. */
-    uint64_t now = c->app_done_ns && fw_buf_used(&c->out) > 0 ? c->app_done_ns : fw_now_ns();
+    uint64_t now = c->written_ns ? c->written_ns     /* a deferred one, written then */
+                 : c->app_done_ns && fw_buf_used(&c->out) > 0 ? c->app_done_ns : fw_now_ns();
     int64_t micros = c->began_ns && now > c->began_ns ? (int64_t)((now - c->began_ns) / 1000) : 0;
-    c->began_ns = c->app_done_ns = 0;
+    c->began_ns = c->app_done_ns = c->written_ns = 0;
     if (srv->cfg.stats)
         fw_stats_request_done(srv->cfg.stats, c->resp.status, c->resp.sent, (uint64_t)micros);
     if (srv->cfg.access_log)
@@ -753,6 +754,7 @@ static void head_parsed(fw_conn *c, const char *buf, size_t len)
     c->head = buf;
     c->head_len = len;
     c->head_scan = 0;
+    c->parse_stale = 0;
     if (srv->cfg.access_log || srv->cfg.stats)
         c->began_ns = fw_now_ns();
     /* A 2xx to CONNECT turns the connection into a tunnel for a proxy in
@@ -1078,8 +1080,8 @@ static enum drive step_app(fw_conn *c)
      * so the registration stays as it is, which saves an epoll_ctl pair
      * per kept-alive request (events that arrive for a connection in APP
      * state are ignored by conn_cb). */
-    if (srv->defer_head)
-        fw_server_defer_due(srv);
+    if (srv->defer_head && fw_server_defer_due(srv))
+        c->parse_stale = 1;
     uint64_t t0 = srv->cfg.write_coalesce_us ? fw_now_ns() : 0;
     enum fw_app_rc rc = c->app_active ? srv->ops->on_writable(srv->app, c)
                                       : srv->ops->on_request(srv->app, c);

@@ -196,6 +196,10 @@ struct fw_conn {
     fw_conn *defer_next;
     int deferred;
     int no_defer;                     /* written now: flushing the deferred ones */
+    uint64_t written_ns;              /* when the flush wrote its whole response (CLOCK_MONOTONIC
+                                       * ns; with the access log or stats), 0 otherwise: the
+                                       * request ends later, once the connections written before
+                                       * it were driven on, but it is timed to here */
 
     /* The ready queue (srv->ready_head/tail), while QUEUED. */
     fw_conn *rq_prev, *rq_next;
@@ -207,6 +211,10 @@ struct fw_conn {
                                        * yet or neither stats nor access log want it */
     uint64_t app_done_ns;             /* set by the app layer: when its last call for this
                                        * request returned (CLOCK_MONOTONIC ns), or 0 */
+    int parse_stale;                  /* inline: deferred responses were written (their
+                                       * connections driven on, app code run) between the
+                                       * parse and the first app call: began_ns is not that
+                                       * call's start (fw_status_enter) */
     uint64_t app_waited_ns;           /* set by the app layer: time its current call spent
                                        * waiting for the client (not app time) */
     fw_buf log_headers;               /* owned: response headers the format shows (fw_alog_capture) */

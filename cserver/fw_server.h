@@ -212,8 +212,9 @@ void fw_server_defer(fw_server *srv, fw_conn *c);
 /* Write the deferred responses now (each connection is driven on). */
 void fw_server_flush_deferred(fw_server *srv);
 /* Before an inline app call (with responses deferred): flush them if the
- * oldest has waited cfg.write_coalesce_us. */
-void fw_server_defer_due(fw_server *srv);
+ * oldest has waited cfg.write_coalesce_us. Question (1 yes, 0 no): were
+ * they flushed? */
+int fw_server_defer_due(fw_server *srv);
 /* An inline app call took ns: after a slow one (FW_COALESCE_SLOW times
  * cfg.write_coalesce_us), responses are written at once for
  * FW_COALESCE_PAUSE_MS, since what waits behind a call waits all of it. */

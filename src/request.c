@@ -44,8 +44,10 @@ uint64_t fw_status_enter(fw_glue *s, fw_conn *c, int first)
      * body follows its parse at once: the parse's clock reading serves (one
      * clock read less). A pre-read body may have taken long to come (a slow
      * upload, or owed responses flushed first): that is no time in the app,
-     * which --timeout and the app counters measure. */
-    uint64_t ns = first && !c->srv->pool && c->began_ns &&
+     * which --timeout and the app counters measure; nor is the flush of
+     * deferred responses (and the app code it runs for their connections)
+     * before the call (parse_stale). */
+    uint64_t ns = first && !c->srv->pool && c->began_ns && !c->parse_stale &&
                   c->body.src == FW_B_NONE ? c->began_ns : fw_now_ns();
     if (!slot)
         return ns;

@@ -152,3 +152,49 @@ def test_the_setting_is_checked(tmp_path):
                            capture_output=True, text=True, timeout=60, cwd=os.path.dirname(__file__))
         assert p.returncode == 2, (bad, p.returncode, p.stderr)
         assert "--write-coalesce" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def access_lines(path, want, timeout=20):
+    """{query string: microseconds} of the access log's lines (format
+    "%(q)s %(D)s") once every query in want has its line (the writer batches)."""
+    def read():
+        if not os.path.exists(path):
+            return {}
+        return dict(line.rsplit(" ", 1) for line in open(path).read().splitlines() if " " in line)
+    assert wait_for(lambda: all(q in read() for q in want), timeout), read()
+    return {q: int(us) for q, us in read().items()}
+
+
+def test_a_deferred_response_is_timed_to_its_own_write(make_server, tmp_path):
+    # The pass's responses are all written first; their requests end (the
+    # access log line, the --stats counters) as each connection is driven
+    # on after, one by one. Failed before: the quick response was timed to
+    # the end of the generator's work after its body (PEP 3333: run once
+    # the body is written), which came before it in that second round:
+    # ~810 ms for a 5 ms request.
+    log = str(tmp_path / "access.log")
+    srv = make_server(APP, "--write-coalesce", "0.1", "--access-logfile", log, "--access-logformat", "%(q)s %(D)s")
+    one_pass(srv, tmp_path, ["/?gen=1&after=800", "/?ms=5&n=quick", "/?ms=5&n=last"])
+    us = access_lines(log, ["gen=1&after=800", "ms=5&n=quick", "ms=5&n=last"])
+    assert us["ms=5&n=quick"] < 400_000, us
+    # A generator's request still ends with its close(), as before.
+    assert us["gen=1&after=800"] >= 790_000, us
+
+
+def test_an_app_call_after_a_flush_is_timed_from_its_own_start(make_server, tmp_path):
+    # Before an app call, the responses deferred for the setting are
+    # written and their connections driven on: here the generator's work
+    # after its body (2 s) runs. --timeout (3 s) counts one call into the
+    # app. Failed before: with the access log on, the call after that
+    # flush (2 s) was timed from its request's parse, so it counted the
+    # generator's 2 s too, and the master killed the worker for a 4 s call
+    # ("timed out"); --stats counted that time twice as well (app_us).
+    # (--max-requests only makes the master check every 0.2 s.)
+    srv = make_server(APP, "--write-coalesce", "0.05", "--timeout", "3", "--max-requests", "1000000",
+                      "--access-logfile", str(tmp_path / "access.log"))
+    # The 100 ms call lets the generator's response wait past the setting
+    # (50 ms), so that it is written before the next call, not at the
+    # end of the pass.
+    one_pass(srv, tmp_path, ["/?gen=1&after=2000", "/?ms=100", "/?ms=2000"])
+    log = srv.log()
+    assert "timed out" not in log, log
