@@ -220,7 +220,7 @@ int fw_server_defer_due(fw_server *srv);
  * FW_COALESCE_PAUSE_MS, since what waits behind a call waits all of it. */
 void fw_server_app_took(fw_server *srv, uint64_t ns);
 #define FW_COALESCE_SLOW 10
-#define FW_COALESCE_PAUSE_MS 1000
+#define FW_COALESCE_PAUSE_MS 10000
 /* c closes: out of the deferred list. */
 void fw_server_undefer(fw_server *srv, fw_conn *c);
 

@@ -94,8 +94,8 @@ def test_a_response_waits_at_most_the_setting_plus_the_call_running(make_server,
 
 @pytest.mark.parametrize("blocker_ms", [300, 700])
 def test_after_a_slow_call_each_response_is_written_at_once(make_server, tmp_path, blocker_ms):
-    # 50 ms: a call over ten times that (500 ms) turns the wait off for a
-    # second. The blocking call is that slow call, or not.
+    # 50 ms: a call over ten times that (500 ms) turns the wait off for ten
+    # seconds. The blocking call is that slow call, or not.
     srv = make_server(APP, "--write-coalesce", "0.05")
     times, _ = one_pass(srv, tmp_path, ["/?ms=15"] * 3, blocker_ms=blocker_ms)
     spread = times[-1] - times[0]
