@@ -96,8 +96,13 @@ def test_restart_reasons_and_counters_that_never_go_back():
         # Not a worker that served its 20th request: it retires by itself
         # (max_requests) and may be gone before a SIGKILL would make it a
         # crash. It logs so with that response, counted above.
-        retiring = set(re.findall(r"\[(\d+)\] \[INFO\] served \d+ requests \(max-requests\)", s.log()))
-        victim = next(p for p in s.worker_pids() if str(p) not in retiring)
+        # Both may be retiring now, their replacements not forked yet (a
+        # loaded machine): wait for a worker that is not.
+        def not_retiring():
+            retiring = set(re.findall(r"\[(\d+)\] \[INFO\] served \d+ requests \(max-requests\)", s.log()))
+            return next((p for p in s.worker_pids() if str(p) not in retiring), None)
+        assert wait_for(lambda: not_retiring() is not None, 20), s.log()[-3000:]
+        victim = not_retiring()
         os.kill(victim, signal.SIGKILL)
         assert wait_for(lambda: value(samples(s), "forkwsgi_worker_restarts_total", reason="crash") == 1, 10)
         assert value(samples(s), "forkwsgi_requests_total") >= before
