@@ -197,6 +197,15 @@ def wait_for(pred, timeout=10.0, interval=0.02):
     return pred()
 
 
+def unsanitized_env():
+    """os.environ without the sanitizer setup of `make asan-ext` (when pytest
+    runs under it), for programs that are not ours: the real uWSGI, make."""
+    env = dict(os.environ)
+    for var in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS"):
+        env.pop(var, None)
+    return env
+
+
 def proc_stat(pid):
     """/proc/PID/stat's fields after "(comm)" (state, ppid, pgrp, ...), or
     None when there is no such process."""

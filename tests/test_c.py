@@ -22,6 +22,8 @@ import sys
 
 import pytest
 
+from httpraw import unsanitized_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -39,11 +41,8 @@ pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
 
 def make(target, timeout, *variables):
     assert shutil.which("make"), "make is needed for the C tests (apt-get install make)"
-    env = dict(os.environ)
-    # Not the sanitizer setup of `make asan-ext`, if pytest runs under it.
-    for var in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS"):
-        env.pop(var, None)
-    proc = subprocess.run(["make", "--no-print-directory", target, f"CC={CC}", *variables], cwd=ROOT, env=env,
+    proc = subprocess.run(["make", "--no-print-directory", target, f"CC={CC}", *variables], cwd=ROOT,
+                          env=unsanitized_env(),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     out = proc.stdout.decode("utf-8", "replace")
     assert proc.returncode == 0, f"make {target} exited with {proc.returncode}:\n{out[-20000:]}"
