@@ -34,6 +34,13 @@ UWSGI_PARAMS = "/etc/nginx/uwsgi_params"
 ACCESS_FORMAT = '%(h)s "%(r)s" %(s)s %(b)s "%(a)s" %({content-type}i)s'
 
 
+def logged(s, pattern):
+    """pattern's first group in the server's log, waited for: a server counts
+    as ready at its first "Listening at" line, and the others follow it."""
+    assert wait_for(lambda: re.search(pattern, s.log()), 20), s.log()
+    return re.search(pattern, s.log()).group(1)
+
+
 def packet(variables, modifier1=0, modifier2=0):
     """A uwsgi request packet: (key, value) pairs of str or bytes."""
     def b(s):
@@ -63,8 +70,8 @@ def srv(app_mode, tmp_path_factory):
                    "--spool-threshold", "65536", "--access-logfile", str(d / "access.log"),
                    "--access-logformat", ACCESS_FORMAT, env=mode_env(app_mode))
     assert wait_for(lambda: "uwsgi://" in s.log() and "(uwsgi)" in s.log()), s.log()
-    s.uwsgi_port = int(re.search(r"Listening at: uwsgi://127\.0\.0\.1:(\d+)", s.log()).group(1))
-    s.uwsgi_path = re.search(r"Listening at: unix:(\S+) \(uwsgi\)", s.log()).group(1)
+    s.uwsgi_port = int(logged(s, r"Listening at: uwsgi://127\.0\.0\.1:(\d+)"))
+    s.uwsgi_path = logged(s, r"Listening at: unix:(\S+) \(uwsgi\)")
     s.access_log = d / "access.log"
     yield s
     s.stop()
@@ -277,7 +284,7 @@ def test_gunicorn_config_protocol_uwsgi(servers, tmp_path):
     s = ServerProc("uwsgi_apps:app", "-c", str(conf), bind=[], wait=False)
     servers.append(s)
     assert wait_for(lambda: "Listening at: uwsgi://" in s.log(), 20), s.log()
-    port = int(re.search(r"Listening at: uwsgi://127\.0\.0\.1:(\d+)", s.log()).group(1))
+    port = int(logged(s, r"Listening at: uwsgi://127\.0\.0\.1:(\d+)"))
     with Conn(port, source="127.0.0.2") as c:
         c.send(packet(nginx_vars("GET", "/g")))
         assert environ_of(c.read_response())["PATH_INFO"] == "/g"
@@ -288,7 +295,7 @@ def test_reload_in_place_keeps_what_each_socket_speaks(servers):
     workers serve uwsgi on the uwsgi socket and HTTP on the --bind one."""
     s = ServerProc("uwsgi_apps:app", "--uwsgi-socket", "127.0.0.1:0", "--workers", "2")
     servers.append(s)
-    port = int(re.search(r"Listening at: uwsgi://127\.0\.0\.1:(\d+)", s.log()).group(1))
+    port = int(logged(s, r"Listening at: uwsgi://127\.0\.0\.1:(\d+)"))
     assert wait_for(lambda: len(s.worker_pids()) == 2, 20)
     old = set(s.worker_pids())
     s.signal(signal.SIGHUP)
