@@ -493,6 +493,20 @@ def delivered(out):
         return set()
 
 
+def emit_through_the_fault(make_server, tmp_path, f, call):
+    """An offload server whose first record is delivered before the gated
+    fault f opens; then 100 records more, and the fault in `call` waited
+    for. The server and the sink's output file."""
+    s, out = offload_server(make_server, tmp_path, f)
+    assert s.get("/emit?n=1&id=a").status == 200
+    assert wait_for(lambda: len(delivered(out)) == 1, 20), s.log()
+    f.open()
+    for i in range(5):
+        assert s.get(f"/emit?n=20&id=b{i}").status == 200
+    f.wait(call)
+    return s, out
+
+
 @pytest.mark.parametrize("spec,line", [
     # Appending to the journal (a full disk).
     ("writev:1+=ENOSPC", r"\[ERROR\] offload: cannot write the journal in \S+ \(No space left on device\): "
@@ -505,13 +519,7 @@ def test_journal_that_cannot_be_written_sends_records_straight_to_the_sink(make_
     """The sibling cannot write the journal: it says so once, and records
     go to the sink straight from the ring; none is lost."""
     f = faults(spec, gated=True)
-    s, out = offload_server(make_server, tmp_path, f)
-    assert s.get("/emit?n=1&id=a").status == 200
-    assert wait_for(lambda: len(delivered(out)) == 1, 20), s.log()
-    f.open()
-    for i in range(5):
-        assert s.get(f"/emit?n=20&id=b{i}").status == 200
-    f.wait(spec.split(":")[0])
+    s, out = emit_through_the_fault(make_server, tmp_path, f, spec.split(":")[0])
     wait_log(s, line)
     assert wait_for(lambda: len(delivered(out)) == 101, 20), s.log()
     f.close()
@@ -523,13 +531,7 @@ def test_journal_on_a_file_system_without_holes_is_no_error(make_server, faults,
     segments are then dropped whole; no error is logged and every record
     arrives."""
     f = faults("fallocate:1+=95", gated=True)        # 95: EOPNOTSUPP
-    s, out = offload_server(make_server, tmp_path, f)
-    assert s.get("/emit?n=1&id=a").status == 200
-    assert wait_for(lambda: len(delivered(out)) == 1, 20), s.log()
-    f.open()
-    for i in range(5):
-        assert s.get(f"/emit?n=20&id=b{i}").status == 200
-    f.wait("fallocate")
+    s, out = emit_through_the_fault(make_server, tmp_path, f, "fallocate")
     assert wait_for(lambda: len(delivered(out)) == 101, 20), s.log()
     assert "[ERROR]" not in s.log() and "Traceback" not in s.log(), s.log()[-3000:]
     f.close()
