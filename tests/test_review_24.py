@@ -31,7 +31,7 @@ import pytest
 from conftest import HERE, ServerProc
 from httpraw import Conn, accept_queue, wait_for
 from test_reload import APP, ready_workers, workers, write_app
-from test_supervision import free_port, healthz
+from test_supervision import free_port, healthz, serving
 
 APP_MODES = ("inline",)
 
@@ -260,11 +260,14 @@ def test_a_reload_moves_the_metrics_port(tmp_path):
     conf = write_conf(tmp_path, first)
     s = ServerProc("apps:hello", "--workers", "1", "-c", str(conf))
     try:
-        assert wait_for(lambda: len(workers(s)) == 1)
+        # A forked worker is not yet a serving one: /healthz says 503 until
+        # the worker has said it is ready (seen in CI, 1 of 2,479).
+        assert wait_for(lambda: serving(first)), s.log()[-3000:]
         assert healthz(first) < 1
         write_conf(tmp_path, second)
         s.signal(signal.SIGHUP)
         assert wait_for(lambda: "reload: --metrics moved from" in s.log(), 30), s.log()[-3000:]
+        assert wait_for(lambda: serving(second)), s.log()[-3000:]
         assert healthz(second) < 1
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", first), timeout=2).close()

@@ -83,6 +83,16 @@ def healthz(port, timeout=2.0):
     return time.monotonic() - t
 
 
+def serving(port):
+    """/healthz says 200: a worker has said it is ready (a forked worker
+    that has not yet is not counted: 503 "no worker serving")."""
+    try:
+        healthz(port)
+        return True
+    except (OSError, AssertionError):
+        return False
+
+
 def test_slow_and_silent_observer_clients_never_hold_the_master(servers):
     """Item 1: at dac5946 one client trickling GET /metrics kept a SIGKILLed
     worker from being replaced for 20 s, a stuck request from being ended by
@@ -96,6 +106,7 @@ def test_slow_and_silent_observer_clients_never_hold_the_master(servers):
                    "--metrics", f"127.0.0.1:{mport}", "--stats", f"127.0.0.1:{sport}", new_session=True)
     servers.append(s)
     assert wait_for(lambda: len(s.worker_pids()) == 2)
+    assert wait_for(lambda: serving(mport))
     pests = [Pests(mport), Pests(sport)]
     try:
         assert wait_for(lambda: all(p.all_holding() for p in pests), timeout=20)   # they hold the sockets now
