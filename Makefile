@@ -242,7 +242,7 @@ asan-ext-build:
 # Reports are written to build/asan/logs/{asan,ubsan}.<pid>; any report fails the target.
 asan-ext: asan-ext-build
 	@rm -rf $(ASAN_DIR)/logs && mkdir -p $(ASAN_DIR)/logs
-	$(ASAN_EXT_ENV) $(PYTHON) -m pytest $(ASAN_PYTEST_ARGS); rc=$$?; \
+	$(ASAN_EXT_ENV) $(PYTHON) -m pytest -n 0 $(ASAN_PYTEST_ARGS); rc=$$?; \
 	    if ls $(ASAN_DIR)/logs/* >/dev/null 2>&1; then \
 	        echo "== sanitizer reports:"; cat $(ASAN_DIR)/logs/*; exit 1; fi; \
 	    echo "no sanitizer reports"; exit $$rc
@@ -276,7 +276,7 @@ coverage-build:
 coverage: coverage-build
 	@rm -rf $(COV_DIR)/data && mkdir -p $(COV_DIR)/data
 	@find $(COV_DIR)/tmp -name '*.gcda' -delete
-	$(COV_ENV) $(PYTHON) -m pytest $(COV_PYTEST_ARGS); rc=$$?; \
+	$(COV_ENV) $(PYTHON) -m pytest -n 0 $(COV_PYTEST_ARGS); rc=$$?; \
 	    export FW_COVERAGE_DATA=$(abspath $(COV_DIR))/data/.coverage; \
 	    $(PYTHON) -m coverage combine -q --rcfile tests/coverage/coverage.rc $(COV_DIR)/data; \
 	    $(PYTHON) -m coverage report --rcfile tests/coverage/coverage.rc; \
