@@ -429,3 +429,47 @@ def test_a_scrape_under_way_when_the_master_re_executes_is_answered(tmp_path):
         c.close()
     finally:
         s.stop()
+
+
+SLOW_IMPORT = '''import os, time
+HERE = os.path.dirname(os.path.abspath(__file__))
+VERSION = open(os.path.join(HERE, "version")).read()
+def in_a_worker():      # not the reload's import check
+    with open("/proc/self/cmdline", "rb") as f:
+        return f.read().startswith(b"forkwsgi: worker")
+if os.path.exists(os.path.join(HERE, "slow")) and in_a_worker():
+    open(os.path.join(HERE, "importing-%d" % os.getpid()), "w").close()
+    time.sleep(4)
+def app(environ, start_response):
+    body = ("%s %d" % (VERSION, os.getpid())).encode()
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGUSR2])
+def test_a_reload_during_a_reload_leaves_only_workers_with_the_newest_code(tmp_path, sig):
+    """A second reload while the first one's new worker was still importing
+    the app: that worker was taken for an old one, but only one old worker
+    retires per new one ready, so it was never retired: two workers for
+    --workers 1 for good, one serving the code of the reload before (seen
+    beside a CPU hog: 60 s and counting)."""
+    d = str(tmp_path)
+    (tmp_path / "slowapp.py").write_text(SLOW_IMPORT)
+    (tmp_path / "version").write_text("v1")
+    s = ServerProc("slowapp:app", "--pythonpath", d, "--workers", "1", "--lazy-apps")
+    try:
+        assert wait_for(lambda: versions_served(s, 2)[0] == {"v1"}, 20)
+        (tmp_path / "version").write_text("v2")
+        (tmp_path / "slow").write_text("")
+        s.signal(sig)
+        # The first reload's worker is importing (for 4 s) when the second comes.
+        assert wait_for(lambda: any(n.startswith("importing-") for n in os.listdir(d)), 30), s.log()[-3000:]
+        os.unlink(tmp_path / "slow")
+        (tmp_path / "version").write_text("v3")
+        s.signal(sig)
+        assert wait_for(lambda: versions_served(s, 4)[0] == {"v3"}, 30), s.log()[-3000:]
+        assert wait_for(lambda: len(workers(s)) == 1, 30), (workers(s), s.log()[-3000:])
+        assert versions_served(s, 6)[0] == {"v3"}
+    finally:
+        s.stop()

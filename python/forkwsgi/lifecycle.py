@@ -99,6 +99,18 @@ class WorkerLifecycle:
                     if not self.spawn(index):
                         break
                     used.add(index)
+        self.retire_leftover_old(current)
+
+    def retire_leftover_old(self, current):
+        """A reload sent during a reload makes the first one's new workers,
+        still booting, old too: more old workers than new ones to replace
+        them one for one (_worker_ready), and the extra ones would serve the
+        code before the last reload for good. Once the current set is
+        complete and every one of it serves, the old ones left go."""
+        if len(current) < self.num_workers or not all(w.ready for w in current):
+            return
+        for o in [o for o in self.workers.values() if o.old and not o.retiring]:
+            self.retire(o, "max_requests" if o.due else "reload")
 
     def spawn(self, index):
         options = self.options
