@@ -60,7 +60,8 @@ import common  # noqa: E402
 from common import openloop  # noqa: E402
 from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
                     apt_install, children_cpu_seconds, free_port, git_head, invocation, log, pid_cpu_seconds,
-                    pin_self, pinned_self, rotated, run_quiet, self_cpu_seconds, stop_all, wait_http, wait_until_quiet, write_section)
+                    pin_self, pinned_self, rotated, run_quiet, self_cpu_seconds, stop_all, wait_http,
+                    wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
