@@ -129,10 +129,15 @@ def reference_us():
     return statistics.median(vals)
 
 
+def verdict(floor, ref):
+    """(the ns per request the goal leaves for Python, the best ratio to the
+    reference a server could reach whose only Python were this floor)."""
+    return ref * 1000 * (1 / GOAL - 1), ref * 1000 / (ref * 1000 + floor["request"])
+
+
 def report(floor, ref, args, when):
     """The RESULTS.md section: the pieces' ns per request against the budget."""
-    budget = ref * 1000 * (1 / GOAL - 1)
-    best = ref * 1000 / (ref * 1000 + floor["request"])
+    budget, best = verdict(floor, ref)
     source = "given with --ref-us" if args.ref_us else \
         "measured in the same run (run_core.py: the reference only, keep-alive hello, 3 rounds of 4 s)"
     lines = [TITLE, "",
@@ -169,11 +174,10 @@ def main():
     for name, fn in make_cases().items():
         floor[name] = per_call_ns(fn, args.number, args.repeat)
         log(f"  {name:8} {floor[name]:7.1f} ns")
-    budget = ref * 1000 * (1 / GOAL - 1)
+    budget, best = verdict(floor, ref)
     log(f"reference: {ref:.2f} µs of CPU per request; at {GOAL}x a server may spend {budget:.0f} ns more")
     log(f"the app alone: {floor['app']:.0f} ns = {floor['app'] / budget:.2f}x that budget; "
         f"a whole request's Python floor: {floor['request']:.0f} ns = {floor['request'] / budget:.2f}x")
-    best = ref * 1000 / (ref * 1000 + floor["request"])
     log(f"best possible ratio with the reference's kernel and C work and only this Python: {best:.3f}x")
     if not args.no_write:
         write_section(RESULTS, TITLE, report(floor, ref, args, when))
