@@ -194,25 +194,38 @@ $(FBUILD)/%_standalone: tests/fuzz/fuzz_$$(call fuzz_name,$$*).c tests/fuzz/stan
 	$(FUZZ_CC) $(CWARN) $(SANITIZE) $(FUZZ_$(call fuzz_name,$*)_INC) $< tests/fuzz/standalone_main.c \
 	    $(strip $(FUZZ_$(call fuzz_name,$*)_SRC) $(FUZZ_$(call fuzz_name,$*)_LIBS)) -o $@
 
-# Smoke runs of a standalone binary: the full inputs and time, or a fifth of each.
+# Smoke runs of a standalone binary (no libFuzzer): the full inputs and time, or a fifth of each.
 fuzz_smoke_full = $(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) * 3 + 60 )) $(FBUILD)/$(1) \
 	    -n $(FUZZ_SMOKE_N) -s $(FUZZ_SMOKE_SEED) -t $(FUZZ_SMOKE_SECONDS) -a $(FBUILD)/ tests/fuzz/$(2)
 fuzz_smoke_fifth = $(SAN_ENV) timeout $$(( $(FUZZ_SMOKE_SECONDS) + 60 )) $(FBUILD)/$(1) \
 	    -n $$(( $(FUZZ_SMOKE_N) / 5 )) -s $(FUZZ_SMOKE_SEED) -t $$(( $(FUZZ_SMOKE_SECONDS) / 5 + 1 )) \
 	    -a $(FBUILD)/ tests/fuzz/$(2)
 
-# The HTTP parser, then the PROXY protocol and uwsgi parsers (a fifth of the inputs and time each).
-fuzz-smoke: $(FBUILD)/fuzz_standalone $(FBUILD)/fuzz_proxy_standalone $(FBUILD)/fuzz_uwsgi_standalone
-	$(call fuzz_smoke_full,fuzz_standalone,corpus)
-	$(call fuzz_smoke_fifth,fuzz_proxy_standalone,corpus_proxy)
-	$(call fuzz_smoke_fifth,fuzz_uwsgi_standalone,corpus_uwsgi)
+# Per NAME, its smoke budget: full or fifth (the PROXY protocol and uwsgi
+# parsers and the ring's reader over damaged ring files get a fifth of the
+# HTTP target's inputs and time).
+FUZZ_SMOKE_BUDGET_http    := full
+FUZZ_SMOKE_BUDGET_proxy   := fifth
+FUZZ_SMOKE_BUDGET_uwsgi   := fifth
+FUZZ_SMOKE_BUDGET_offload := full
+FUZZ_SMOKE_BUDGET_ring    := fifth
 
-fuzz-offload-smoke: $(FBUILD)/fuzz_offload_standalone
-	$(call fuzz_smoke_full,fuzz_offload_standalone,corpus_offload)
+# The smoke targets, and the NAMEs each runs one after the other.
+FUZZ_SMOKE_TARGETS                 := fuzz-smoke fuzz-offload-smoke fuzz-ring-smoke
+FUZZ_SMOKE_RUNS_fuzz-smoke         := http proxy uwsgi
+FUZZ_SMOKE_RUNS_fuzz-offload-smoke := offload
+FUZZ_SMOKE_RUNS_fuzz-ring-smoke    := ring
 
-# Damaged ring files: a fifth of the inputs and time of the HTTP target.
-fuzz-ring-smoke: $(FBUILD)/fuzz_ring_standalone
-	$(call fuzz_smoke_fifth,fuzz_ring_standalone,corpus_ring)
+# NAME's standalone binary (the HTTP one keeps its older name fuzz_standalone).
+fuzz_standalone = fuzz_$(if $(filter http,$(1)),,$(1)_)standalone
+# One recipe line per NAME (the blank line in the define ends each).
+define fuzz_smoke_run
+$(call fuzz_smoke_$(FUZZ_SMOKE_BUDGET_$(1)),$(call fuzz_standalone,$(1)),$(FUZZ_$(1)_CORPUS))
+
+endef
+
+$(FUZZ_SMOKE_TARGETS): %: $$(foreach n,$$(FUZZ_SMOKE_RUNS_$$*),$(FBUILD)/$$(call fuzz_standalone,$$(n)))
+	$(foreach n,$(FUZZ_SMOKE_RUNS_$@),$(call fuzz_smoke_run,$(n)))
 
 # libFuzzer runs: `make fuzz` (HTTP; also fuzz-http), fuzz-proxy, fuzz-uwsgi, fuzz-offload, fuzz-ring.
 # New corpus entries go to tests/fuzz/build/corpus*; tests/fuzz/corpus* are read only.

@@ -139,15 +139,12 @@ class Server(ServerTree):
         self.name, self.family, self.workers = name, family, workers
 
     def wait_ready(self, path, timeout=30.0):
-        """Until `path` answers 200 and all workers exist; then 1 s to settle."""
+        """Until `path` answers 200 and every worker has booted (wait_workers)."""
         deadline = time.monotonic() + timeout
         if not wait_http(self.port, path, timeout, alive=self.alive, conn_timeout=5,
                          headers={"Connection": "close"}):
             return False
-        while time.monotonic() < deadline and len(self.tree()[0]) - 1 < self.workers:
-            time.sleep(0.1)
-        time.sleep(1.0)
-        return not self.exited()
+        return self.wait_workers(self.workers, max(0.0, deadline - time.monotonic()))
 
 
 def start_server(name, family, workers, argv_fn, app, tag, env, ready_path):

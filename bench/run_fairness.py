@@ -31,7 +31,6 @@ import datetime
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (BENCH, CLIENT_CPU, OUT, RESULTS, ServerTree, free_port, git_head, invocation, log,  # noqa: E402
-                    pin_self, pinned, start_nginx, stop_all, write_section)
+                    pin_self, start_nginx, start_wrk, stop_all, write_section)
 from run_balance import GUNICORN_EXTRA, VENV_PY, ensure_venv  # noqa: E402
 
 SECTION = "## Fairness and slow clients"
@@ -56,10 +55,9 @@ def gunicorn(port, workers, threads, *extra):
             *GUNICORN_EXTRA, "-b", f"127.0.0.1:{port}", "--chdir", BENCH, *extra, APP]
 
 
-def start(name, argv_of, port):
+def start(name, argv_of, port, workers):
     s = ServerTree(argv_of(port), port, os.path.join(OUT, f"fairness-{name}.log"), dict(os.environ))
-    if s.wait_listening(30, pause=0.1):
-        time.sleep(1.0)                     # every worker up
+    if s.wait_listening(30, pause=0.1) and s.wait_workers(workers, 30):
         return s
     s.stop()
     raise SystemExit(f"{name} did not start: {s.log_text()[-2000:]}")
@@ -146,10 +144,9 @@ def health(port, seconds=12.0):
     proxy = start_nginx(d, NGINX_HTTP.format(upstream=port, port=nport), nport)
     try:
         proxy.wait_listening(10)
-        load = subprocess.Popen(pinned(CLIENT_CPU, ["wrk", "-t1", "-c64", f"-d{int(seconds)}s", "--timeout", "5s",
-                                                    f"http://127.0.0.1:{nport}/sleep?d=0.02"]),
-                                stdout=subprocess.PIPE, text=True)
-        time.sleep(1.0)
+        load = start_wrk(["-t1", "-c64", "--timeout", "5s"], int(seconds), f"http://127.0.0.1:{nport}/sleep?d=0.02",
+                         script=None)
+        time.sleep(1.0)                     # the checks run under the load, not its ramp-up
         checks, end = [], time.monotonic() + seconds - 2
         while time.monotonic() < end:
             t = time.monotonic()
@@ -162,7 +159,7 @@ def health(port, seconds=12.0):
             except (OSError, EOFError):
                 checks.append(None)
             time.sleep(max(0.0, 0.5 - (time.monotonic() - t)))
-        out, _ = load.communicate(timeout=seconds + 60)
+        out = load.result().output
     finally:
         proxy.stop()
         shutil.rmtree(d, ignore_errors=True)
@@ -244,7 +241,7 @@ def main():
             workers, threads, extra, fn = PARTS[part]
             for name, argv_of in (("forkwsgi", forkwsgi), ("gunicorn-gthread", gunicorn)):
                 port = free_port()
-                s = start(f"{part}-{name}", lambda p: argv_of(p, workers, threads, *extra), port)
+                s = start(f"{part}-{name}", lambda p: argv_of(p, workers, threads, *extra), port, workers)
                 try:
                     rows[(part, name)] = expect(port, s) if part == "expect" else fn(port)
                 finally:

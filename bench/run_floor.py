@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""The floor of one WSGI request in CPython, against the budget issue 15's
-keep-alive goal leaves (≥ 0.95× the C reference's requests per CPU-second).
+"""The floor of one WSGI request in CPython, against the budget the keep-alive
+goal leaves (keep-alive hello at ≥ 0.95× the C reference's requests per
+server CPU-second).
 
     python3 bench/run_floor.py --ref-us 3.60     # the reference's CPU µs per request
     python3 bench/run_floor.py                   # measure it: a short run_core.py of the reference
+                               [--number N] [--repeat N] [--cpu N] [--no-write]
 
 A server at 0.95× the reference may spend 1/0.95 − 1 = 5.3 % more CPU per
 request than the reference, which spends nearly all of its time in the
@@ -27,6 +29,8 @@ process, pinned to one CPU, with no server around it:
 Each is the median of --repeat timings of --number calls, less the same
 loop run empty. The figures are lower than any server's: real servers also
 build the str values, check the app's headers, and hold the GIL's hand-offs.
+The summary goes to the terminal and to the section "## Core: the CPython
+floor ..." of bench/RESULTS.md.
 """
 import argparse
 import io
@@ -37,11 +41,16 @@ import subprocess
 import sys
 import time
 
-BENCH = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, BENCH)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import apps  # noqa: E402
+from common import BENCH, RESULTS, SERVER_CPU, git_head, invocation, log, pin_self, write_section  # noqa: E402
 
 GOAL = 0.95
+TITLE = "## Core: the CPython floor of a WSGI request against the keep-alive goal"
+PIECES = {"app": "the app (`apps.route` → `hello`, start_response a C builtin)",
+          "environ": "the least PEP 3333 environ (a copy of the constant keys, six inserts)",
+          "body": "iterating the body",
+          "request": "all three together"}
 
 
 def per_call_ns(fn, number, repeat):
@@ -120,26 +129,59 @@ def reference_us():
     return statistics.median(vals)
 
 
+def verdict(floor, ref):
+    """(the ns per request the goal leaves for Python, the best ratio to the
+    reference a server could reach whose only Python were this floor)."""
+    return ref * 1000 * (1 / GOAL - 1), ref * 1000 / (ref * 1000 + floor["request"])
+
+
+def report(floor, ref, args, when):
+    """The RESULTS.md section: the pieces' ns per request against the budget."""
+    budget, best = verdict(floor, ref)
+    source = "given with --ref-us" if args.ref_us else \
+        "measured in the same run (run_core.py: the reference only, keep-alive hello, 3 rounds of 4 s)"
+    lines = [TITLE, "",
+             f"Run on {when} by `{invocation()}` at {git_head()}: Python {sys.version.split()[0]}, one process "
+             f"pinned to CPU {args.cpu} with no server around it, each piece the median of {args.repeat} timings "
+             f"of {args.number:,} calls less an empty loop's; the reference's CPU per request {source}.", "",
+             f"The keep-alive goal is keep-alive hello at ≥ {GOAL}× the C reference's requests per server "
+             f"CPU-second: a server may spend 1/{GOAL} − 1 = {100 * (1 / GOAL - 1):.1f} % more CPU per request "
+             "than the reference, and that must pay for all the Python a request needs.", "",
+             "| piece | ns per request |", "|---|---:|"]
+    lines += [f"| {label} | {floor[name]:,.0f} |" for name, label in PIECES.items()]
+    lines += [f"| the reference's CPU per request | {ref * 1000:,.0f} |",
+              f"| the budget at {GOAL}× ({100 * (1 / GOAL - 1):.1f} % of it) | {budget:,.0f} |", "",
+              f"The app alone is {floor['app'] / budget:.2f}× the budget and the whole floor "
+              f"{floor['request'] / budget:.2f}×. A server whose kernel and C work were exactly the reference's, "
+              f"and whose Python were only this floor, would reach {ref * 1000:,.0f} / ({ref * 1000:,.0f} + "
+              f"{floor['request']:,.0f}) = **{best:.3f}×**.", ""]
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ref-us", type=float, help="the reference's CPU µs per keep-alive hello request")
     ap.add_argument("--number", type=int, default=200_000, help="calls per timing")
     ap.add_argument("--repeat", type=int, default=7, help="timings per case (the median is kept)")
-    ap.add_argument("--cpu", type=int, default=0, help="the CPU to pin to")
+    ap.add_argument("--cpu", type=int, default=int(SERVER_CPU), help="the CPU to pin to")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
     args = ap.parse_args()
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     ref = args.ref_us if args.ref_us else reference_us()
-    os.sched_setaffinity(0, {args.cpu})
-    print(f"Python {sys.version.split()[0]}, CPU {args.cpu}, {args.repeat} x {args.number:,} calls per case")
+    pin_self(args.cpu)
+    log(f"Python {sys.version.split()[0]}, CPU {args.cpu}, {args.repeat} x {args.number:,} calls per case")
     floor = {}
     for name, fn in make_cases().items():
         floor[name] = per_call_ns(fn, args.number, args.repeat)
-        print(f"  {name:8} {floor[name]:7.1f} ns")
-    budget = ref * 1000 * (1 / GOAL - 1)
-    print(f"reference: {ref:.2f} µs of CPU per request; at {GOAL}x a server may spend {budget:.0f} ns more")
-    print(f"the app alone: {floor['app']:.0f} ns = {floor['app'] / budget:.2f}x that budget; "
-          f"a whole request's Python floor: {floor['request']:.0f} ns = {floor['request'] / budget:.2f}x")
-    best = ref * 1000 / (ref * 1000 + floor["request"])
-    print(f"best possible ratio with the reference's kernel and C work and only this Python: {best:.3f}x")
+        log(f"  {name:8} {floor[name]:7.1f} ns")
+    budget, best = verdict(floor, ref)
+    log(f"reference: {ref:.2f} µs of CPU per request; at {GOAL}x a server may spend {budget:.0f} ns more")
+    log(f"the app alone: {floor['app']:.0f} ns = {floor['app'] / budget:.2f}x that budget; "
+        f"a whole request's Python floor: {floor['request']:.0f} ns = {floor['request'] / budget:.2f}x")
+    log(f"best possible ratio with the reference's kernel and C work and only this Python: {best:.3f}x")
+    if not args.no_write:
+        write_section(RESULTS, TITLE, report(floor, ref, args, when))
+        log(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":

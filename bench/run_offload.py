@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Offload benchmark (issue 4): one 1 KiB record per request to Kafka, five ways.
+"""Offload benchmark: one 1 KiB record per request to Kafka, five ways.
 
     python3 bench/run_offload.py            # full run: 3 interleaved rounds (~25 min)
     python3 bench/run_offload.py --quick    # 1 round of 5 s loads (~3 min)
@@ -60,7 +60,8 @@ import common  # noqa: E402
 from common import openloop  # noqa: E402
 from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
                     apt_install, children_cpu_seconds, free_port, git_head, invocation, log, pid_cpu_seconds,
-                    rotated, run_quiet, self_cpu_seconds, stop_all, wait_http, wait_until_quiet, write_section)
+                    pin_self, pinned_self, rotated, run_quiet, self_cpu_seconds, stop_all, wait_http,
+                    wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -191,13 +192,9 @@ class Kafka:
         self.broker = kafka_broker.Broker(self.home, self.data, free_port(pair=True))
         # The broker JVM inherits this process's CPU affinity (every thread
         # it creates then inherits its creator's): set it around start().
-        mine = os.sched_getaffinity(0)
         cpus = set(range(os.cpu_count())) if broker_cpu == "all" else {int(broker_cpu)}
-        os.sched_setaffinity(0, cpus)
-        try:
+        with pinned_self(cpus):
             self.broker.start(timeout=90)
-        finally:
-            os.sched_setaffinity(0, mine)
         self.pid = self.broker.pid
         from confluent_kafka import Consumer, TopicPartition
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -887,7 +884,7 @@ def main():
     os.makedirs(args.scratch, exist_ok=True)
 
     # This script (the Kafka checks between loads) and its load generators on the client CPU.
-    os.sched_setaffinity(0, {int(CLIENT_CPU)})
+    pin_self(CLIENT_CPU)
     signal.signal(signal.SIGTERM, _sigterm)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 

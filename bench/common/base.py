@@ -3,6 +3,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(BENCH)
@@ -15,6 +16,18 @@ CLIENT_CPU = "1"       # wrk, the Python clients, nginx in front
 
 def log(msg=""):
     print(msg, flush=True)
+
+
+def wait_until(cond, timeout, pause=0.1):
+    """Until cond() is true (checked every `pause` s); False if it is not
+    within `timeout` s. For waiting on an observable event (a file's size,
+    a log line, a count) instead of sleeping a guessed time."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+    return True
 
 
 def run_quiet(argv, **kw):

@@ -24,8 +24,18 @@ def _heading_span(text, prefix):
     return m.start(), (m.end() + nxt.start() if nxt else len(text))
 
 
+def _insert_by_date(text, entry, date):
+    """`text` (a history file) with `entry` put before the first "## "
+    heading older than `date` ("YYYY-MM-DD HH:MM"; headings compared by the
+    date they start with), so the file stays newest first."""
+    for m in re.finditer(r"^## (\d{4}-\d\d-\d\d(?: \d\d:\d\d)?)", text, re.M):
+        if m.group(1) < date:
+            return text[:m.start()] + entry + text[m.start():]
+    return text.rstrip() + "\n\n" + entry
+
+
 def _to_history(history_path, old):
-    """Put a replaced section at the top of the history file (newest first),
+    """Put a replaced section in the history file at its date (newest first),
     its heading prefixed with the date of the run it shows."""
     when = re.search(r"Run on (\d{4}-\d\d-\d\d \d\d:\d\d) UTC", old)
     date = when.group(1) if when else time.strftime("%Y-%m-%d %H:%M", time.gmtime())
@@ -34,9 +44,7 @@ def _to_history(history_path, old):
     if os.path.exists(history_path):
         with open(history_path) as f:
             text = f.read() or HISTORY_HEAD
-    first = re.search(r"^## ", text, re.M)
-    at = first.start() if first else len(text.rstrip()) + 2
-    text = text[:at].rstrip() + "\n\n" + entry + text[at:]
+    text = _insert_by_date(text, entry, date)
     with open(history_path, "w") as f:
         f.write(text.rstrip() + "\n")
 
@@ -45,7 +53,7 @@ def write_section(path, title, section, replaces=None):
     """Put `section` (headed `title`) in the Markdown file at `path` in place
     of the section whose heading starts with `replaces` (default: `title`), or
     append it; the other sections stay as they are. The section replaced
-    moves to the top of HISTORY.md beside `path`, so RESULTS.md holds each
+    moves to HISTORY.md beside `path` (at its date), so RESULTS.md holds each
     benchmark's latest run and no run is lost."""
     text = ""
     if os.path.exists(path):

@@ -1,5 +1,6 @@
 """Server process trees: started pinned in their own session, checked
 ready, measured, stopped by PID then by group; ports, pinning, nginx in front."""
+import contextlib
 import http.client
 import os
 import shutil
@@ -8,7 +9,7 @@ import socket
 import subprocess
 import time
 
-from .base import BENCH, CLIENT_CPU, HOST, SERVER_CPU
+from .base import BENCH, CLIENT_CPU, HOST, SERVER_CPU, wait_until
 from .cpu import proc_table
 from .uwsgi import UWSGI_BIN
 
@@ -36,12 +37,26 @@ def pinned(cpu, argv):
     return ["taskset", "-c", cpu, *argv]
 
 
-def pin_self(cpu):
-    """Pin this process (the Python clients) to CPU `cpu`, if allowed."""
+def pin_self(cpus):
+    """Pin this process (the Python clients) to `cpus`, if allowed: one CPU
+    ("1" or 1) or a set of them. Returns the CPUs it had before."""
+    before = os.sched_getaffinity(0)
     try:
-        os.sched_setaffinity(0, {int(cpu)})
+        os.sched_setaffinity(0, {int(c) for c in cpus} if isinstance(cpus, (set, frozenset)) else {int(cpus)})
     except OSError:
         pass
+    return before
+
+
+@contextlib.contextmanager
+def pinned_self(cpus):
+    """This process pinned to `cpus` (as pin_self) inside the block, then
+    back: a process started inside (with all its threads) inherits them."""
+    before = pin_self(cpus)
+    try:
+        yield
+    finally:
+        pin_self(before)
 
 
 def wait_http(port, path="/", timeout=20.0, alive=None, conn_timeout=1.0, body=None, headers=None,
@@ -136,6 +151,23 @@ class ServerTree:
     def wait_listening(self, timeout=20.0, **kw):
         """Until its port accepts a connection; False if it exits first."""
         return wait_listening(self.port, timeout, alive=self.alive, **kw)
+
+    def wait_workers(self, workers, timeout=30.0, quiet=0.25):
+        """Until the tree holds `workers` processes besides the first (the
+        master) and has used under 2 % of a CPU for `quiet` s: every worker
+        has booted (imported, started its threads) and waits for connections.
+        False at the deadline or if the server exits first."""
+        deadline = time.monotonic() + timeout
+        if not wait_until(lambda: self.exited() or len(self.tree()[0]) - 1 >= workers, timeout, 0.05):
+            return False
+        while not self.exited():
+            before = self.sched_cpu_seconds()
+            time.sleep(quiet)
+            if self.sched_cpu_seconds() - before < 0.02 * quiet:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+        return False
 
     def cpu_seconds(self):
         """CPU of the tree in clock ticks' resolution (utime+stime, reaped

@@ -3,7 +3,7 @@ import collections
 import re
 import subprocess
 
-from .base import BENCH, CLIENT_CPU, run_quiet
+from .base import BENCH, CLIENT_CPU
 from .cpu import children_cpu_seconds
 from .servers import pinned
 
@@ -23,16 +23,36 @@ def wrk_stats(output):
 WrkRun = collections.namedtuple("WrkRun", "stats output cpu timed_out")
 
 
+class WrkLoad:
+    """wrk running in the background (start_wrk); result() waits for it."""
+
+    def __init__(self, argv, seconds):
+        self.bound = seconds + 60
+        self.cpu0 = children_cpu_seconds()
+        self.proc = subprocess.Popen(argv, cwd=BENCH, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def result(self):
+        """A WrkRun once wrk has finished (killed past its seconds + 60):
+        stats (wrk_stats(); None if wrk failed or timed out), its output, its
+        CPU seconds (with those of any child reaped meanwhile), timed_out."""
+        try:
+            out, _ = self.proc.communicate(timeout=self.bound)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            return WrkRun(None, f"wrk did not finish within {self.bound} s", 0.0, True)
+        cpu_s = children_cpu_seconds() - self.cpu0
+        return WrkRun(wrk_stats(out) if self.proc.returncode == 0 else None, out, cpu_s, False)
+
+
+def start_wrk(args, seconds, url, script="stats.lua", cpu=CLIENT_CPU, prefix=()):
+    """`wrk ARGS -dSECONDS --latency -s SCRIPT URL` (script None: neither
+    --latency nor -s) pinned to `cpu` (after `prefix`, e.g. chrt), from
+    bench/, started in the background: a WrkLoad, whose result() waits."""
+    extra = ["--latency", "-s", script] if script else []
+    return WrkLoad([*prefix, *pinned(cpu, ["wrk", *args, f"-d{seconds}s", *extra, url])], seconds)
+
+
 def run_wrk(args, seconds, url, script="stats.lua", cpu=CLIENT_CPU, prefix=()):
-    """`wrk ARGS -dSECONDS --latency -s SCRIPT URL` pinned to `cpu` (after
-    `prefix`, e.g. chrt), from bench/, bounded to seconds + 60. Returns a
-    WrkRun: stats (wrk_stats(); None if wrk failed or timed out), its
-    output, its CPU seconds, timed_out."""
-    argv = [*prefix, *pinned(cpu, ["wrk", *args, f"-d{seconds}s", "--latency", "-s", script, url])]
-    before = children_cpu_seconds()
-    try:
-        r = run_quiet(argv, cwd=BENCH, timeout=seconds + 60)
-    except subprocess.TimeoutExpired:
-        return WrkRun(None, f"wrk did not finish within {seconds + 60} s", 0.0, True)
-    cpu_s = children_cpu_seconds() - before
-    return WrkRun(wrk_stats(r.stdout) if r.returncode == 0 else None, r.stdout, cpu_s, False)
+    """start_wrk(...).result(): wrk run to its end, bounded to seconds + 60."""
+    return start_wrk(args, seconds, url, script, cpu, prefix).result()
