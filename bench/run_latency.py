@@ -33,7 +33,7 @@ openloop opened: 50 means all stayed alive.
 
 Columns "x best peer": the server's p99 (p99.9) over the lowest p99 (p99.9)
 of the other servers in the same round, median over rounds; forkwsgi's
-goal (issue 27) is at or below 1.00 in both at both rates."""
+goal is at or below 1.00 in both at both rates."""
 import argparse
 import os
 import statistics

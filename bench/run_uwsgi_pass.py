@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """nginx `uwsgi_pass` in front of forkwsgi --uwsgi-socket and of uWSGI
 --socket: the cost of a connection per request (nginx keeps no uwsgi
-upstream connection alive), issue 25 item 14.
+upstream connection alive).
 
     flock /tmp/bench.lock python3 bench/run_uwsgi_pass.py             # 3 rounds of 5 s (~2 minutes)
     flock /tmp/bench.lock python3 bench/run_uwsgi_pass.py --quick     # 1 round of 2 s

@@ -9,7 +9,7 @@
 # and the rescheduling (RES) and function-call (CAL) interrupts the kernel
 # sent (a remote wake-up in this VM). Needs perf (apt-get install linux-perf).
 #
-# Made for issue 27's Flask gap: forkwsgi sends each response as it is
+# Made for the Flask gap against bjoern: forkwsgi sends each response as it is
 # ready and wakes the idle client for nearly every one; bjoern (libev)
 # writes after its loop pass, and the client wakes once per batch. The wake
 # (an IPI) runs in the sender's softirq and counts in its schedstat CPU.
