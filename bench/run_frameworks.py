@@ -5,7 +5,7 @@ CPU-second and p99, as ratios to bjoern's in the same round, rounds
 interleaved (issue: speed on real apps).
 
     python3 bench/run_frameworks.py [--rounds 3] [--seconds 5] [--apps flask,django]
-                                    [--only forkwsgi,bjoern,...] [--no-write]
+                                    [--only forkwsgi,bjoern,...] [--variant NAME="FLAGS"] [--no-write]
 
 Servers: forkwsgi (--threads 1, its defaults), bjoern, fastpysgi, granian (--interface wsgi, 1 worker, 1 blocking thread). The peers run from
 bench/.venv (run_core.py makes it), forkwsgi from this checkout, with the
@@ -28,10 +28,13 @@ PATH = "/user/7"
 TITLE = "## Real frameworks: Flask and Django"
 
 
+VARIANTS = {}          # --variant NAME="forkwsgi flags": a forkwsgi of other settings, as server NAME
+
+
 def command(server, app, port):
-    if server == "forkwsgi":
+    if server == "forkwsgi" or server in VARIANTS:
         return [sys.executable, "-m", "forkwsgi", f"framework_apps:{app}", "--bind", f"127.0.0.1:{port}",
-                "--log-level", "warning"]
+                "--log-level", "warning", *VARIANTS.get(server, [])]
     return peer_command(server, f"framework_apps:{app}", port, VENV_PY)
 
 
@@ -88,10 +91,16 @@ def main():
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--apps", default="flask,django")
     ap.add_argument("--only", default=",".join(SERVERS))
+    ap.add_argument("--variant", action="append", default=[], metavar='NAME="FLAGS"',
+                    help="also run forkwsgi with these flags, as server NAME (A/B of a setting)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     apps = [a for a in args.apps.split(",") if a]
     servers = [s for s in args.only.split(",") if s]
+    for v in args.variant:
+        name, _, flags = v.partition("=")
+        VARIANTS[name] = flags.split()
+        servers.append(name)
     if "bjoern" not in servers:
         servers.append("bjoern")       # the ratios' reference
     os.makedirs(OUT, exist_ok=True)

@@ -47,7 +47,7 @@ void fw_config_defaults(fw_config *cfg)
     cfg->spool_dir = NULL;
     cfg->max_connections = 10000;
     cfg->accept_batch = 64;
-    cfg->write_coalesce_us = 200;
+    cfg->write_coalesce_us = 1000;
 }
 
 void fw_server_log(fw_server *srv, int level, const char *fmt, ...)

@@ -73,7 +73,7 @@ SETTINGS = [
             "worker processes under a master; 0 serves from this process, with no master", section="Processes"),
     Setting("threads", ["--threads"], 1, positive_int,
             "app threads per worker; 1 runs the app on the worker's I/O loop thread", section="Processes"),
-    Setting("write_coalesce", ["--write-coalesce"], 0.0002, brief_seconds,
+    Setting("write_coalesce", ["--write-coalesce"], 0.001, brief_seconds,
             "with --threads 1: the responses finished in one pass of the worker's loop leave together at "
             "its end, so that the client side (a proxy, a load balancer) is woken once per pass and not "
             "once per response, which costs the worker less CPU under load. A response waits at most "
