@@ -19,7 +19,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import Conn, wait_for
+from httpraw import Conn, asleep, server_gone, server_stalled, wait_for
 from test_fairness import WRK, mixed_load
 from test_handover import error_lines, wrk
 from test_proxy_pools import NGINX, POST_LUA, Proxy
@@ -86,16 +86,20 @@ def test_eviction_at_max_connections_does_not_break_a_proxy_pool(servers, tmp_pa
 
 # ---- the app's close() runs on the loop thread -----------------------------
 
-def dropped_stream(port, cleanup):
+def dropped_stream(s, cleanup, mark):
     """Start a streamed response whose generator's finally takes `cleanup`
-    seconds, let the server's writes stall, then reset the connection: the
-    server drops the response and closes the app's iterable."""
-    sock = stalled_get(port, f"/stream?cleanup={cleanup}")
-    time.sleep(1.0)
+    seconds (and creates the file `mark` as it begins), wait until the
+    server's writes have stalled, then reset the connection: the server
+    drops the response and closes the app's iterable."""
+    sock = stalled_get(s.port, f"/stream?cleanup={cleanup}&mark={mark}")
+    # Stalled: the client's window is shut on bytes the server holds, and
+    # the worker sleeps (its generator suspended, the connection the loop's).
+    pid = s.worker_pids()[0]
+    assert wait_for(lambda: server_stalled(sock) and asleep(pid), 20), s.log()[-1500:]
     reset(sock)
 
 
-def test_a_dropped_responses_cleanup_does_not_stall_the_loop(servers):
+def test_a_dropped_responses_cleanup_does_not_stall_the_loop(servers, tmp_path):
     """--threads 2. A client resets a streamed response whose generator has
     a finally block that takes 4 s (an app that unsubscribes, flushes,
     releases a lock).
@@ -112,15 +116,16 @@ def test_a_dropped_responses_cleanup_does_not_stall_the_loop(servers):
     once."""
     s = start(servers, "review23_apps:slow_cleanup", "--workers", "1", "--threads", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
-    dropped_stream(s.port, 4)
-    time.sleep(0.2)
+    mark = tmp_path / "cleanup-began"
+    dropped_stream(s, 4, mark)
+    assert wait_for(mark.exists, 20), s.log()[-1500:]      # the reset was seen: close() runs
     got = probe(s.port, timeout=6.0, path="/fast")
     assert isinstance(got, float), got
     assert got < 1.0, f"a request on another connection took {got:.1f} s"
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_dropped_responses_cleanup_is_not_a_frozen_worker(servers, threads):
+def test_a_dropped_responses_cleanup_is_not_a_frozen_worker(servers, threads, tmp_path):
     """--heartbeat-timeout 2; a client resets a streamed response whose
     generator's finally block takes 5 s.
 
@@ -137,8 +142,8 @@ def test_a_dropped_responses_cleanup_is_not_a_frozen_worker(servers, threads):
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     assert s.get("/fast").status == 200                 # its loop serves
     pids = s.worker_pids()
-    dropped_stream(s.port, 5)
-    time.sleep(6.5)
+    dropped_stream(s, 5, tmp_path / "cleanup-began")
+    time.sleep(6.5)             # the cleanup's 5 s and more: the master must not call it frozen meanwhile
     assert "frozen" not in s.log(), s.log()[-1500:]
     assert s.worker_pids() == pids
 
@@ -172,7 +177,7 @@ def test_body_min_rate_keeps_its_grace_when_the_body_timeout_is_off(servers):
 # ---- --heartbeat-timeout and the GIL ----------------------------------------
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_loop_waiting_for_the_gil_to_log_is_not_frozen(servers, threads):
+def test_a_loop_waiting_for_the_gil_to_log_is_not_frozen(servers, threads, tmp_path):
     """--heartbeat-timeout 2. A thread of the app's own (a cache refresher,
     a C extension that keeps the GIL) holds the GIL for 5 s; meanwhile a
     client sends a request without Host.
@@ -193,14 +198,15 @@ def test_a_loop_waiting_for_the_gil_to_log_is_not_frozen(servers, threads):
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     assert s.get("/").status == 200                     # its loop serves
     pids = s.worker_pids()
+    mark = tmp_path / "hog-began"
     with Conn(s.port) as c:
-        c.send(b"GET /hog?s=5 HTTP/1.1\r\nHost: t\r\n\r\n")    # the hog starts 0.5 s after the answer
+        c.send(f"GET /hog?s=5&mark={mark} HTTP/1.1\r\nHost: t\r\n\r\n".encode())  # starts 0.5 s after the answer
         assert c.read_response().status == 200
-    time.sleep(0.8)
+    assert wait_for(mark.exists, 20), s.log()[-1500:]       # the hog holds the GIL (for 5 s)
     with Conn(s.port, timeout=10) as c:
         c.send(b"GET / HTTP/1.1\r\n\r\n")
         status = c.read_response().status
-    time.sleep(1.0)
+    time.sleep(1.0)             # a master that called it frozen late would have said so by now
     assert "frozen" not in s.log(), s.log()[-1500:]
     assert s.worker_pids() == pids
     assert status == 400
@@ -278,7 +284,10 @@ def test_inline_write_to_clients_that_do_not_read_bounded_memory(servers):
     base = rss_mib(pid)
     stuck = [stalled_get(s.port, "/?mb=60") for _ in range(10)]
     try:
-        time.sleep(4.0)
+        # Every response queued as far as it goes: each connection's
+        # writes stalled (or the connection ended), the worker asleep.
+        assert wait_for(lambda: all(server_stalled(x) or server_gone(x) for x in stuck) and asleep(pid), 30), \
+            s.log()[-1500:]
         grown = rss_mib(pid) - base
     finally:
         for sock in stuck:
