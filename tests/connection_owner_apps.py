@@ -1,4 +1,5 @@
-"""WSGI apps for tests/test_review_23.py (hostile review of issue 23)."""
+"""WSGI apps for tests/test_connection_owner.py (the loop as the
+connection's owner, attacked)."""
 import threading
 import time
 

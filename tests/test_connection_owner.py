@@ -1,10 +1,10 @@
-"""A hostile review of issue 23 (c81f68d): each test is a defect found by
-attacking the new connection owner, the ready queue, write() parking, lent
-bytes, --max-connections eviction and --heartbeat-timeout with real
-processes over real sockets. Every test here fails on c81f68d; its
-docstring says what happens and what should.
+"""The loop as the connection's owner, attacked: the ready queue, write()
+parking, lent bytes, --max-connections eviction and --heartbeat-timeout,
+with real processes over real sockets. Each test is a defect found that
+way; every test here fails on c81f68d; its docstring says what happens
+and what should.
 
-Apps in review23_apps.py. Every load is bounded in time and count and
+Apps in connection_owner_apps.py. Every load is bounded in time and count and
 targets 127.0.0.1.
 """
 import json
@@ -114,7 +114,7 @@ def test_a_dropped_responses_cleanup_does_not_stall_the_loop(servers, tmp_path):
     What should happen: close() of a dropped response runs on an app
     thread (or at least off the loop thread): the probe is answered at
     once."""
-    s = start(servers, "review23_apps:slow_cleanup", "--workers", "1", "--threads", "2")
+    s = start(servers, "connection_owner_apps:slow_cleanup", "--workers", "1", "--threads", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     mark = tmp_path / "cleanup-began"
     dropped_stream(s, 4, mark)
@@ -137,7 +137,7 @@ def test_a_dropped_responses_cleanup_is_not_a_frozen_worker(servers, threads, tm
 
     What should happen: the worker is not killed as frozen while app code
     (the iterable's close()) runs; the same worker serves on."""
-    s = start(servers, "review23_apps:slow_cleanup", "--workers", "1", "--threads", str(threads),
+    s = start(servers, "connection_owner_apps:slow_cleanup", "--workers", "1", "--threads", str(threads),
               "--heartbeat-timeout", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     assert s.get("/fast").status == 200                 # its loop serves
@@ -193,7 +193,7 @@ def test_a_loop_waiting_for_the_gil_to_log_is_not_frozen(servers, threads, tmp_p
     a frozen worker (its log lines should not need the GIL on the loop
     thread, or the wait should count as a beat); the worker lives and the
     client gets its 400."""
-    s = start(servers, "review23_apps:gil_hog", "--workers", "1", "--threads", str(threads),
+    s = start(servers, "connection_owner_apps:gil_hog", "--workers", "1", "--threads", str(threads),
               "--heartbeat-timeout", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     assert s.get("/").status == 200                     # its loop serves
@@ -312,7 +312,7 @@ def test_a_queued_kept_alive_request_keeps_its_place(servers):
     gets the thread; K waits for the next one (starts at 1.2 s, with N2,
     both after N1). A kept-alive request that arrived first is served after
     every new connection that was waiting when a thread freed: the starving
-    of issue 23, the other way round.
+    test_fairness.py guards against, the other way round.
 
     What should happen: work is served in arrival order (README): K, which
     came first, starts when the first thread frees (0.6 s), before N1."""
@@ -407,7 +407,7 @@ def test_inline_fairness_over_a_unix_socket(servers):
     (README: "With --threads 1 a loop pass ... takes from the accept queue
     its share of what waited there when the pass began"): no kept-alive
     request waits more than 1 s."""
-    path = os.path.join(tempfile.mkdtemp(prefix="fw-review-"), "app.sock")
+    path = os.path.join(tempfile.mkdtemp(prefix="fw-owner-"), "app.sock")
     s = start(servers, "apps:sleep", "--workers", "2", "--threads", "1", "--balance", "shared",
               bind=["unix:" + path])
     assert wait_for(lambda: s.log().count("Booted worker") >= 2)
@@ -507,7 +507,7 @@ def test_a_queued_unread_request_moves_to_a_worker_that_frees_first(servers):
     connections "wait in the worker's ready queue (unread, so they can
     still move to a worker that frees a thread first)"): K's request moves
     to B when B frees its threads, and starts at about 0.5 s."""
-    s = start(servers, "review23_apps:pinned_sleep", "--workers", "2", "--threads", "2", "--log-level", "debug")
+    s = start(servers, "connection_owner_apps:pinned_sleep", "--workers", "2", "--threads", "2", "--log-level", "debug")
     assert wait_for(lambda: len(s.worker_pids()) == 2)
     assert wait_for(lambda: len(re.findall(r"worker \d+ \(pid \d+\) ready", s.log())) == 2)   # both serve
     for _ in range(3):
