@@ -1,8 +1,8 @@
 """The loop as the connection's owner, attacked: the ready queue, write()
 parking, lent bytes, --max-connections eviction and --heartbeat-timeout,
 with real processes over real sockets. Each test is a defect found that
-way; every test here fails on c81f68d; its docstring says what happens
-and what should.
+way and fails on c81f68d; its docstring says what happens and what
+should.
 
 Apps in connection_owner_apps.py. Every load is bounded in time and count and
 targets 127.0.0.1.
