@@ -429,6 +429,25 @@ class _SizedReads:
         return iter(self._inp)
 
 
+# Said on stderr (the server's log) for each response of a validated app
+# once the server let go of it.
+RELEASED = "validated response released"
+
+
+def _says_when_released(app):
+    """app, each of whose responses has RELEASED said once the server let
+    go of it: after wsgiref.validate's IteratorWrapper.__del__, which
+    checks then that close() was called (weakref callbacks run after
+    __del__), so a test can wait for that check."""
+    import weakref
+
+    def wrapped(environ, start_response):
+        result = app(environ, start_response)
+        weakref.finalize(result, print, RELEASED, file=sys.stderr, flush=True)
+        return result
+    return wrapped
+
+
 def validated():
     """A small app under wsgiref.validate; it reads with read(size) as the
     validator demands and answers the body's length."""
@@ -438,7 +457,7 @@ def validated():
         n = len(_read_sized(environ["wsgi.input"]))
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"validated %d" % n]
-    return validator(inner)
+    return _says_when_released(validator(inner))
 
 
 def validated_echo():
@@ -448,7 +467,7 @@ def validated_echo():
     def adapter(environ, start_response):
         environ["wsgi.input"] = _SizedReads(environ["wsgi.input"])
         return echo(environ, start_response)
-    return validator(adapter)
+    return _says_when_released(validator(adapter))
 
 
 def _digest(b):

@@ -279,15 +279,77 @@ def accept_queue(port):
     raise AssertionError(f"nothing listens on {port}")
 
 
+def _server_end(sock):
+    """/proc/net/tcp's fields of the server's end of the client socket
+    `sock`, or None when there is none any more (reset, or closed and done)."""
+    try:
+        here, there = sock.getsockname()[1], sock.getpeername()[1]
+    except OSError:                 # reset: the client's end is not connected any more
+        return None
+    for fields in _tcp_lines():
+        if int(fields[1].split(":")[1], 16) == there and int(fields[2].split(":")[1], 16) == here:
+            return fields
+    return None
+
+
 def server_unread(sock):
     """Bytes the client `sock` sent that the server has not read yet (the
     rx_queue of the server's end in /proc/net/tcp): 0 once its loop read
     them."""
-    here, there = sock.getsockname()[1], sock.getpeername()[1]
-    for fields in _tcp_lines():
-        if int(fields[1].split(":")[1], 16) == there and int(fields[2].split(":")[1], 16) == here:
-            return int(fields[4].split(":")[1], 16)
-    raise AssertionError(f"no server end for the client port {here}")
+    fields = _server_end(sock)
+    if fields is None:
+        raise AssertionError(f"no server end for the client socket {sock}")
+    return int(fields[4].split(":")[1], 16)
+
+
+def server_stalled(sock):
+    """The server's end of the client socket `sock` holds bytes that the
+    client's receive window does not admit: its zero-window probe timer
+    runs (timer 4 in /proc/net/tcp). Its writes make no progress until
+    the client reads."""
+    fields = _server_end(sock)
+    return fields is not None and fields[5].split(":")[0] == "04"
+
+
+def server_gone(sock):
+    """The server's end of the client socket `sock` is closed: gone, or
+    no longer ESTABLISHED (it closed and waits for the client, its last
+    bytes perhaps still queued)."""
+    fields = _server_end(sock)
+    return fields is None or fields[3] != "01"
+
+
+def asleep(pid):
+    """Every thread of process `pid` sleeps (state S: in epoll, on a lock,
+    a timer or a socket): none runs or waits for a CPU, so the process has
+    done all it can until something wakes it. False if it is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "S":
+                    return False
+        except OSError:             # a thread that ended meanwhile
+            pass
+    return True
+
+
+def signal_pending(pid, sig):
+    """`sig`, sent to process `pid`, is not taken yet by any of its threads
+    (its bit in ShdPnd, /proc/PID/status). An ignored signal is never
+    pending; a caught one is until a thread takes it; one whose default
+    stops or ends the process, until it did. False if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("ShdPnd:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        pass
+    return False
 
 
 def bytes_waiting(sock):

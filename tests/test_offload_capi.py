@@ -145,7 +145,12 @@ def test_teardown_waits_for_a_call_blocked_on_a_full_ring(tmp_path):
         got = []
         t = threading.Thread(target=lambda: got.append(fw.offload("late", b"y" * 1000)))
         t.start()
-        time.sleep(0.2)                          # the thread waits for room, without the GIL
+        # The thread waits for room, without the GIL: in the ring's wait
+        # (nanosleep between looks; it makes no other sleeping call).
+        wchan = "/proc/self/task/%d/wchan" % t.native_id
+        end = time.monotonic() + 20
+        while "nanosleep" not in open(wchan).read() and time.monotonic() < end:
+            time.sleep(0.001)
         t0 = time.monotonic()
         fw.offload_teardown()
         waited = time.monotonic() - t0

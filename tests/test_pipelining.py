@@ -17,7 +17,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import Closed, Conn
+from httpraw import Closed, Conn, asleep, server_stalled, wait_for
 
 APP = "pipeline_apps:app"
 
@@ -291,7 +291,10 @@ def test_slow_reader_deep_pipeline_bounded_memory(make):
         reqs = b"".join(get("/list?kb=64") if i % 2 else get(f"/n/{i}") for i in range(n))
         sender = threading.Thread(target=c.sock.sendall, args=(reqs,))
         sender.start()
-        time.sleep(1.5)
+        # The server stopped reading: its writes stalled and its workers
+        # sleep (one that reads on sleeps only once it took all of them).
+        assert wait_for(lambda: server_stalled(c.sock) and all(asleep(p) for p in s.worker_pids()), 20), \
+            s.log()[-1500:]
         grown = _rss_kb(s) - base
         assert grown < 48 * 1024, f"server memory grew by {grown} KiB while the client did not read"
         body = (b"list." * 14000)[:64 << 10]

@@ -72,6 +72,7 @@ class Load:
         self.port, self.limit, self.deadline = port, limit, time.monotonic() + seconds
         self.stop = threading.Event()
         self.failures, self.done = [], 0
+        self.by_pid = {}                     # worker pid -> responses it gave
         self.versions = [[] for _ in range(clients)]
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(clients)]
@@ -84,9 +85,10 @@ class Load:
                 for _ in range(self.limit):
                     if self.stop.is_set() or time.monotonic() > self.deadline:
                         return
-                    v, _ = ask(c)
+                    v, pid = ask(c)
                     with self.lock:
                         self.done += 1
+                        self.by_pid[pid] = self.by_pid.get(pid, 0) + 1
                     if not self.versions[i] or self.versions[i][-1] != v:
                         self.versions[i].append(v)
                     time.sleep(0.002)
@@ -215,8 +217,10 @@ def test_a_reload_whose_new_image_cannot_import_never_drains_the_server(tmp_path
         s.signal(signal.SIGHUP)
         assert wait_for(lambda: "reload: the app does not import" in s.log(), 30), s.log()
         assert "the secret store did not answer" in s.log()
+        before = workers(s)
         load = Load(s.port, clients=6, seconds=20)
-        time.sleep(3)                       # 30 requests per worker go by many times over
+        # 30 requests per worker go by many times over (or a worker is lost).
+        wait_for(lambda: all(load.by_pid.get(p, 0) >= 160 for p in before) or len(workers(s)) < 2, 15)
         assert len(workers(s)) == 2, s.log()[-3000:]
         # full capacity, but a failed deploy shows; what the import said
         # (a DSN, a credential) stays in the log

@@ -206,7 +206,7 @@ def test_max_connections_closes_the_longest_idle_for_a_new_client(make_server):
     them would wait out the 75 s keep-alive), the one idle longest is closed
     and the new client is served at once, as nginx does. Only one idle for
     2 s at least: a proxy's pooled connections, reused within milliseconds,
-    are never cut as they carry a request (test_review_23.py)."""
+    are never cut as they carry a request (test_connection_owner.py)."""
     s = make_server("apps:echo", "--max-connections", "5", "--keep-alive", "30")
     held = [Conn(s.port) for _ in range(5)]
     for c in held:

@@ -22,17 +22,27 @@ import time
 
 import pytest
 
-from httpraw import Conn, non_readers, wait_for
+from httpraw import Conn, asleep, non_readers, server_stalled, wait_for
 from test_behind_proxy import HAPROXY, HAPROXY_CONF
 
 
-def trickle_expect(port, stop, length=1000, every=0.5, errors=None):
+def trickle_expect(port, stop, length=1000, every=0.5, errors=None, continued=None):
     """A POST with Expect: 100-continue whose body comes a byte every
-    `every` seconds until `stop` is set (the attack of item 2)."""
+    `every` seconds until `stop` is set (the attack of item 2). Once the
+    server's 100 Continue came (it waits for the body), True is appended
+    to `continued`."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
             s.sendall(b"POST /read HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n"
                       b"Expect: 100-continue\r\n\r\n" % length)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                piece = s.recv(1024)
+                if not piece:
+                    raise ConnectionError(f"closed before 100 Continue: {got!r}")
+                got += piece
+            if continued is not None:
+                continued.append(got.startswith(b"HTTP/1.1 100"))
             while not stop.wait(every):
                 s.sendall(b"x")
     except OSError as e:
@@ -65,13 +75,15 @@ def probes_during(port, seconds, every=0.25, path="/read"):
 def attack(port, n, seconds, every=0.5):
     """n trickling Expect uploads while probes run; returns the probes."""
     stop = threading.Event()
-    errors = []
-    threads = [threading.Thread(target=trickle_expect, args=(port, stop), kwargs={"every": every,
-                                                                                  "errors": errors})
+    errors, continued = [], []
+    threads = [threading.Thread(target=trickle_expect, args=(port, stop),
+                                kwargs={"every": every, "errors": errors, "continued": continued})
                for _ in range(n)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    # Every upload in the server, waiting for its body (a server that
+    # never says 100 Continue to some is what the probes then measure).
+    wait_for(lambda: len(continued) + len(errors) >= n, 20)
     try:
         got = probes_during(port, seconds)
     finally:
@@ -195,7 +207,7 @@ def test_write_to_a_client_that_does_not_read_stalls_no_one(make_server):
     assert wait_for(lambda: len(s.worker_pids()) >= 2)
     stuck = non_readers(s.port, "/?mb=8", 2)
     try:
-        time.sleep(0.5)
+        assert wait_for(lambda: all(server_stalled(x) for x in stuck), 20), s.log()[-1500:]
         got = probes_during(s.port, 3.0, path="/?mb=0")
         bad = [p for p in got if not isinstance(p, float) or p > 1.0]
         assert not bad, bad
@@ -292,7 +304,8 @@ def test_slow_reader_of_a_big_list_body_bounded_memory(make_server):
     stuck = non_readers(s.port, "/?kb=65536", 1)
     try:
         assert wait_for(lambda: rss_mib(pid) > base + 60, timeout=10)
-        time.sleep(1.0)
+        # Growth is over once the writes stalled and the worker sleeps.
+        assert wait_for(lambda: server_stalled(stuck[0]) and asleep(pid), 20), s.log()[-1500:]
         grown = rss_mib(pid) - base
         print(f"64 MiB list body to a client that does not read: worker RSS +{grown:.0f} MiB")
         assert grown < 96, grown

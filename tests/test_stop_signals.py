@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import HERE
-from httpraw import group_members, wait_for
+from httpraw import group_members, proc_state, signal_pending, wait_for
 
 APP_MODES = ("inline",)
 
@@ -100,6 +100,22 @@ def test_a_stop_signal_to_the_master_alone_still_stops_everything(tmp_path):
     assert took is not None and took < 1.0, took
 
 
+def _children(pid):
+    """The children of process pid, zombies too."""
+    out = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
 def _workers(pgid, master):
     """(pid, state) of the master's children in the group."""
     out = []
@@ -159,11 +175,18 @@ def test_the_masters_signals_sent_to_the_group_neither_kill_nor_stop_workers(tmp
         assert wait_for(lambda: ready_lines(log) == 4, 15), log.read_text()     # the new two serve
         get()                                           # the same kept-alive connection, served on
         for sig in (signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1):
+            said = log.read_text().count(f"Received {sig.name}")
             os.killpg(proc.pid, sig)
-            time.sleep(0.5)
+            # Every process of the group took its copy (a process its
+            # default stops or ends has done so once it did), and the master
+            # said it handled it (it says nothing for SIGUSR1).
+            wait_for(lambda: not any(signal_pending(p, sig) for p in group_members(proc.pid))
+                     and (sig == signal.SIGUSR1 or log.read_text().count(f"Received {sig.name}") > said), 15)
             states = _workers(proc.pid, proc.pid)
             assert all(state != "T" for _, state in states), (sig, states)
             get()
+        # A child that any of them ended has been reaped, so the log says so.
+        wait_for(lambda: all(proc_state(p) != "Z" for p in _children(proc.pid)), 15)
         text = log.read_text()
         assert "died" not in text and "failed" not in text, text
         assert "Received SIGHUP" in text and "Received SIGTTIN" in text and "Received SIGTTOU" in text, text

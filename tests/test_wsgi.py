@@ -17,14 +17,14 @@ import re
 import shutil
 import socket
 import tempfile
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ServerProc, mode_env
-from httpraw import Conn
+from apps import RELEASED
+from httpraw import Conn, asleep, wait_for
 
 LOG_MARKERS = ("WSGIWarning", "AssertionError", "Traceback")
 
@@ -51,8 +51,13 @@ def post(path, body, *, te=False, ctype=None, version="HTTP/1.1", extra=b""):
     return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
-def assert_clean_log(s):
-    time.sleep(0.3)            # let garbage collection (validator __del__ checks) happen
+def assert_clean_log(s, released=0):
+    """No warning, assertion or traceback in the server's log, once the
+    server is done with its requests: `released` responses of a validated
+    app let go of (the validator checks at their garbage collection that
+    close() was called), and its workers asleep (nothing left to log)."""
+    wait_for(lambda: s.log().count(RELEASED) >= released, 20)
+    wait_for(lambda: all(asleep(p) for p in s.worker_pids()), 20)
     log = s.log()
     bad = [m for m in LOG_MARKERS if m in log]
     assert not bad, f"{bad} in the server log:\n{log}"
@@ -95,12 +100,13 @@ def test_validator_separate_connections(make_server, app):
         with Conn(s.port) as c:
             c.send(raw)
             _validated_checks(name, c.read_response("HEAD" if name == "HEAD" else "GET"), "echo" in app)
-    assert_clean_log(s)
+    assert_clean_log(s, released=len(VALIDATED_REQUESTS))
 
 
 @pytest.mark.parametrize("app", ["apps:validated()", "apps:validated_echo()"])
 def test_validator_keepalive_reuse(make_server, app):
     s = make_server(app)
+    served = 0
     with Conn(s.port) as c:
         for _ in range(2):
             for name, raw in VALIDATED_REQUESTS:
@@ -110,8 +116,9 @@ def test_validator_keepalive_reuse(make_server, app):
                 r = c.read_response("HEAD" if name == "HEAD" else "GET")
                 _validated_checks(name, r, "echo" in app)
                 assert (r.header("connection") or "").lower() != "close"
+                served += 1
         assert not c.is_closed(0.2)
-    assert_clean_log(s)
+    assert_clean_log(s, released=served)
 
 
 @pytest.mark.parametrize("app", ["apps:validated()", "apps:validated_echo()"])
@@ -122,7 +129,7 @@ def test_validator_pipelined(make_server, app):
         c.send(b"".join(raw for _, raw in reqs))
         for name, _ in reqs:
             _validated_checks(name, c.read_response("HEAD" if name == "HEAD" else "GET"), "echo" in app)
-    assert_clean_log(s)
+    assert_clean_log(s, released=len(reqs))
 
 
 # ---- (b) the environ ----------------------------------------------------------

@@ -1,4 +1,5 @@
-"""WSGI apps for tests/test_review_23.py (hostile review of issue 23)."""
+"""WSGI apps for tests/test_connection_owner.py (the loop as the
+connection's owner, attacked)."""
 import threading
 import time
 
@@ -8,9 +9,10 @@ def _q(environ):
 
 
 def slow_cleanup(environ, start_response):
-    """/stream?mb=N&cleanup=S: a streamed body of N MiB in 256 KiB chunks
-    whose generator's finally block takes S seconds (an app that
-    unsubscribes, flushes, releases a lock: app code). /fast: a tiny
+    """/stream?mb=N&cleanup=S&mark=PATH: a streamed body of N MiB in 256
+    KiB chunks whose generator's finally block takes S seconds (an app
+    that unsubscribes, flushes, releases a lock: app code); it creates the
+    file PATH as it begins, for the test to wait for. /fast: a tiny
     answer."""
     q = _q(environ)
     if environ["PATH_INFO"] != "/stream":
@@ -24,27 +26,33 @@ def slow_cleanup(environ, start_response):
             for _ in range(mb * 4):
                 yield b"s" * (256 << 10)
         finally:
+            if "mark" in q:
+                open(q["mark"], "w").close()
             time.sleep(cleanup)
     return gen()
 
 
-def _hold_gil(seconds, after=0.5):
+def _hold_gil(seconds, mark, after=0.5):
     """After `after` seconds, a C call that keeps the GIL for `seconds` (a
     C extension that does not release it: ctypes.PyDLL calls with the GIL
-    held)."""
+    held). The file `mark` (if not None) is created just before it, with
+    the GIL already held."""
     import ctypes
     libc = ctypes.PyDLL(None)
     time.sleep(after)
+    if mark:
+        open(mark, "w").close()
     libc.usleep(int(seconds * 1e6))
 
 
 def gil_hog(environ, start_response):
-    """/hog?s=S: starts a background thread of the app that holds the GIL
-    in C for S seconds (a cache rebuild in a C extension, a huge regex);
-    answers at once. Anything else: a tiny answer."""
+    """/hog?s=S&mark=PATH: starts a background thread of the app that
+    holds the GIL in C for S seconds (a cache rebuild in a C extension, a
+    huge regex), creating the file PATH as it starts; answers at once.
+    Anything else: a tiny answer."""
     q = _q(environ)
     if environ["PATH_INFO"] == "/hog":
-        threading.Thread(target=_hold_gil, args=(float(q.get("s", "5")),), daemon=True).start()
+        threading.Thread(target=_hold_gil, args=(float(q.get("s", "5")), q.get("mark")), daemon=True).start()
     start_response("200 OK", [("Content-Type", "text/plain")])
     return [b"ok"]
 

@@ -1,10 +1,10 @@
-"""A hostile review of issue 23 (c81f68d): each test is a defect found by
-attacking the new connection owner, the ready queue, write() parking, lent
-bytes, --max-connections eviction and --heartbeat-timeout with real
-processes over real sockets. Every test here fails on c81f68d; its
-docstring says what happens and what should.
+"""The loop as the connection's owner, attacked: the ready queue, write()
+parking, lent bytes, --max-connections eviction and --heartbeat-timeout,
+with real processes over real sockets. Each test is a defect found that
+way and fails on c81f68d; its docstring says what happens and what
+should.
 
-Apps in review23_apps.py. Every load is bounded in time and count and
+Apps in connection_owner_apps.py. Every load is bounded in time and count and
 targets 127.0.0.1.
 """
 import json
@@ -19,7 +19,7 @@ import time
 import pytest
 
 from conftest import ServerProc
-from httpraw import Conn, wait_for
+from httpraw import Conn, asleep, server_gone, server_stalled, wait_for
 from test_fairness import WRK, mixed_load
 from test_handover import error_lines, wrk
 from test_proxy_pools import NGINX, POST_LUA, Proxy
@@ -86,16 +86,20 @@ def test_eviction_at_max_connections_does_not_break_a_proxy_pool(servers, tmp_pa
 
 # ---- the app's close() runs on the loop thread -----------------------------
 
-def dropped_stream(port, cleanup):
+def dropped_stream(s, cleanup, mark):
     """Start a streamed response whose generator's finally takes `cleanup`
-    seconds, let the server's writes stall, then reset the connection: the
-    server drops the response and closes the app's iterable."""
-    sock = stalled_get(port, f"/stream?cleanup={cleanup}")
-    time.sleep(1.0)
+    seconds (and creates the file `mark` as it begins), wait until the
+    server's writes have stalled, then reset the connection: the server
+    drops the response and closes the app's iterable."""
+    sock = stalled_get(s.port, f"/stream?cleanup={cleanup}&mark={mark}")
+    # Stalled: the client's window is shut on bytes the server holds, and
+    # the worker sleeps (its generator suspended, the connection the loop's).
+    pid = s.worker_pids()[0]
+    assert wait_for(lambda: server_stalled(sock) and asleep(pid), 20), s.log()[-1500:]
     reset(sock)
 
 
-def test_a_dropped_responses_cleanup_does_not_stall_the_loop(servers):
+def test_a_dropped_responses_cleanup_does_not_stall_the_loop(servers, tmp_path):
     """--threads 2. A client resets a streamed response whose generator has
     a finally block that takes 4 s (an app that unsubscribes, flushes,
     releases a lock).
@@ -110,17 +114,18 @@ def test_a_dropped_responses_cleanup_does_not_stall_the_loop(servers):
     What should happen: close() of a dropped response runs on an app
     thread (or at least off the loop thread): the probe is answered at
     once."""
-    s = start(servers, "review23_apps:slow_cleanup", "--workers", "1", "--threads", "2")
+    s = start(servers, "connection_owner_apps:slow_cleanup", "--workers", "1", "--threads", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
-    dropped_stream(s.port, 4)
-    time.sleep(0.2)
+    mark = tmp_path / "cleanup-began"
+    dropped_stream(s, 4, mark)
+    assert wait_for(mark.exists, 20), s.log()[-1500:]      # the reset was seen: close() runs
     got = probe(s.port, timeout=6.0, path="/fast")
     assert isinstance(got, float), got
     assert got < 1.0, f"a request on another connection took {got:.1f} s"
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_dropped_responses_cleanup_is_not_a_frozen_worker(servers, threads):
+def test_a_dropped_responses_cleanup_is_not_a_frozen_worker(servers, threads, tmp_path):
     """--heartbeat-timeout 2; a client resets a streamed response whose
     generator's finally block takes 5 s.
 
@@ -132,13 +137,13 @@ def test_a_dropped_responses_cleanup_is_not_a_frozen_worker(servers, threads):
 
     What should happen: the worker is not killed as frozen while app code
     (the iterable's close()) runs; the same worker serves on."""
-    s = start(servers, "review23_apps:slow_cleanup", "--workers", "1", "--threads", str(threads),
+    s = start(servers, "connection_owner_apps:slow_cleanup", "--workers", "1", "--threads", str(threads),
               "--heartbeat-timeout", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     assert s.get("/fast").status == 200                 # its loop serves
     pids = s.worker_pids()
-    dropped_stream(s.port, 5)
-    time.sleep(6.5)
+    dropped_stream(s, 5, tmp_path / "cleanup-began")
+    time.sleep(6.5)             # the cleanup's 5 s and more: the master must not call it frozen meanwhile
     assert "frozen" not in s.log(), s.log()[-1500:]
     assert s.worker_pids() == pids
 
@@ -172,7 +177,7 @@ def test_body_min_rate_keeps_its_grace_when_the_body_timeout_is_off(servers):
 # ---- --heartbeat-timeout and the GIL ----------------------------------------
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_loop_waiting_for_the_gil_to_log_is_not_frozen(servers, threads):
+def test_a_loop_waiting_for_the_gil_to_log_is_not_frozen(servers, threads, tmp_path):
     """--heartbeat-timeout 2. A thread of the app's own (a cache refresher,
     a C extension that keeps the GIL) holds the GIL for 5 s; meanwhile a
     client sends a request without Host.
@@ -188,19 +193,20 @@ def test_a_loop_waiting_for_the_gil_to_log_is_not_frozen(servers, threads):
     a frozen worker (its log lines should not need the GIL on the loop
     thread, or the wait should count as a beat); the worker lives and the
     client gets its 400."""
-    s = start(servers, "review23_apps:gil_hog", "--workers", "1", "--threads", str(threads),
+    s = start(servers, "connection_owner_apps:gil_hog", "--workers", "1", "--threads", str(threads),
               "--heartbeat-timeout", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     assert s.get("/").status == 200                     # its loop serves
     pids = s.worker_pids()
+    mark = tmp_path / "hog-began"
     with Conn(s.port) as c:
-        c.send(b"GET /hog?s=5 HTTP/1.1\r\nHost: t\r\n\r\n")    # the hog starts 0.5 s after the answer
+        c.send(f"GET /hog?s=5&mark={mark} HTTP/1.1\r\nHost: t\r\n\r\n".encode())  # starts 0.5 s after the answer
         assert c.read_response().status == 200
-    time.sleep(0.8)
+    assert wait_for(mark.exists, 20), s.log()[-1500:]       # the hog holds the GIL (for 5 s)
     with Conn(s.port, timeout=10) as c:
         c.send(b"GET / HTTP/1.1\r\n\r\n")
         status = c.read_response().status
-    time.sleep(1.0)
+    time.sleep(1.0)             # a master that called it frozen late would have said so by now
     assert "frozen" not in s.log(), s.log()[-1500:]
     assert s.worker_pids() == pids
     assert status == 400
@@ -278,7 +284,10 @@ def test_inline_write_to_clients_that_do_not_read_bounded_memory(servers):
     base = rss_mib(pid)
     stuck = [stalled_get(s.port, "/?mb=60") for _ in range(10)]
     try:
-        time.sleep(4.0)
+        # Every response queued as far as it goes: each connection's
+        # writes stalled (or the connection ended), the worker asleep.
+        assert wait_for(lambda: all(server_stalled(x) or server_gone(x) for x in stuck) and asleep(pid), 30), \
+            s.log()[-1500:]
         grown = rss_mib(pid) - base
     finally:
         for sock in stuck:
@@ -303,7 +312,7 @@ def test_a_queued_kept_alive_request_keeps_its_place(servers):
     gets the thread; K waits for the next one (starts at 1.2 s, with N2,
     both after N1). A kept-alive request that arrived first is served after
     every new connection that was waiting when a thread freed: the starving
-    of issue 23, the other way round.
+    test_fairness.py guards against, the other way round.
 
     What should happen: work is served in arrival order (README): K, which
     came first, starts when the first thread frees (0.6 s), before N1."""
@@ -398,7 +407,7 @@ def test_inline_fairness_over_a_unix_socket(servers):
     (README: "With --threads 1 a loop pass ... takes from the accept queue
     its share of what waited there when the pass began"): no kept-alive
     request waits more than 1 s."""
-    path = os.path.join(tempfile.mkdtemp(prefix="fw-review-"), "app.sock")
+    path = os.path.join(tempfile.mkdtemp(prefix="fw-owner-"), "app.sock")
     s = start(servers, "apps:sleep", "--workers", "2", "--threads", "1", "--balance", "shared",
               bind=["unix:" + path])
     assert wait_for(lambda: s.log().count("Booted worker") >= 2)
@@ -498,7 +507,7 @@ def test_a_queued_unread_request_moves_to_a_worker_that_frees_first(servers):
     connections "wait in the worker's ready queue (unread, so they can
     still move to a worker that frees a thread first)"): K's request moves
     to B when B frees its threads, and starts at about 0.5 s."""
-    s = start(servers, "review23_apps:pinned_sleep", "--workers", "2", "--threads", "2", "--log-level", "debug")
+    s = start(servers, "connection_owner_apps:pinned_sleep", "--workers", "2", "--threads", "2", "--log-level", "debug")
     assert wait_for(lambda: len(s.worker_pids()) == 2)
     assert wait_for(lambda: len(re.findall(r"worker \d+ \(pid \d+\) ready", s.log())) == 2)   # both serve
     for _ in range(3):

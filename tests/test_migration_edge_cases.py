@@ -1,5 +1,5 @@
-"""Defects a hostile review of issue 25 (migration) found: each test failed
-before its fix.
+"""Edge cases of coming from gunicorn, uWSGI and bjoern (configs, command
+lines, protocols) that broke: each test failed before its fix.
 
 - --chmod-socket 666 (uWSGI's chmod-socket = 666) stopped the server: the
   worker parsed the master's number (438) again as octal digits.

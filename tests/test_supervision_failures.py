@@ -1,5 +1,6 @@
-"""Defects a hostile review of issue 24's fixes found (supervision): each
-test failed before its fix.
+"""Supervision when things fail (an app that does not import, a full
+metrics listener, logrotate under --user): defects found by attacking it,
+each test failed before its fix.
 
 - With --lazy-apps, a new worker that could not import the app stopped the
   whole server (exit 4), running workers and all: after a SIGHUP, or when a
@@ -210,7 +211,7 @@ def test_healthz_answers_while_silent_clients_fill_the_metrics_port():
 
 PROM_APP = """
 from prometheus_client import Counter
-LOADS = Counter("review_loads", "imports of the app")
+LOADS = Counter("app_loads", "imports of the app")
 LOADS.inc()
 def app(environ, start_response):
     start_response("200 OK", [("Content-Type", "text/plain")])
@@ -230,7 +231,7 @@ def test_reload_checks_leave_no_app_metrics_behind(tmp_path):
         with Conn(mport) as c:
             c.send(b"GET /metrics HTTP/1.1\r\nHost: m\r\n\r\n")
             body = c.read_response().body.decode()
-        return [line for line in body.splitlines() if line.startswith("review_loads_total")]
+        return [line for line in body.splitlines() if line.startswith("app_loads_total")]
     try:
         assert wait_for(lambda: len(workers(s)) == 1)
         # --lazy-apps: the worker exists before it has imported the app.
@@ -243,8 +244,8 @@ def test_reload_checks_leave_no_app_metrics_behind(tmp_path):
         # One import per worker: the first and one per reload (a dead
         # worker's counts stay, as prometheus_client's multiprocess mode
         # keeps them); the import checks count nothing.
-        assert before == ["review_loads_total 1.0"], before
-        assert wait_for(lambda: loads() == ["review_loads_total 4.0"], 30), loads()
+        assert before == ["app_loads_total 1.0"], before
+        assert wait_for(lambda: loads() == ["app_loads_total 4.0"], 30), loads()
     finally:
         s.stop()
 
