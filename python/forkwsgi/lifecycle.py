@@ -39,6 +39,7 @@ class WorkerInfo:
         self.timeout_held = False    # past --timeout, kept because no replacement can start
         self.max_requests = 0        # its own --max-requests (jitter included)
         self.due = False             # --lazy-apps: past it, replaced once a new one serves (check_due)
+        self.image = 0               # the reload (Arbiter.code_image) whose code it runs
 
 
 
@@ -90,7 +91,9 @@ class WorkerLifecycle:
             # serve count, and none is started.
             current = [w for w in current if w.ready]
         if len(current) > self.num_workers:
-            for w in sorted(current, key=lambda w: -w.index)[:len(current) - self.num_workers]:
+            # Oldest code first: while the app does not import, the workers
+            # of a reload that came ready join those held from before it.
+            for w in sorted(current, key=lambda w: (w.image, -w.index))[:len(current) - self.num_workers]:
                 self.retire(w, "scale_down")
         elif len(current) < self.num_workers and self.backoff.due() and not self.no_app:
             used = {w.index for w in current}
@@ -166,6 +169,7 @@ class WorkerLifecycle:
         os.close(w)
         self.workers[pid] = WorkerInfo(pid, index, r)
         self.workers[pid].max_requests = options["max_requests"]
+        self.workers[pid].image = self.code_image
         hw.pid, hw.ppid = pid, self.pid
         hw.count_requests(lambda: self.slots.counters(slot)["requests"])
         self.workers[pid].hook_worker = hw
