@@ -38,7 +38,8 @@ class WorkerInfo:
         self.rss_held = False        # over --max-rss, kept because no replacement can start
         self.timeout_held = False    # past --timeout, kept because no replacement can start
         self.max_requests = 0        # its own --max-requests (jitter included)
-        self.due = False             # --lazy-apps: past it, replaced once a new one serves (check_due)
+        self.due = False             # --lazy-apps: past --max-requests or --max-rss (the reason), replaced
+                                     # once a new one serves (check_due, check_memory)
         self.image = 0               # the reload (Arbiter.code_image) whose code it runs
 
 
@@ -68,7 +69,7 @@ class WorkerLifecycle:
             # (not for an old one that comes ready late: a reload sent while
             # it was still booting must not retire its peer for nothing)
             o = min(old, key=lambda o: (not o.due, o.index))
-            self.retire(o, "max_requests" if o.due else "reload")
+            self.retire(o, o.due or "reload")
         self.announce_ready()
 
     def announce_ready(self):
@@ -113,7 +114,7 @@ class WorkerLifecycle:
         if len(current) < self.num_workers or not all(w.ready for w in current):
             return
         for o in [o for o in self.workers.values() if o.old and not o.retiring]:
-            self.retire(o, "max_requests" if o.due else "reload")
+            self.retire(o, o.due or "reload")
 
     def spawn(self, index):
         options = self.options
