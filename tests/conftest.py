@@ -223,3 +223,27 @@ def servers():
     yield started
     for s in started:
         s.stop()
+
+
+# Two test files run at once (pytest-xdist). A test marked `alone` needs
+# the machine to itself (it pins its server to one CPU and counts on that
+# CPU's time): it holds this lock exclusively, every other test shares it,
+# so the file beside it waits between two of its tests.
+def pytest_configure(config):
+    config.addinivalue_line("markers", "alone: runs while no test of another file runs (CPU pinning)")
+
+
+@pytest.fixture(autouse=True)
+def _machine_share(request, tmp_path_factory):
+    import fcntl
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield                 # one process: nothing runs beside
+        return
+    path = tmp_path_factory.getbasetemp().parent / "machine.lock"      # the same for every worker
+    with open(path, "a") as f:
+        alone = request.node.get_closest_marker("alone") is not None
+        fcntl.flock(f, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -94,7 +94,7 @@ class WorkerChecks:
                 continue
             served = self.slots.counters(w.slot)["requests"]
             if served >= w.max_requests:
-                w.due = w.old = True
+                w.due, w.old = "max_requests", True
                 self.log.info("Worker %d (pid %d) served %d requests (--max-requests %d): starting its "
                               "replacement; it retires once that one serves", w.index, w.pid, served,
                               w.max_requests)
@@ -136,7 +136,7 @@ class WorkerChecks:
             return
         page = os.sysconf("SC_PAGE_SIZE")
         for w in list(self.workers.values()):
-            if w.retiring or not w.ready:
+            if w.retiring or not w.ready or w.due:
                 continue
             try:
                 with open(f"/proc/{w.pid}/statm") as f:
@@ -149,6 +149,13 @@ class WorkerChecks:
                     self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d, but the app does not "
                                      "import: it serves on until a new worker can replace it", w.index, w.pid,
                                      rss_mib, limit)
+            elif rss_mib > limit and self.lazy:
+                # A replacement imports the app first, which takes a while:
+                # retired now, its kept-alive clients would have no worker
+                # to go to (--workers 1). It serves until that one does.
+                self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d: starting its replacement; it "
+                                 "retires once that one serves", w.index, w.pid, rss_mib, limit)
+                w.due, w.old = "max_rss", True
             elif rss_mib > limit:
                 self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d: recycling it",
                                  w.index, w.pid, rss_mib, limit)

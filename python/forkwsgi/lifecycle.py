@@ -38,7 +38,9 @@ class WorkerInfo:
         self.rss_held = False        # over --max-rss, kept because no replacement can start
         self.timeout_held = False    # past --timeout, kept because no replacement can start
         self.max_requests = 0        # its own --max-requests (jitter included)
-        self.due = False             # --lazy-apps: past it, replaced once a new one serves (check_due)
+        self.due = False             # --lazy-apps: past --max-requests or --max-rss (the reason), replaced
+                                     # once a new one serves (check_due, check_memory)
+        self.image = 0               # the reload (Arbiter.code_image) whose code it runs
 
 
 
@@ -67,7 +69,7 @@ class WorkerLifecycle:
             # (not for an old one that comes ready late: a reload sent while
             # it was still booting must not retire its peer for nothing)
             o = min(old, key=lambda o: (not o.due, o.index))
-            self.retire(o, "max_requests" if o.due else "reload")
+            self.retire(o, o.due or "reload")
         self.announce_ready()
 
     def announce_ready(self):
@@ -90,7 +92,9 @@ class WorkerLifecycle:
             # serve count, and none is started.
             current = [w for w in current if w.ready]
         if len(current) > self.num_workers:
-            for w in sorted(current, key=lambda w: -w.index)[:len(current) - self.num_workers]:
+            # Oldest code first: while the app does not import, the workers
+            # of a reload that came ready join those held from before it.
+            for w in sorted(current, key=lambda w: (w.image, -w.index))[:len(current) - self.num_workers]:
                 self.retire(w, "scale_down")
         elif len(current) < self.num_workers and self.backoff.due() and not self.no_app:
             used = {w.index for w in current}
@@ -110,7 +114,7 @@ class WorkerLifecycle:
         if len(current) < self.num_workers or not all(w.ready for w in current):
             return
         for o in [o for o in self.workers.values() if o.old and not o.retiring]:
-            self.retire(o, "max_requests" if o.due else "reload")
+            self.retire(o, o.due or "reload")
 
     def spawn(self, index):
         options = self.options
@@ -166,6 +170,7 @@ class WorkerLifecycle:
         os.close(w)
         self.workers[pid] = WorkerInfo(pid, index, r)
         self.workers[pid].max_requests = options["max_requests"]
+        self.workers[pid].image = self.code_image
         hw.pid, hw.ppid = pid, self.pid
         hw.count_requests(lambda: self.slots.counters(slot)["requests"])
         self.workers[pid].hook_worker = hw

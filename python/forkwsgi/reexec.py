@@ -132,6 +132,7 @@ class InPlaceReload:
         for d in st["workers"]:
             w = self.worker_info(d["pid"], d["index"], d["ready_fd"])
             w.slot, w.ready, w.retiring, w.old = d["slot"], d["ready"], d["retiring"], True
+            w.image = d.get("image", 0)
             self.workers[w.pid] = w
         # Ours alone again: nothing we start later inherits them.
         for fd in self._state()[1]:
@@ -150,7 +151,8 @@ class InPlaceReload:
                  "observers": {obs.name: obs.fileno() for obs in self.observers},
                  "observer_addrs": {obs.name: self.cfg[obs.name] for obs in self.observers},
                  "workers": [{"pid": w.pid, "index": w.index, "slot": w.slot, "ready": w.ready,
-                              "ready_fd": w.ready_fd, "retiring": w.retiring} for w in self.workers.values()]}
+                              "ready_fd": w.ready_fd, "retiring": w.retiring,
+                              "image": w.image} for w in self.workers.values()]}
         fds += state["sockets"] + [w.ready_fd for w in self.workers.values() if w.ready_fd is not None]
         fds += list(state["observers"].values())
         if self.offload:
