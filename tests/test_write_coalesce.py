@@ -54,8 +54,9 @@ def arrivals(conns):
     return seen
 
 
-def one_pass(srv, tmp_path, paths, blocker_ms=300, extra=None):
-    """Send the requests for paths while a blocking request holds the loop,
+def one_pass(srv, tmp_path, paths, blocker_ms=180, extra=None):
+    """Send the requests for paths while a blocking request holds the loop
+    (180 ms: under twice the 0.1 s most tests set, so it is no slow call),
     so that they are read in one pass; their arrival times (ms, sorted by
     arrival) and the connections (in the order of paths)."""
     blocker, *conns = idle_conns(srv, 1 + len(paths))
@@ -82,24 +83,24 @@ def test_responses_finished_in_one_pass_leave_together(make_server, tmp_path, co
 
 
 def test_a_response_waits_at_most_the_setting_plus_the_call_running(make_server, tmp_path):
-    # 30 ms: the first response waits for the second call (it was done as
+    # 100 ms: the first response waits for the second call (it was done as
     # that call began), but is written before the fourth call: by then it
-    # has waited two calls (40 ms). (The blocking call stays under the
-    # 300 ms that would count as slow.)
-    srv = make_server(APP, "--write-coalesce", "0.03")
-    times, _ = one_pass(srv, tmp_path, ["/?ms=20"] * 4, blocker_ms=150)
+    # has waited two calls (120 ms). (The blocking call stays under the
+    # 200 ms that would count as slow.)
+    srv = make_server(APP, "--write-coalesce", "0.1")
+    times, _ = one_pass(srv, tmp_path, ["/?ms=60"] * 4)
     assert times[1] - times[0] < 10, times
     assert times[3] - times[0] >= 15, times
 
 
-@pytest.mark.parametrize("blocker_ms", [300, 700])
+@pytest.mark.parametrize("blocker_ms", [180, 700])
 def test_after_a_slow_call_each_response_is_written_at_once(make_server, tmp_path, blocker_ms):
-    # 50 ms: a call over ten times that (500 ms) turns the wait off for ten
-    # seconds. The blocking call is that slow call, or not.
-    srv = make_server(APP, "--write-coalesce", "0.05")
+    # 100 ms: a call over twice that (200 ms) turns the wait off for a
+    # second. The blocking call is that slow call, or not.
+    srv = make_server(APP, "--write-coalesce", "0.1")
     times, _ = one_pass(srv, tmp_path, ["/?ms=15"] * 3, blocker_ms=blocker_ms)
     spread = times[-1] - times[0]
-    if blocker_ms > 500:
+    if blocker_ms > 200:
         assert spread >= 25, times
     else:
         assert spread < 12, times

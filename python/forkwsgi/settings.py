@@ -78,8 +78,8 @@ SETTINGS = [
             "its end, so that the client side (a proxy, a load balancer) is woken once per pass and not "
             "once per response, which costs the worker less CPU under load. A response waits at most "
             "this many seconds plus the app call running then, and only while other requests of the "
-            "pass wait; after an app call ten times longer than this, each is written at once for ten "
-            "seconds (a response that waits behind a slow call waits all of it). 0 writes each at once", section="Processes"),
+            "pass wait; after an app call twice as long as this, each is written at once for a "
+            "second (a response that waits behind a slow call waits all of it). 0 writes each at once", section="Processes"),
     Setting("balance", ["--balance"], "least-busy", balance,
             "how workers share connections: least-busy (the worker with the fewest requests in flight "
             "and a free thread accepts; kept-alive connections move to free workers), reuseport "
