@@ -26,7 +26,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from httpraw import Conn, request  # noqa: E402
+from httpraw import Conn, children, request  # noqa: E402
 
 
 # The tests' own directory (not what they write under it), then the package.
@@ -121,18 +121,7 @@ class ServerProc:
     def worker_pids(self):
         """PIDs of the server's child processes (workers, offload sibling),
         whichever of its threads started them."""
-        pids = []
-        try:
-            tasks = os.listdir(f"/proc/{self.pid}/task")
-        except OSError:
-            return []
-        for t in sorted(tasks, key=int):
-            try:
-                with open(f"/proc/{self.pid}/task/{t}/children") as f:
-                    pids += [int(p) for p in f.read().split()]
-            except OSError:
-                pass
-        return pids
+        return children(self.pid)
 
     def alive(self):
         return self.proc.poll() is None

@@ -319,22 +319,36 @@ def server_gone(sock):
     return fields is None or fields[3] != "01"
 
 
+def task_files(pid, name):
+    """The text of /proc/PID/task/TID/`name` for each thread of process
+    `pid` (a thread that ends meanwhile is left out); None if the process
+    is gone."""
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:
+        return None
+    out = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/{name}") as f:
+                out.append(f.read())
+        except OSError:
+            pass
+    return out
+
+
+def children(pid):
+    """The PIDs of process `pid`'s children (zombies too), whichever of its
+    threads started them; [] if it is gone."""
+    return [int(p) for text in task_files(pid, "children") or () for p in text.split()]
+
+
 def asleep(pid):
     """Every thread of process `pid` sleeps (state S: in epoll, on a lock,
     a timer or a socket): none runs or waits for a CPU, so the process has
     done all it can until something wakes it. False if it is gone."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "S":
-                    return False
-        except OSError:             # a thread that ended meanwhile
-            pass
-    return True
+    stats = task_files(pid, "stat")
+    return stats is not None and all(st.rsplit(")", 1)[1].split()[0] == "S" for st in stats)
 
 
 def signal_pending(pid, sig):

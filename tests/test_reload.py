@@ -168,11 +168,14 @@ if os.path.exists(os.path.join(os.path.dirname(__file__), "flaky")) and \\
 """
 
 
-def start_flaky(tmp_path, *args):
+def start_flaky(tmp_path, *args, app="deployed:app"):
+    """Two workers on deployed.py (v1), whose import fails while the file
+    `flaky` is there (except in the reload's own check); `app` may be a
+    module of tmp_path that wraps it."""
     path = os.path.join(str(tmp_path), "deployed.py")
     with open(path, "w") as f:
         f.write(APP.format(version="v1") + FLAKY)
-    return ServerProc("deployed:app", "--pythonpath", str(tmp_path), "--workers", "2", *args)
+    return ServerProc(app, "--pythonpath", str(tmp_path), "--workers", "2", *args)
 
 
 def workers(s):

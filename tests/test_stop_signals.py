@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import HERE
-from httpraw import group_members, proc_state, signal_pending, wait_for
+from httpraw import children, group_members, proc_state, signal_pending, wait_for
 
 APP_MODES = ("inline",)
 
@@ -100,22 +100,6 @@ def test_a_stop_signal_to_the_master_alone_still_stops_everything(tmp_path):
     assert took is not None and took < 1.0, took
 
 
-def _children(pid):
-    """The children of process pid, zombies too."""
-    out = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(p) for p in f.read().split()]
-        except OSError:
-            pass
-    return out
-
-
 def _workers(pgid, master):
     """(pid, state) of the master's children in the group."""
     out = []
@@ -186,7 +170,7 @@ def test_the_masters_signals_sent_to_the_group_neither_kill_nor_stop_workers(tmp
             assert all(state != "T" for _, state in states), (sig, states)
             get()
         # A child that any of them ended has been reaped, so the log says so.
-        wait_for(lambda: all(proc_state(p) != "Z" for p in _children(proc.pid)), 15)
+        wait_for(lambda: all(proc_state(p) != "Z" for p in children(proc.pid)), 15)
         text = log.read_text()
         assert "died" not in text and "failed" not in text, text
         assert "Received SIGHUP" in text and "Received SIGTTIN" in text and "Received SIGTTOU" in text, text
