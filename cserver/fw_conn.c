@@ -1175,7 +1175,7 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
             /* A request arriving on an idle connection (kept alive, or new
              * and silent until now) may be better served by another worker:
              * see fw_balance_handoff. It goes there unread. */
-            if (fw_balance_handoff(&srv->bal, &c->place, c->w.fd, listener_index(c), served_before(c),
+            if (fw_conn_may_move(c) && fw_balance_handoff(&srv->bal, &c->place, c->w.fd, listener_index(c), served_before(c),
                                    fw_peer_passed(c))) {
                 fw_conn_close_passed(c);    /* the socket lives on in the datagram, then in the peer */
                 return;
@@ -1356,10 +1356,15 @@ void fw_conn_start_stop(fw_conn *c)
     }
 }
 
+int fw_conn_may_move(const fw_conn *c)
+{
+    return !c->handed_in_at || c->srv->now - c->handed_in_at >= FW_HANDOFF_HOLD_MS;
+}
+
 int fw_conn_give_away(fw_conn *c)
 {
     fw_server *srv = c->srv;
-    if (!c->unread || srv->stopping ||
+    if (!c->unread || srv->stopping || !fw_conn_may_move(c) ||
         !fw_balance_give(&srv->bal, c->w.fd, listener_index(c), served_before(c), fw_peer_passed(c)))
         return FW_AGAIN;
     fw_conn_close_passed(c);        /* leaves the ready queue with it */

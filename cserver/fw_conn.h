@@ -190,6 +190,8 @@ struct fw_conn {
     fw_tnode grace;                   /* srv->t_grace: ends place.pending */
     int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
                                        * next request under the idle timeout, not the header one */
+    int64_t handed_in_at;             /* srv->now when a peer handed it here, else 0: it is not
+                                       * handed on again for FW_HANDOFF_HOLD_MS */
 
     /* Inline: its finished response waits in `out` for the end of the loop
      * pass (srv->defer_head's list), state WRITE. */
@@ -258,6 +260,10 @@ void fw_conn_dispatch(fw_conn *c);
 int fw_conn_may_defer(const fw_conn *c);
 /* Write c's deferred response now (fw_server_flush_deferred), and drive on. */
 void fw_conn_write_deferred(fw_conn *c);
+/* May c's next request go to another worker (fw_balance_handoff,
+ * fw_conn_give_away)? Not within FW_HANDOFF_HOLD_MS of its arrival from a
+ * peer. */
+int fw_conn_may_move(const fw_conn *c);
 /* Loop thread: c waits in the ready queue unread: hand it to a peer with a
  * free thread. Returns 0 when handed over (c is closed here), FW_AGAIN when
  * none took it (or c may not go: read, or the server stops). */
@@ -350,6 +356,13 @@ int fw_conn_drain_wait(fw_conn *c);
  * connections, latency of the first response, memory). */
 #define FW_BATCH_MAX_RESPONSES 64
 #define FW_BATCH_MAX_BYTES (64 * 1024)
+/* A connection a peer handed over stays at least this long before a
+ * request of it may be handed on again (fw_balance_handoff). Loads that
+ * flicker around a worker's thread count (every worker near saturation)
+ * made connections travel to and fro on most requests, each trip a
+ * sendmsg, a recvmsg and a wake-up on both sides; a worker that stays
+ * saturated still passes a connection on after the hold. */
+#define FW_HANDOFF_HOLD_MS 100
 /* A finished response larger than this is written at once, not deferred to
  * the end of the loop pass (fw_server_defer). */
 #define FW_DEFER_MAX_BYTES (64 * 1024)

@@ -191,7 +191,8 @@ static void bal_offer(void *ctx)
     fw_conn *c = srv->ready_head;
     while (c && srv->nready_unread > 0) {
         fw_conn *next = c->rq_next;
-        if (c->unread && fw_conn_give_away(c) != 0)
+        /* (One that came from a peer a moment ago stays: the next may go.) */
+        if (c->unread && fw_conn_may_move(c) && fw_conn_give_away(c) != 0)
             return;
         c = next;
     }
@@ -427,10 +428,14 @@ static void bal_take(void *ctx, int listener, int fd, int kept_alive, fw_pass_cl
         close(fd);             /* the client has gone meanwhile */
         return;
     }
-    if (!fw_conn_new(srv, &srv->listeners[listener], fd, (struct sockaddr *)&ss, salen, kept_alive, client, 0)) {
+    fw_conn *c = fw_conn_new(srv, &srv->listeners[listener], fd, (struct sockaddr *)&ss, salen, kept_alive,
+                             client, 0);
+    if (!c) {
         fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
         close(fd);
+        return;
     }
+    c->handed_in_at = srv->now;     /* (closed already, it is freed at the end of the pass) */
 }
 
 static void bal_log(void *ctx, int error, const char *what, int err)
