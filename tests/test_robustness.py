@@ -253,6 +253,31 @@ def test_silent_connections_bounded_memory(make_server):
             c.close()
 
 
+def test_kept_alive_connections_keep_small_buffers(make_server):
+    """1,000 kept-alive clients, each having sent a few requests, then idle
+    (a proxy's upstream pool between bursts): each used to keep a 16 KiB
+    read buffer from its second request on (its reads went straight into
+    a buffer made for READ_CHUNK): 16.5 KiB of RSS per connection with its
+    write buffer and header array; now its heads come through the stack
+    and it keeps a read buffer their size (4 KiB): 12.4 KiB."""
+    s = make_server("apps:echo", "--workers", "1", "--keep-alive", "60")
+    assert s.get("/warm").status == 200
+    before = _rss_kb(s, "VmRSS")
+    conns = []
+    try:
+        for _ in range(1000):
+            c = Conn(s.port, timeout=10)
+            conns.append(c)
+            for _ in range(3):
+                c.send(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+                assert c.read_response().status == 200
+        grown = _rss_kb(s, "VmRSS") - before
+        assert grown < 1000 * 14, f"{grown} KiB for 1000 kept-alive connections"
+    finally:
+        for c in conns:
+            c.close()
+
+
 def _reads(pid):
     """read() calls process pid has made (syscr in /proc/PID/io)."""
     with open(f"/proc/{pid}/io") as f:
@@ -273,11 +298,12 @@ def _reads_per_request(s, pid, head, n=200):
 def test_kept_alive_heads_over_4k_take_one_read_each(make_server):
     """Requests with heads over 4 KiB (big cookies, tokens) on a kept-alive
     connection, from its first request on: each head is one read(), as for
-    small ones. The first read of a connection goes into a 4 KiB stack
+    small ones. The first read of a connection went into a 4 KiB stack
     buffer; when it filled, the rest went into a 32 KiB buffer, which is
     over what an idle connection keeps (16 KiB): freed after every request,
     so every next head began in the stack again: two reads, an epoll round
-    trip and a malloc/free more per request (a04917a)."""
+    trip and a malloc/free more per request (a04917a). Every head read with
+    nothing waiting goes into a READ_CHUNK stack buffer now."""
     s = make_server("apps:hello", "--workers", "1")
     assert s.get("/").status == 200
     pid = s.worker_pids()[0]
