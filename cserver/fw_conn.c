@@ -929,6 +929,23 @@ void fw_conn_app_returning(fw_conn *c, enum fw_app_rc rc)
         (void)fw_conn_flush(c);
 }
 
+int fw_conn_arm_ahead(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    /* Exactly the case where the loop's next step (step_write, request_end,
+     * conn_between, step_head) is wait_for_input with nothing to write and
+     * nothing read ahead. The server may begin to stop meanwhile: the loop
+     * then closes or hands on an armed socket, as any idle one. */
+    if (c->pool_rc != FW_APP_DONE || c->state != FW_C_APP || c->dropping || fw_buf_used(&c->out) > 0 ||
+        c->ext_len > 0 || c->resp.sf_left > 0 || closes_after_response(c) ||
+        fw_buf_used(&c->in) > c->consume_at_end)
+        return 0;
+    if (srv->cfg.access_log || srv->cfg.stats)
+        c->written_ns = fw_now_ns();
+    /* A failure is the loop's to see: it arms again, and closes on failure. */
+    return fw_loop_watch(&srv->loop, &c->w, EPOLLIN) == 0;
+}
+
 void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc)
 {
     c->thr = &c->srv->loop_thread;

@@ -201,7 +201,8 @@ struct fw_conn {
     uint64_t written_ns;              /* when the flush wrote its whole response (CLOCK_MONOTONIC
                                        * ns; with the access log or stats), 0 otherwise: the
                                        * request ends later, once the connections written before
-                                       * it were driven on, but it is timed to here */
+                                       * it were driven on (or, fw_conn_arm_ahead, once the loop
+                                       * takes it back from its thread), but it is timed to here */
 
     /* The ready queue (srv->ready_head/tail), while QUEUED. */
     fw_conn *rq_prev, *rq_next;
@@ -274,6 +275,12 @@ int fw_conn_give_away(fw_conn *c);
 int fw_conn_evict_idle(fw_conn *c);
 /* Pool thread, after the app call: write what can leave at once. */
 void fw_conn_app_returning(fw_conn *c, enum fw_app_rc rc);
+/* Pool thread, the pool's lock held, as c goes back to the loop: when its
+ * response is all out and the connection next waits for a request, arm
+ * the socket for it now (what the loop would do first when it takes c
+ * back; it then finds the watch armed and does nothing). Returns 1 if
+ * armed: the loop need not be woken for c. */
+int fw_conn_arm_ahead(fw_conn *c);
 
 /* The client's address as text (REMOTE_ADDR, log lines), formatted once
  * per connection: the socket's peer or, once a PROXY protocol header named

@@ -57,7 +57,12 @@ static void *pool_main(void *arg)
         pthread_mutex_lock(&p->mu);
         if (p->done_tail) p->done_tail->next = job; else p->done_head = job;
         p->done_tail = job;
-        wake_loop_locked(p);
+        /* A kept-alive response is out and its socket armed (ops->ahead):
+         * the loop takes the job back when that socket, or anything else,
+         * wakes it. Waking it now would cost a context switch per
+         * request for nothing. */
+        if (!(p->quiet_ok && p->ops->ahead && p->ops->ahead(p->ctx, job)))
+            wake_loop_locked(p);
     }
     pthread_mutex_unlock(&p->mu);
     if (p->ops->thread_stop)
@@ -65,15 +70,9 @@ static void *pool_main(void *arg)
     return NULL;
 }
 
-/* Loop thread: jobs the threads are done with. */
-static void on_done(fw_loop *loop, fw_watch *w, uint32_t events)
+/* Loop thread: take back the jobs the threads are done with. */
+static void take_back(fw_pool *p)
 {
-    (void)loop;
-    (void)events;
-    fw_pool *p = POOL_OF_DONE(w);
-    uint64_t v;
-    if (read(w->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-        p->ops->error(p->ctx, "pool: eventfd read", errno);
     pthread_mutex_lock(&p->mu);
     fw_pool_job *job = p->done_head, *parked = p->parked_head;
     p->done_head = p->done_tail = NULL;
@@ -93,6 +92,39 @@ static void on_done(fw_loop *loop, fw_watch *w, uint32_t events)
         p->ops->done(p->ctx, job);
         job = next;
     }
+}
+
+/* Loop thread: the eventfd says threads are done with jobs. */
+static void on_done(fw_loop *loop, fw_watch *w, uint32_t events)
+{
+    (void)loop;
+    (void)events;
+    fw_pool *p = POOL_OF_DONE(w);
+    uint64_t v;
+    if (read(w->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        p->ops->error(p->ctx, "pool: eventfd read", errno);
+    take_back(p);
+}
+
+void fw_pool_collect(fw_pool *p)
+{
+    /* Nothing out, nothing to take back (busy is the loop's own count). */
+    if (p->busy > 0)
+        take_back(p);
+}
+
+void fw_pool_quiet(fw_pool *p, int ok)
+{
+    if (p->quiet_ok == ok)      /* only the loop writes it */
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->quiet_ok = ok;
+    /* Jobs left unannounced while quiet was allowed are announced now:
+     * the loop needs them back before it sleeps (a request it queued for
+     * want of a thread may be waiting for one of theirs). */
+    if (!ok && p->done_head)
+        wake_loop_locked(p);
+    pthread_mutex_unlock(&p->mu);
 }
 
 void fw_pool_recover(fw_pool *p)

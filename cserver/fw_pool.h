@@ -4,7 +4,11 @@
  * The loop thread submits a job and forgets it: from then on exactly one
  * pool thread owns it (ops->run) until the thread puts it on the done list
  * and wakes the loop through an eventfd watched in the loop; the loop then
- * gets it back (ops->done). The pool knows nothing of what a job is: the
+ * gets it back (ops->done). A job whose next step is to wait for its socket
+ * anyway (ops->ahead arms it) may go back unannounced while the loop allows
+ * it (fw_pool_quiet): the loop takes it back at the top of its next pass
+ * (fw_pool_collect), before the events that woke it, which spares a
+ * wake-up of the loop per request. The pool knows nothing of what a job is: the
  * caller embeds an fw_pool_job in its own object (a connection) and finds
  * the object again from the job, the way libuv hands an fd to a callback.
  *
@@ -39,6 +43,14 @@ typedef struct fw_pool_ops {
     void (*run)(void *ctx, int index, fw_pool_job *job);
     /* On the loop thread: the job has run and is the caller's again. */
     void (*done)(void *ctx, fw_pool_job *job);
+    /* On pool thread `index`, the pool's lock held, as a job that has run
+     * goes back (may be NULL): 1 if the loop may take it back at its next
+     * pass instead of being woken for it (the caller made sure the next
+     * event that matters wakes the loop anyway: it armed the job's socket),
+     * else 0. Runs under the lock so that the loop, woken by that socket,
+     * finds the job back (fw_pool_collect) before it sees the event. At most
+     * a cheap syscall. */
+    int (*ahead)(void *ctx, fw_pool_job *job);
     /* On the loop thread: the job's thread parked it (fw_pool_park); the
      * caller's until it calls fw_pool_resume. */
     void (*parked)(void *ctx, fw_pool_job *job);
@@ -64,6 +76,8 @@ typedef struct fw_pool {
     fw_pool_job *parked_head, *parked_tail;
     int quit;
     int done_signalled;            /* an eventfd write is pending for the loop */
+    int quiet_ok;                  /* the loop may go unwoken for jobs ops->ahead accepts
+                                    * (fw_pool_quiet) */
     atomic_int wake_lost;          /* that write failed: the loop looks anyway (fw_pool_recover) */
 
     int busy;                      /* loop thread only: jobs the pool holds */
@@ -99,6 +113,17 @@ fw_pool_job *fw_pool_cancel_queued(fw_pool *p);
  * loop dispatches it by itself; this is for a caller that waits on the
  * loop and dispatches only this watch.) */
 int fw_pool_is_done_watch(const fw_pool *p, const fw_watch *w);
+
+/* Loop thread, before it sleeps: may threads leave jobs that ops->ahead
+ * accepts on the done list without waking it (1), or must every job wake
+ * it (0: it needs each thread back at once, e.g. requests wait for one)?
+ * Such jobs wait for fw_pool_collect; turning quiet off with some waiting
+ * wakes the loop for them. */
+void fw_pool_quiet(fw_pool *p, int ok);
+/* Loop thread, at the top of every pass (before its events are
+ * dispatched) and before the pool stops: take back the jobs the threads
+ * are done with (ops->parked, ops->done), as the eventfd wake-up does. */
+void fw_pool_collect(fw_pool *p);
 
 /* Loop thread, at every pass (at least once a second): take back the
  * jobs whose eventfd wake-up was lost to a failed write, which would

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #define PASS_RETRY_MS 10       /* while idle connections wait for a peer to take them */
+#define QUIET_TAKE_BACK_MS 50  /* finished requests a thread left unannounced (fw_pool_quiet) */
 #define PASS_WAIT_MS 3000      /* how long a retiring worker waits for a first peer: the
                                 * master starts a replacement when it sees it stop (well
                                 * under a second), which then boots */
@@ -593,6 +594,17 @@ static void expire_grace(fw_server *srv)
     }
 }
 
+/* May app threads leave a finished kept-alive request for the loop to take
+ * back at its next pass, unannounced (fw_pool_quiet)? Not when the loop
+ * needs each thread back at once: requests or connections wait for a
+ * thread, accepting paused at --max-connections (an idle connection makes
+ * room), or the server stops. */
+static int pool_may_be_quiet(const fw_server *srv)
+{
+    return threads_free(srv) && !srv->ready_head && srv->accepting && !srv->stopping && !srv->stop_requested &&
+           !srv->retiring && !srv->closing;
+}
+
 static int next_timeout(fw_server *srv)
 {
     int64_t next = srv->now + 1000;      /* at least once a second: date, resumes */
@@ -607,6 +619,11 @@ static int next_timeout(fw_server *srv)
         next = srv->now + PASS_RETRY_MS;
     if (!srv->accepting && !srv->stopping && evictable_at(srv) < next)
         next = evictable_at(srv);       /* at --max-connections: room comes then */
+    /* Jobs a thread may have left on the done list unannounced
+     * (pool_may_be_quiet) are taken back within this: the idle timers of
+     * their connections start at most that late. */
+    if (srv->pool && srv->pool->busy > 0 && srv->pool->quiet_ok && srv->now + QUIET_TAKE_BACK_MS < next)
+        next = srv->now + QUIET_TAKE_BACK_MS;
     int bs = fw_balance_tick(&srv->bal, srv->now);
     if (bs >= 0 && srv->now + bs < next)
         next = srv->now + bs;
@@ -736,6 +753,12 @@ static void pool_done(void *ctx, fw_pool_job *job)
         serve_ready(srv);
 }
 
+static int pool_ahead(void *ctx, fw_pool_job *job)
+{
+    (void)ctx;
+    return fw_conn_arm_ahead(CONN_OF_JOB(job));
+}
+
 static void pool_parked(void *ctx, fw_pool_job *job)
 {
     (void)ctx;
@@ -749,7 +772,7 @@ static void pool_error(void *ctx, const char *what, int err)
 
 static const fw_pool_ops pool_ops = {
     .thread_start = pool_thread_start, .thread_stop = pool_thread_stop,
-    .run = pool_run, .done = pool_done, .parked = pool_parked, .error = pool_error,
+    .run = pool_run, .done = pool_done, .ahead = pool_ahead, .parked = pool_parked, .error = pool_error,
 };
 
 /* Start the app threads (threads > 1). Returns 0, or -errno. */
@@ -786,6 +809,8 @@ static void drain_pool(fw_server *srv)
 {
     fw_pool *p = srv->pool;
     srv->closing = 1;           /* a thread that parks from now on is told at once */
+    fw_pool_quiet(p, 0);        /* every thread done from now on wakes us */
+    fw_pool_collect(p);
     fw_pool_job *q = fw_pool_cancel_queued(p);
     while (q) {
         fw_pool_job *next = q->next;
@@ -900,6 +925,8 @@ enum fw_run_end fw_server_run(fw_server *srv)
             break;
         /* The heartbeat (--heartbeat-timeout): the loop turns, before it
          * sleeps (at most a second: next_timeout) and when it wakes. */
+        if (srv->pool)
+            fw_pool_quiet(srv->pool, pool_may_be_quiet(srv));
         int wait_ms = next_timeout(srv);
         fw_balance_beat(&srv->bal, fw_now_ms());
         int n = fw_loop_wait(&srv->loop, wait_ms);
@@ -917,6 +944,8 @@ enum fw_run_end fw_server_run(fw_server *srv)
             rc = FW_RUN_FAILED;
             break;
         }
+        if (srv->pool)
+            fw_pool_collect(srv->pool);     /* before their sockets' events */
         fw_loop_dispatch(&srv->loop, n);
         fw_server_flush_deferred(srv);
         if (srv->sig_stop) {
