@@ -103,6 +103,12 @@ $(CBUILD)/test_ring: tests/c/test_ring.c tests/c/check.h $(RING_SRC) cserver/fw_
 	@mkdir -p $(CBUILD)
 	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_ring.c $(RING_SRC) -lpthread -o $@
 
+POOL_SRC := cserver/fw_pool.c cserver/fw_loop.c
+
+$(CBUILD)/test_pool: tests/c/test_pool.c tests/c/check.h $(POOL_SRC) cserver/fw_pool.h cserver/fw_loop.h
+	@mkdir -p $(CBUILD)
+	$(CC) $(CWARN) $(SANITIZE) -Icserver -Itests/c tests/c/test_pool.c $(POOL_SRC) -lpthread -o $@
+
 KAFKA_SRC := cserver/fw_kafka.c cserver/fw_rdkafka.c
 
 $(CBUILD)/test_kafka: tests/c/test_kafka.c tests/c/check.h $(KAFKA_SRC) cserver/fw_kafka.h cserver/fw_rdkafka.h
@@ -132,12 +138,14 @@ $(CBUILD)/test_rdkafka_abi: tests/c/test_rdkafka_abi.c cserver/fw_rdkafka.h cser
 rdkafka-abi: $(CBUILD)/test_rdkafka_abi
 	$(CBUILD)/test_rdkafka_abi
 
-ctest: $(CBUILD)/test_http $(CBUILD)/test_proxy $(CBUILD)/test_uwsgi $(CBUILD)/test_alog $(CBUILD)/test_ring
+ctest: $(CBUILD)/test_http $(CBUILD)/test_proxy $(CBUILD)/test_uwsgi $(CBUILD)/test_alog $(CBUILD)/test_ring \
+       $(CBUILD)/test_pool
 	$(SAN_ENV) $(CBUILD)/test_http
 	$(SAN_ENV) $(CBUILD)/test_proxy
 	$(SAN_ENV) $(CBUILD)/test_uwsgi
 	$(SAN_ENV) $(CBUILD)/test_alog
 	$(SAN_ENV) $(CBUILD)/test_ring
+	$(SAN_ENV) $(CBUILD)/test_pool
 
 # ---- fuzzing ---------------------------------------------------------------
 # One target per parser, named by its tests/fuzz/fuzz_NAME.c; per NAME:

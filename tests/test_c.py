@@ -10,7 +10,9 @@
   (tests/fuzz/fuzz_offload.c), and `make fuzz-ring-smoke` for the offload
   ring's reader over damaged ring files (tests/fuzz/fuzz_ring.c); the ring's
   unit tests, with producer processes killed mid-write, are
-  tests/c/test_ring.c in `make ctest`.
+  tests/c/test_ring.c in `make ctest`, and the app-thread pool's (a job back
+  through the eventfd, or unannounced until the loop collects it) are
+  tests/c/test_pool.c.
 
 Skipped only when there is no C compiler at all.
 """
@@ -52,8 +54,8 @@ def make(target, timeout, *variables):
 def test_c_unit_tests():
     out = make("ctest", timeout=240)
     results = re.findall(r"^(\d+) passed, (\d+) failed$", out, re.M)
-    assert len(results) == 4, out[-5000:]       # test_http, test_proxy, test_uwsgi, test_ring (test_alog prints
-    #                                             its name first)
+    assert len(results) == 5, out[-5000:]       # test_http, test_proxy, test_uwsgi, test_ring, test_pool
+    #                                             (test_alog prints its name first)
     for passed, failed in results:
         assert int(passed) > 0 and int(failed) == 0, out[-5000:]
 
