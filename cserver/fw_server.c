@@ -190,11 +190,21 @@ static void bal_offer(void *ctx)
 {
     fw_server *srv = ctx;
     fw_conn *c = srv->ready_head;
+    srv->reoffer_at = 0;
     while (c && srv->nready_unread > 0) {
         fw_conn *next = c->rq_next;
-        /* (One that came from a peer a moment ago stays: the next may go.) */
-        if (c->unread && fw_conn_may_move(c) && fw_conn_give_away(c) != 0)
+        /* One that came from a peer a moment ago stays: the next may go.
+         * The kick that brought us here comes once: the peer that is free
+         * now stays free and kicks no more, so the held one is offered
+         * again when its hold ends (after_events), or it would wait
+         * behind this worker's slow requests beside an idle peer. */
+        if (c->unread && !fw_conn_may_move(c)) {
+            int64_t at = c->handed_in_at + FW_HANDOFF_HOLD_MS;
+            if (!srv->reoffer_at || at < srv->reoffer_at)
+                srv->reoffer_at = at;
+        } else if (c->unread && fw_conn_give_away(c) != 0) {
             return;
+        }
         c = next;
     }
 }
@@ -624,6 +634,8 @@ static int next_timeout(fw_server *srv)
      * their connections start at most that late. */
     if (srv->pool && srv->pool->busy > 0 && srv->pool->quiet_ok && srv->now + QUIET_TAKE_BACK_MS < next)
         next = srv->now + QUIET_TAKE_BACK_MS;
+    if (srv->reoffer_at && srv->reoffer_at < next)
+        next = srv->reoffer_at;         /* a held connection may go then (bal_offer) */
     int bs = fw_balance_tick(&srv->bal, srv->now);
     if (bs >= 0 && srv->now + bs < next)
         next = srv->now + bs;
@@ -870,6 +882,8 @@ static void after_events(fw_server *srv)
     if (srv->pool) {
         fw_pool_recover(srv->pool);
         serve_ready(srv);
+        if (srv->reoffer_at && srv->now >= srv->reoffer_at)
+            bal_offer(srv);     /* (resets reoffer_at, or sets it anew) */
     }
     free_graveyard(srv);
     maybe_accept_again(srv);

@@ -170,6 +170,8 @@ struct fw_server {
     fw_conn *ready_head, *ready_tail;
     int nready;
     int nready_unread;         /* of them, arrived on an idle connection and not read yet */
+    int64_t reoffer_at;        /* ms, 0 if none: an offer (bal_offer) skipped a connection
+                                * still held (FW_HANDOFF_HOLD_MS); offer again then */
     int nparked;               /* requests whose app thread waits for the loop (fw_conn.parked) */
     /* Inline: finished responses whose write waits for the end of the loop
      * pass (fw_conn.defer_next), oldest first; see fw_server_defer. */

@@ -618,3 +618,18 @@ def forks(environ, start_response):
     os.waitpid(child, 0)
     start_response("200 OK", [("Content-Type", "text/plain")])
     return [str(os.getpid()).encode()]
+
+
+def where_gated(environ, start_response):
+    """apps.where, and ?gate=PATH: wait (up to 10 s) until that file exists,
+    so a test ends the request at a moment of its choosing."""
+    entered(environ)
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    start = time.monotonic()
+    deadline = start + 10
+    while "gate" in q and not os.path.exists(q["gate"]) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    time.sleep(float(q.get("t", "0")))
+    body = json.dumps({"pid": os.getpid(), "start": start, "end": time.monotonic()})
+    start_response("200 OK", [("Content-Type", "application/json")])
+    return [body.encode()]

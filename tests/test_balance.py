@@ -366,3 +366,67 @@ def test_connections_do_not_travel_to_and_fro_between_saturated_workers(make_ser
     moved = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                 if line.startswith("forkwsgi_worker_handoffs_total{") and 'direction="out"' in line)
     assert moved <= clients * (seconds * 1000 / 100 + 2), (moved, requests)
+
+
+def _soon(pred, timeout=5.0):
+    """wait_for at a 1 ms poll: this test counts in tens of milliseconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def test_a_held_connection_queued_at_a_saturated_worker_goes_to_a_worker_freed_meanwhile(make_server, tmp_path):
+    """A connection handed over (FW_HANDOFF_HOLD_MS) sends its next request
+    at once, to a worker whose threads are all in slow requests now; the
+    other worker frees a thread within the hold, kicks, and the offer
+    skips the held connection. Nothing offered it again once the hold was
+    over: its light request waited the slow ones out (2 s) beside an idle
+    worker. Retried when the machine was too slow to fit the steps into
+    the hold (then the kick comes after it, and any build passes)."""
+    s = make_server("apps:where_gated", "--workers", "2", "--threads", "2", "--keep-alive", "30")
+    ready_workers(s, 2)
+    conns = collections.defaultdict(list)
+    for _ in range(60):            # kept-alive: three on one worker, two on the other
+        c = Conn(s.port, timeout=20)
+        c.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+        conns[json.loads(c.read_response().body)["pid"]].append(c)
+        if len(conns) == 2 and max(map(len, conns.values())) >= 3 and min(map(len, conns.values())) >= 2:
+            break
+    w1 = next(p for p, v in conns.items() if len(v) >= 3)
+    w2 = next(p for p in conns if p != w1)
+    a, b, c = conns[w1][:3]
+    d, e = conns[w2][:2]
+    try:
+        for trial in range(4):
+            gate = tmp_path / f"gate{trial}"
+            marks = [tmp_path / f"{n}{trial}" for n in "abde"]
+            for conn, mark in zip((a, b), marks[:2]):
+                conn.send(f"GET /?gate={gate} HTTP/1.1\r\nHost: a\r\n".encode() + in_app_header(mark) + b"\r\n")
+            assert _soon(lambda: all(m.exists() for m in marks[:2]))     # w1 saturated
+            c.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+            moved = json.loads(c.read_response().body)
+            t_moved = time.monotonic()
+            assert moved["pid"] == w2, (moved, w1)
+            for conn, mark in zip((d, e), marks[2:]):
+                conn.send(b"GET /?t=2 HTTP/1.1\r\nHost: a\r\n" + in_app_header(mark) + b"\r\n")
+            assert _soon(lambda: all(m.exists() for m in marks[2:]))     # w2 saturated
+            c.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")             # queued at w2, held
+            time.sleep(0.005)
+            gate.touch()                                                 # w1 free again
+            in_hold = time.monotonic() - t_moved < 0.07
+            sent = time.monotonic()
+            r = json.loads(c.read_response().body)
+            waited = time.monotonic() - sent
+            for conn in (a, b, d, e):
+                assert conn.read_response().status == 200
+            if in_hold:
+                break
+        assert in_hold, "the steps never fitted into the hold"
+        assert waited < 1.0 and r["pid"] == w1, (waited, r, w1, w2)
+    finally:
+        for v in conns.values():
+            for x in v:
+                x.close()
