@@ -937,10 +937,10 @@ enum fw_run_end fw_server_run(fw_server *srv)
             begin_stop(srv);
         if (srv->stopping && stop_has_ended(srv))
             break;
-        /* The heartbeat (--heartbeat-timeout): the loop turns, before it
-         * sleeps (at most a second: next_timeout) and when it wakes. */
         if (srv->pool)
             fw_pool_quiet(srv->pool, pool_may_be_quiet(srv));
+        /* The heartbeat (--heartbeat-timeout): the loop turns, before it
+         * sleeps (at most a second: next_timeout) and when it wakes. */
         int wait_ms = next_timeout(srv);
         fw_balance_beat(&srv->bal, fw_now_ms());
         int n = fw_loop_wait(&srv->loop, wait_ms);
