@@ -253,7 +253,7 @@ def test_silent_connections_bounded_memory(make_server):
             c.close()
 
 
-def test_kept_alive_connections_keep_small_buffers(make_server):
+def test_kept_alive_connections_bounded_memory(make_server):
     """1,000 kept-alive clients, each having sent a few requests, then idle
     (a proxy's upstream pool between bursts): each used to keep a 16 KiB
     read buffer from its second request on (its reads went straight into
