@@ -942,13 +942,22 @@ int fw_conn_arm_ahead(fw_conn *c)
         return 0;
     if (srv->cfg.access_log || srv->cfg.stats)
         c->written_ns = fw_now_ns();
-    /* A failure is the loop's to see: it arms again, and closes on failure. */
-    return fw_loop_watch(&srv->loop, &c->w, EPOLLIN) == 0;
+    if (fw_loop_watch(&srv->loop, &c->w, EPOLLIN) == 0)
+        return 1;
+    /* As a failed re-arm on the loop: the loop logs it and closes the
+     * connection after its response, which is out whole. */
+    c->arm_err = errno;
+    return 0;
 }
 
 void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc)
 {
     c->thr = &c->srv->loop_thread;
+    if (c->arm_err) {
+        fw_server_log(c->srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(c->arm_err));
+        c->arm_err = 0;
+        c->must_close = 1;
+    }
     if (app_returned(c, rc) == DRIVE_ON)
         conn_drive(c);
 }

@@ -179,6 +179,8 @@ struct fw_conn {
     fw_thread *thr;                   /* the thread serving it (loop_thread or a pool thread's) */
     fw_pool_job job;                  /* srv->pool's lists while a pool thread owns it */
     enum fw_app_rc pool_rc;           /* what the app call returned, for the loop */
+    int arm_err;                      /* errno of fw_conn_arm_ahead's failed epoll_ctl, for the
+                                       * loop to log and close on, 0 if none */
     int parked;                       /* its app thread waits for the loop to drain `out` */
     int dropping;                     /* closed while the app held its request: an app thread
                                        * runs the app's cleanup (on_drop), then it closes */

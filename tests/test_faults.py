@@ -338,12 +338,14 @@ def test_lost_pool_wake_up_does_not_wedge_the_worker(make_server, faults):
 
 def test_failed_pool_eventfd_read_is_logged_and_requests_answered(make_server, faults):
     """Reading the pool's done eventfd fails: logged, the finished jobs are
-    taken back all the same."""
+    taken back all the same. (A request whose connection closes after it
+    is announced through the eventfd; a kept-alive one may be left for the
+    loop unannounced: fw_pool_quiet.)"""
     f = faults("eventfd_read:1=EIO", gated=True)
     s = make_server("apps:echo", "--workers", "1", "--threads", "3", env=f.env)
     get_ok(s)
     f.open()
-    get_ok(s)
+    assert s.get(headers=b"Connection: close\r\n").status == 200
     f.wait("eventfd_read")
     f.close()
     wait_log(s, r"\[ERROR\] pool: eventfd read: Input/output error")
