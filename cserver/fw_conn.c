@@ -1205,7 +1205,8 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
             /* A request arriving on an idle connection (kept alive, or new
              * and silent until now) may be better served by another worker:
              * see fw_balance_handoff. It goes there unread. */
-            if (fw_conn_may_move(c) && fw_balance_handoff(&srv->bal, &c->place, c->w.fd, listener_index(c), served_before(c),
+            if (fw_conn_may_move(c) &&
+                fw_balance_handoff(&srv->bal, &c->place, c->w.fd, listener_index(c), served_before(c),
                                    fw_peer_passed(c))) {
                 fw_conn_close_passed(c);    /* the socket lives on in the datagram, then in the peer */
                 return;

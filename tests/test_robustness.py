@@ -3,6 +3,7 @@
 The server runs one thread here, so every check that "a normal request is
 served promptly" also proves the loop is never blocked by the others.
 """
+import contextlib
 import json
 import os
 import socket
@@ -230,6 +231,23 @@ def test_max_connections_closes_the_longest_idle_for_a_new_client(make_server):
         c.close()
 
 
+@contextlib.contextmanager
+def _held_connections(s, n, open_one):
+    """Warm the server, open n connections with open_one(port) and hold
+    them: yields a function that says the worker's RSS growth (KiB) since
+    before the first. They close on leaving."""
+    assert s.get("/warm").status == 200
+    before = _rss_kb(s, "VmRSS")
+    conns = []
+    try:
+        for _ in range(n):
+            conns.append(open_one(s.port))
+        yield lambda: _rss_kb(s, "VmRSS") - before
+    finally:
+        for c in conns:
+            c.close()
+
+
 def test_silent_connections_bounded_memory(make_server):
     """3,000 clients that connect and send nothing (a load balancer's idle
     pool, a connection flood): each costs the worker its connection record,
@@ -237,20 +255,20 @@ def test_silent_connections_bounded_memory(make_server):
     buffer and the header array on arrival: +8 KiB of RSS per connection
     (24 MiB here); now about 1 KiB."""
     s = make_server("apps:echo", "--workers", "1", "--keep-alive", "60")
-    assert s.get("/warm").status == 200
-    before = _rss_kb(s, "VmRSS")
-    conns = []
-    try:
-        for _ in range(3000):
-            conns.append(socket.create_connection(("127.0.0.1", s.port), timeout=10))
+    with _held_connections(s, 3000, lambda port: socket.create_connection(("127.0.0.1", port), timeout=10)) as grown:
         # Every one accepted: all established, none left in the accept queue.
         assert wait_for(lambda: established(s.port) >= 3000 and accept_queue(s.port) == 0, 20)
-        grown = _rss_kb(s, "VmRSS") - before
-        assert grown < 3000 * 3, f"{grown} KiB for 3000 silent connections"
+        assert grown() < 3000 * 3, f"{grown()} KiB for 3000 silent connections"
         assert s.get("/normal").status == 200
-    finally:
-        for c in conns:
-            c.close()
+
+
+def _kept_alive(port):
+    """A connection that has sent three requests and is idle now."""
+    c = Conn(port, timeout=10)
+    for _ in range(3):
+        c.send(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert c.read_response().status == 200
+    return c
 
 
 def test_kept_alive_connections_bounded_memory(make_server):
@@ -261,21 +279,8 @@ def test_kept_alive_connections_bounded_memory(make_server):
     write buffer and header array; now its heads come through the stack
     and it keeps a read buffer their size (4 KiB): 12.4 KiB."""
     s = make_server("apps:echo", "--workers", "1", "--keep-alive", "60")
-    assert s.get("/warm").status == 200
-    before = _rss_kb(s, "VmRSS")
-    conns = []
-    try:
-        for _ in range(1000):
-            c = Conn(s.port, timeout=10)
-            conns.append(c)
-            for _ in range(3):
-                c.send(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
-                assert c.read_response().status == 200
-        grown = _rss_kb(s, "VmRSS") - before
-        assert grown < 1000 * 14, f"{grown} KiB for 1000 kept-alive connections"
-    finally:
-        for c in conns:
-            c.close()
+    with _held_connections(s, 1000, _kept_alive) as grown:
+        assert grown() < 1000 * 14, f"{grown()} KiB for 1000 kept-alive connections"
 
 
 def _reads(pid):
