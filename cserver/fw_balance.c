@@ -10,9 +10,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BACKSTOP_MS 500
+/* After the last accept at any worker, how long request starts and ends
+ * keep re-ranking the workers (rank_needed). */
+#define FW_RANK_LIVE_MS 1000
 #define PASS_BATCH 16        /* hand-offs received per wake-up */
 
 #define BAL_OF_KICK(wp) ((fw_balance *)((char *)(wp) - offsetof(fw_balance, kick_w)))
@@ -99,6 +103,7 @@ static void reconcile_locked(fw_balance *b)
             break;
         b->armed = w;
         atomic_store(&b->sb[b->cfg.me].armed, (uint32_t)w);
+        atomic_fetch_add_explicit(&b->sb[b->cfg.me].arms, 1, memory_order_relaxed);
     }
     if (!counting(b) || b->cfg.nslots < 2)
         return;
@@ -117,6 +122,43 @@ static void reconcile_locked(fw_balance *b)
              atomic_load(&b->sb[j].image) <= atomic_load(&b->sb[b->cfg.me].image)))
             kick(b, j);
     }
+}
+
+/* CLOCK_MONOTONIC in ms, low 32 bits (compared by unsigned difference, so
+ * the wrap every 49 days does not matter); coarse: a vDSO read, 4 ms steps. */
+static uint32_t coarse_ms(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+        return 0;
+    return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
+}
+
+/* mu held, our count just changed as a request started or ended (was_full:
+ * we were at our thread count before): must the workers be re-ranked?
+ * Re-ranking can add or remove our listeners (epoll_ctl) and kick peers
+ * (eventfd): under steady kept-alive traffic loads cross all the time and
+ * that was 1.7 listener changes and kicks per request. The order among
+ * workers with a free thread only matters to the next new connection, and
+ * the first request of a new connection is placed by load anyway
+ * (fw_balance_handoff). So re-rank only when it changes who can take one:
+ * our capacity flipped, requests wait unread somewhere (a free thread here
+ * should take them), hand-offs are on their way, or any worker accepted a
+ * connection within FW_RANK_LIVE_MS (connections are arriving: keep the
+ * order exact for them). A disarmed worker with a free thread also
+ * re-checks on its own every backstop_ms (fw_balance_tick). */
+static int rank_needed(const fw_balance *b, int was_full)
+{
+    if (was_full != (b->inflight >= b->threads))
+        return 1;
+    uint32_t now = coarse_ms();
+    for (int j = 0; j < b->cfg.nslots; j++) {
+        const fw_sb_slot *s = &b->sb[j];
+        if (atomic_load(&s->waiting) || atomic_load(&s->incoming) || atomic_load(&s->pending) ||
+            now - atomic_load(&s->accept_ms) < FW_RANK_LIVE_MS)
+            return 1;
+    }
+    return 0;
 }
 
 static void publish_locked(fw_balance *b)
@@ -405,6 +447,8 @@ int fw_balance_sharing(const fw_balance *b)
 void fw_balance_accepted(fw_balance *b)
 {
     atomic_fetch_add(&b->sb[b->cfg.me].accepted, 1);
+    if (counting(b))
+        atomic_store(&b->sb[b->cfg.me].accept_ms, coarse_ms());
 }
 
 int fw_balance_accept_batch(const fw_balance *b, int batch)
@@ -444,13 +488,15 @@ void fw_balance_begin(fw_balance *b, fw_balance_place *p)
     if (!counting(b) || (p->counted && !p->pending))
         return;
     pthread_mutex_lock(&b->mu);
+    int was_full = b->inflight >= b->threads;
     unpend_locked(b, p);
     if (!p->counted) {
         p->counted = 1;
         b->inflight++;
     }
     publish_locked(b);
-    reconcile_locked(b);
+    if (rank_needed(b, was_full))
+        reconcile_locked(b);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -459,13 +505,15 @@ void fw_balance_end(fw_balance *b, fw_balance_place *p)
     if (!p->counted && !p->pending)
         return;
     pthread_mutex_lock(&b->mu);
+    int was_full = b->inflight >= b->threads;
     unpend_locked(b, p);
     if (p->counted) {
         p->counted = 0;
         b->inflight--;
     }
     publish_locked(b);
-    reconcile_locked(b);
+    if (rank_needed(b, was_full))
+        reconcile_locked(b);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -614,6 +662,8 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds, uint3
     atomic_store(&sb[i].handed_in, 0);
     atomic_store(&sb[i].handed_out, 0);
     atomic_store(&sb[i].kicks_sent, 0);
+    atomic_store(&sb[i].arms, 0);
+    atomic_store(&sb[i].accept_ms, 0);
     atomic_store(&sb[i].beat, 0);
     atomic_store(&sb[i].hold, 0);
     atomic_store(&sb[i].image, image);
@@ -641,6 +691,7 @@ int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
         .waiting = atomic_load(&s->waiting),
         .accepted = atomic_load(&s->accepted), .handed_in = atomic_load(&s->handed_in),
         .handed_out = atomic_load(&s->handed_out), .kicks_sent = atomic_load(&s->kicks_sent),
+        .arms = atomic_load(&s->arms),
     };
     return 0;
 }

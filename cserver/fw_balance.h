@@ -75,10 +75,13 @@ typedef struct fw_sb_slot {
     _Atomic uint32_t waiting;       /* requests waiting for a thread here, unread (the server's
                                      * ready queue): load, and a peer that frees a thread kicks us
                                      * to hand them over */
+    _Atomic uint32_t accept_ms;     /* its last accept: CLOCK_MONOTONIC ms, low 32 bits (a
+                                     * recent one anywhere keeps the order exact: rank_live) */
     _Atomic uint64_t accepted __attribute__((aligned(64)));   /* statistics, owner */
     _Atomic uint64_t handed_in;
     _Atomic uint64_t handed_out;
     _Atomic uint64_t kicks_sent;
+    _Atomic uint64_t arms;          /* listeners added to or removed from its epoll set */
 } __attribute__((aligned(64))) fw_sb_slot;
 
 #define FW_SB_SLOT_SIZE 128
@@ -178,7 +181,8 @@ int fw_balance_armed(const fw_balance *b);
 /* How many workers take connections from this worker's listeners now
  * (itself included; 1 with reuseport or alone). */
 int fw_balance_sharing(const fw_balance *b);
-/* Statistics: one connection accepted. */
+/* One connection accepted: statistics, and its time (connections are
+ * arriving: request starts and ends keep the order exact for a while). */
 void fw_balance_accepted(fw_balance *b);
 
 /* Loop thread: c was accepted and its request is not in the socket yet.
@@ -193,7 +197,9 @@ void fw_balance_silent(fw_balance *b, fw_balance_place *p);
 void fw_balance_begin(fw_balance *b, fw_balance_place *p);
 /* The app call for the connection returned (any thread; before the
  * response is written), or it closed while counted, or its silent grace
- * ran out. */
+ * ran out. Both publish the count at once; they re-rank the workers (arm,
+ * disarm, kick) only when that can change who takes the next connection
+ * (fw_balance.c: rank_needed). */
 void fw_balance_end(fw_balance *b, fw_balance_place *p);
 
 /* Loop thread, a request is arriving on an idle connection (socket fd,
@@ -264,7 +270,7 @@ typedef struct fw_sb_view {
     uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image, waiting;
     int32_t pid;
     int64_t beat;
-    uint64_t accepted, handed_in, handed_out, kicks_sent;
+    uint64_t accepted, handed_in, handed_out, kicks_sent, arms;
 } fw_sb_view;
 int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out);
 /* This worker's own slot. */

@@ -132,7 +132,7 @@ cdef extern from "glue.h":
         uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image, waiting
         int32_t pid
         int64_t beat
-        uint64_t accepted, handed_in, handed_out, kicks_sent
+        uint64_t accepted, handed_in, handed_out, kicks_sent, arms
 
     ctypedef struct fw_glue:
         fw_server *srv

@@ -67,7 +67,7 @@ def sb_read(scoreboard):
         out.append({"state": _STATES[v.state] if v.state < 3 else "?", "pid": v.pid, "gen": v.gen,
                     "inflight": v.inflight, "armed": v.armed, "threads": v.threads, "open": v.open,
                     "retire": v.retire, "accepted": v.accepted, "handed_in": v.handed_in,
-                    "handed_out": v.handed_out, "kicks_sent": v.kicks_sent, "beat": v.beat,
+                    "handed_out": v.handed_out, "kicks_sent": v.kicks_sent, "arms": v.arms, "beat": v.beat,
                     "hold": v.hold, "image": v.image, "waiting": v.waiting})
     return out
 

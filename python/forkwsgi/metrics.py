@@ -140,6 +140,10 @@ def _per_worker(o, master, live):
     o.family("forkwsgi_worker_oldest_request_seconds", "gauge", "Age of the oldest request in the app, per worker.")
     o.family("forkwsgi_worker_handoffs_total", "counter",
              "Connections handed between workers (least-busy balancing, retiring workers), per worker process.")
+    o.family("forkwsgi_worker_balancer_kicks_total", "counter",
+             "Wake-ups this worker sent its peers to re-check their share of new connections (least-busy).")
+    o.family("forkwsgi_worker_listener_changes_total", "counter",
+             "Times this worker started or stopped watching the shared listening sockets (least-busy).")
     board = _forkwsgi.sb_read(master.slots.scoreboard)
     now_ns = time.monotonic_ns()
     in_flight_total = 0
@@ -156,6 +160,8 @@ def _per_worker(o, master, live):
                  round((now_ns - min(busy)) / 1e9, 6) if busy else 0, **label)
         o.sample("forkwsgi_worker_handoffs_total", board[w.slot]["handed_in"], direction="in", **label)
         o.sample("forkwsgi_worker_handoffs_total", board[w.slot]["handed_out"], direction="out", **label)
+        o.sample("forkwsgi_worker_balancer_kicks_total", board[w.slot]["kicks_sent"], **label)
+        o.sample("forkwsgi_worker_listener_changes_total", board[w.slot]["arms"], **label)
     o.sample("forkwsgi_requests_in_flight", in_flight_total)
 
 

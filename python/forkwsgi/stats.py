@@ -148,6 +148,8 @@ def uwsgi_document(master, previous):
                          "status_classes": status_classes(c["status"]),
                          "app_calls": c["app_calls"], "app_us": c["app_us"],
                          "handed_in": board[w.slot]["handed_in"], "handed_out": board[w.slot]["handed_out"],
+                         "balancer_kicks": board[w.slot]["kicks_sent"],
+                         "listener_changes": board[w.slot]["arms"],
                          # Per-bucket counts of request durations; bounds in "histogram_bounds".
                          "durations": c["total_hist"]},
         })
