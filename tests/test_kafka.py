@@ -7,7 +7,9 @@ are never skipped on their own: a broker that cannot start is a failure.
 """
 import json
 import os
+import random
 import signal
+import socket
 import sys
 import threading
 import time
@@ -29,10 +31,27 @@ from confluent_kafka import Consumer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 
+def free_port_pair():
+    """A port p with p and p + 1 (the broker's controller) free on
+    127.0.0.1, below the kernel's ephemeral range so that no client socket
+    takes one meanwhile. A fixed port (19192 before) collided when two
+    suite runs shared a machine (the suite and make asan-ext)."""
+    for _ in range(200):
+        p = random.randrange(20000, 32000)
+        try:
+            for q in (p, p + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", q))
+        except OSError:
+            continue
+        return p
+    raise RuntimeError("no two consecutive free ports in 20000-32000")
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     home = kafka_broker.install()
-    port = int(os.environ.get("FORKWSGI_TEST_KAFKA_PORT", "19192"))
+    port = int(os.environ.get("FORKWSGI_TEST_KAFKA_PORT") or free_port_pair())
     b = kafka_broker.Broker(home, str(tmp_path_factory.mktemp("kafka")), port)
     b.start(timeout=90)
     yield b
