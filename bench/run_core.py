@@ -29,17 +29,16 @@ import json
 import os
 import platform
 import re
-import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from common import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, SERVER_CPU, CpuMeter, ServerTree, apt_install,  # noqa: E402
-                    first_error_line, git_head, invocation, log, rotated, run_quiet, wait_until_quiet, write_section)
+from common import (BENCH, CLIENT_CPU, HOST, OUT, PINS, RESULTS, SERVER_CPU, CpuMeter, ServerTree,  # noqa: E402
+                    ensure_peers, ensure_system_packages, first_error_line, git_head, invocation, log, rotated,
+                    run_quiet, wait_until_quiet, write_section)
 
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
@@ -56,8 +55,7 @@ GUNICORN_EXTRA = []
 FIRST_PORT = 20100
 
 # The peers, pinned to the versions the figures were taken with (bench/.venv).
-PEER_PACKAGES = {"bjoern": "3.2.2", "gunicorn": "27.0.1", "fastpysgi": "0.6",
-                 "socketify": "0.0.31", "pyruvate": "1.6.1"}
+PEER_PACKAGES = {p: PINS[p] for p in ("bjoern", "gunicorn", "fastpysgi", "socketify", "pyruvate")}
 SERVERS = ["reference", "forkwsgi", "bjoern", "fastpysgi", "socketify", "pyruvate",
            "pyruvate-no-keepalive", "gunicorn-sync", "gunicorn-gthread"]
 PACKAGE_OF = {"bjoern": "bjoern", "fastpysgi": "fastpysgi", "socketify": "socketify",
@@ -102,27 +100,6 @@ PROBES = {   # name -> (request, expected body); all three must pass before a ro
 
 # ---------------------------------------------------------------- setup
 
-def ensure_system_packages():
-    """wrk, libev-dev (bjoern builds against it) and libuv1 (socketify) from apt, if missing."""
-    missing = []
-    if not shutil.which("wrk"):
-        missing.append("wrk")
-    if not os.path.exists("/usr/include/ev.h"):
-        missing.append("libev-dev")
-    if not shutil.which("taskset"):
-        missing.append("util-linux")
-    if not shutil.which("cc"):
-        missing.append("gcc")
-    if not any(os.path.exists(f"/usr/lib/{arch}/libuv.so.1")
-               for arch in ("x86_64-linux-gnu", "aarch64-linux-gnu")):
-        missing.append("libuv1")
-    if not missing:
-        return
-    apt_install(*missing)
-    if not shutil.which("wrk") or not shutil.which("taskset") or not shutil.which("cc"):
-        sys.exit("wrk, taskset and cc are required")
-
-
 def build_refserver():
     """cc -O2 bench/refserver.c -> bench/out/refserver (always rebuilt: it takes 0.2 s)."""
     argv = ["cc", *REFSERVER_CFLAGS, "-o", REFSERVER_BIN, REFSERVER_SRC]
@@ -132,41 +109,12 @@ def build_refserver():
     return run_quiet(["cc", "--version"]).stdout.splitlines()[0]
 
 
-def installed_versions():
-    """package -> version installed in bench/.venv, for PEER_PACKAGES."""
-    code = ("import importlib.metadata as m, json, sys\n"
-            "v = {}\n"
-            "for p in sys.argv[1:]:\n"
-            "    try: v[p] = m.version(p)\n"
-            "    except m.PackageNotFoundError: pass\n"
-            "print(json.dumps(v))")
-    r = run_quiet([VENV_PY, "-c", code, *PEER_PACKAGES])
-    return json.loads(r.stdout) if r.returncode == 0 else {}
-
-
 def ensure_venv():
     """bench/.venv with the peers at their pinned versions. Returns (versions,
     unavailable, meinheld): unavailable maps a package to why it cannot be
     installed or imported; meinheld is a sentence on why it does not build."""
-    if not os.path.exists(VENV_PY):
-        log(f"creating {VENV}")
-        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+    versions, unavailable = ensure_peers(PEER_PACKAGES)
     pip = [VENV_PY, "-m", "pip", "--disable-pip-version-check"]
-    have = installed_versions()
-    unavailable = {}
-    for package, version in PEER_PACKAGES.items():
-        if have.get(package) != version:
-            log(f"installing {package}=={version} into bench/.venv")
-            r = run_quiet([*pip, "install", f"{package}=={version}"])
-            if r.returncode != 0:
-                unavailable[package] = f"pip install {package}=={version} failed: {first_error_line(r.stdout)}"
-                with open(os.path.join(OUT, f"{package}-pip.log"), "w") as f:
-                    f.write(r.stdout)
-    for package in PEER_PACKAGES:
-        if package not in unavailable:
-            r = run_quiet([VENV_PY, "-c", f"import {package}"])
-            if r.returncode != 0:
-                unavailable[package] = f"import {package} fails: {r.stdout.strip().splitlines()[-1]}"
     log("trying to install meinheld into bench/.venv (expected to fail on 3.11)")
     r = run_quiet([*pip, "install", "meinheld"])
     if r.returncode == 0:
@@ -183,7 +131,7 @@ def ensure_venv():
         gunicorn_help = run_quiet([VENV_PY, "-m", "gunicorn", "--help"]).stdout
         if "--no-control-socket" in gunicorn_help:
             GUNICORN_EXTRA[:] = ["--no-control-socket"]
-    return installed_versions(), unavailable, meinheld
+    return versions, unavailable, meinheld
 
 
 # ---------------------------------------------------------------- servers

@@ -8,8 +8,9 @@ interleaved (issue: speed on real apps).
                                     [--only forkwsgi,bjoern,...] [--variant NAME="FLAGS"] [--no-write]
 
 Servers: forkwsgi (--threads 1, its defaults), bjoern, fastpysgi, granian (--interface wsgi, 1 worker, 1 blocking thread). The peers run from
-bench/.venv (run_core.py makes it), forkwsgi from this checkout, with the
-same interpreter's Flask and Django."""
+bench/.venv, forkwsgi from this checkout; Flask and Django at the same
+pinned versions in both interpreters (installed here when missing:
+bench/common/peers.py)."""
 import argparse
 import os
 import statistics
@@ -19,7 +20,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import (BENCH, OUT, RESULTS, ServerTree, free_port, git_head, invocation, log,  # noqa: E402
-                    peer_command, rotated, run_wrk, stop_all, wait_until_quiet, write_section)
+                    peer_command, peers_ready, rotated, run_wrk, stop_all, wait_until_quiet, write_section)
 
 VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
 APPS = {"flask": "flask_app", "django": "django_app"}
@@ -103,6 +104,10 @@ def main():
         servers.append(name)
     if "bjoern" not in servers:
         servers.append("bjoern")       # the ratios' reference
+    missing = peers_ready(servers, apps)
+    if "bjoern" in missing or any(a in missing for a in apps):
+        sys.exit(f"bjoern and the frameworks are needed: {missing}")
+    servers = [s for s in servers if s not in missing]
     os.makedirs(OUT, exist_ok=True)
     results = {app: {s: [] for s in servers} for app in apps}
     try:

@@ -17,8 +17,8 @@ Layouts (--layout), each its own section of bench/RESULTS.md:
        granian --workers 4 --blocking-threads 4. bjoern and fastpysgi serve
        from one thread only: not in this table; bjoern's 1x1 saturation
        still sets the rates.
-Peers from bench/.venv (run_core.py makes it); uWSGI from bench/.venv-uwsgi
-(created here as run_uwsgi_pass.py does).
+Peers from bench/.venv and uWSGI from bench/.venv-uwsgi, both made or
+completed here at pinned versions (bench/common/peers.py, uwsgi.py).
 
 uWSGI and keep-alive: --http-socket answers with a connection per request
 (openloop reconnects for each), and --http11-socket keeps a connection
@@ -43,7 +43,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import (BENCH, LAYOUTS, OUT, RESULTS, ServerTree, ensure_uwsgi, free_port, git_head,  # noqa: E402
-                    invocation, log, peer_command, rotated, run_wrk, stop_all, wait_until_quiet, write_section)
+                    invocation, log, peer_command, peers_ready, rotated, run_wrk, stop_all, wait_until_quiet,
+                    write_section)
 from common.openloop import build_openloop, run_openloop  # noqa: E402
 
 VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
@@ -206,6 +207,10 @@ def main():
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     servers = pick_servers(ap, args)
+    missing = peers_ready(servers, ["flask"] if args.app == "flask" else [])
+    if "bjoern" in missing or "flask" in missing:
+        sys.exit(f"bjoern sets the rates and must run: {missing}")
+    servers = [s for s in servers if s not in missing]
     build_openloop()
     uwsgi_note = uwsgi_ready(servers)
     spec, path = APPS[args.app]

@@ -28,7 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import (BENCH, OUT, RESULTS, ServerTree, free_port, git_head, invocation, log,  # noqa: E402
-                    peer_command, rotated, stop_all, wait_until_quiet, write_section)
+                    peer_command, peers_ready, rotated, stop_all, wait_until_quiet, write_section)
 from common.openloop import build_openloop, run_openloop  # noqa: E402
 
 VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
@@ -129,6 +129,8 @@ def main():
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     servers = [s for s in args.only.split(",") if s]
+    missing = peers_ready(servers)
+    servers = [s for s in servers if s not in missing]
     # 10,000 sockets on each side: the client's and the servers' descriptor limit.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = ACTIVE + SILENT + 1000

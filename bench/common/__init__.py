@@ -15,6 +15,9 @@ cpu, servers, uwsgi, wrk, results):
 - CPU accounting: cpu_times(), steal_seconds(), self_cpu_seconds(),
   children_cpu_seconds(), pid_cpu_seconds(), proc_table(), CpuMeter (CPU of
   named parts and of everyone else over a span); wait_until_quiet();
+- the peers' virtualenv and system packages: ensure_peers() (pinned
+  versions, PINS, into bench/.venv, PEER_PY), ensure_system_packages(),
+  peers_ready() (both, for the servers a script runs);
 - peers: peer_command() (a peer server's argv in a layout of LAYOUTS),
   uwsgi_command(); uWSGI's virtualenv: ensure_uwsgi(), UWSGI_BIN;
 - nginx in front: nginx_conf(), start_nginx();
@@ -27,6 +30,7 @@ from .base import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, apt_
                    git_head, invocation, log, rotated, run_quiet, wait_until)
 from .cpu import (CpuMeter, CpuSpan, children_cpu_seconds, cpu_times, pid_cpu_seconds, proc_table,
                   self_cpu_seconds, steal_seconds, wait_until_quiet)
+from .peers import FRAMEWORKS, PEER_PY, PEER_VENV, PINS, ensure_peers, ensure_system_packages, peers_ready
 from .results import write_section
 from .servers import (LAYOUTS, LIVE, ServerTree, free_port, nginx_conf, peer_command, pin_self,
                       pinned, pinned_self, start_nginx, stop_all, uwsgi_command, wait_http, wait_listening)
@@ -37,7 +41,8 @@ __all__ = [
     "BENCH", "CLIENT_CPU", "HOST", "OUT", "RESULTS", "ROOT", "SERVER_CPU", "apt_install",
     "first_error_line", "git_head", "invocation", "log", "rotated", "run_quiet", "wait_until", "CpuMeter",
     "CpuSpan", "children_cpu_seconds", "cpu_times", "pid_cpu_seconds", "proc_table",
-    "self_cpu_seconds", "steal_seconds", "wait_until_quiet", "write_section", "LIVE", "ServerTree",
+    "self_cpu_seconds", "steal_seconds", "wait_until_quiet", "write_section", "FRAMEWORKS", "PEER_PY",
+    "PEER_VENV", "PINS", "ensure_peers", "ensure_system_packages", "peers_ready", "LIVE", "ServerTree",
     "free_port", "nginx_conf", "peer_command", "pin_self", "pinned", "pinned_self", "start_nginx", "stop_all",
     "wait_http", "wait_listening", "WrkLoad", "WrkRun", "run_wrk", "start_wrk", "wrk_stats", "LAYOUTS", "uwsgi_command",
     "UWSGI_BIN", "UWSGI_VENV", "UWSGI_VERSION", "ensure_uwsgi",
