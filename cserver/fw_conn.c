@@ -117,7 +117,7 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
         } else if (srv->pool && !kept_alive) {
             fw_balance_silent(&srv->bal, &c->place);
             if (c->place.pending)
-                fw_timer_start(&srv->t_grace, &c->grace, srv->now);
+                fw_timer_start(&srv->t_grace, &c->aside, srv->now);
         }
     }
     return c;
@@ -163,7 +163,7 @@ void fw_conn_close(fw_conn *c)
         if (c->w.mask && fw_loop_watch(&srv->loop, &c->w, 0) != 0)
             fw_server_log(srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(errno));
         fw_timer_stop(&c->timer);
-        fw_timer_stop(&c->grace);
+        fw_timer_stop(&c->aside);
         c->dropping = 1;
         c->state = FW_C_APP;
         fw_pool_submit(srv->pool, &c->job);
@@ -176,7 +176,7 @@ void fw_conn_close(fw_conn *c)
     fw_balance_end(&srv->bal, &c->place);     /* counted, but its request never ran */
     c->state = FW_C_CLOSED;
     fw_timer_stop(&c->timer);
-    fw_timer_stop(&c->grace);
+    fw_timer_stop(&c->aside);
     /* Out of the epoll set first: close() takes it out only with the last
      * reference to the socket, and another process may hold one (a child
      * the app forked, or one the master forked while it held a stranded
@@ -634,9 +634,24 @@ static void conn_between(fw_conn *c)
     if (fw_buf_used(&c->in) == 0 && fw_buf_used(&c->out) == 0) {
         fw_buf_reset(&c->in, IDLE_KEEP_BYTES);
         fw_buf_reset(&c->out, IDLE_KEEP_BYTES);
+        fw_timer_start(&srv->t_trim, &c->aside, srv->now);
         if (srv->stopping)
             fw_conn_start_stop(c);      /* idle now: hand it on while retiring */
     }
+}
+
+void fw_conn_trim(fw_conn *c)
+{
+    /* Idle: between requests, nothing read, nothing owed, the loop's. */
+    if (c->state != FW_C_READ_HEAD || c->head_started || c->thr != &c->srv->loop_thread ||
+        fw_buf_used(&c->in) || fw_buf_used(&c->out) || c->ext_len || c->app_state)
+        return;
+    fw_buf_free(&c->in);
+    fw_buf_free(&c->out);
+    fw_buf_free(&c->log_headers);
+    free(c->hdrs);          /* conn_headers makes it again with the next request's first bytes */
+    c->hdrs = NULL;
+    c->req.headers = NULL;
 }
 
 /* Does the connection close after the response at hand? request_end
@@ -846,6 +861,8 @@ static enum drive step_head(fw_conn *c)
          * timer gives way to the header timer. */
         c->head_started = srv->now;
         fw_timer_start(&srv->t_head, &c->timer, srv->now);
+        if (c->aside.list == &srv->t_trim)
+            fw_timer_stop(&c->aside);       /* busy again: it keeps its buffers */
         if (srv->cfg.stats)
             fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     }
@@ -874,7 +891,7 @@ static void submit(fw_conn *c)
     fw_server *srv = c->srv;
     c->state = FW_C_APP;
     fw_timer_stop(&c->timer);
-    fw_timer_stop(&c->grace);
+    fw_timer_stop(&c->aside);
     /* Its oneshot watch has fired (or was never armed), so the loop hears
      * nothing of it while a thread owns it. */
     if (c->w.mask && fw_loop_watch(&srv->loop, &c->w, 0) != 0) {

@@ -72,6 +72,12 @@ enum fw_conn_state {
 
 enum fw_body_src { FW_B_NONE, FW_B_MEM, FW_B_FILE };
 
+/* A kept-alive connection idle this long gives its buffers back (read,
+ * write, header array: 11 KiB for most): a pool of mostly idle clients
+ * costs the worker their connection records only. Busy connections keep
+ * theirs: one idle for less than this would make them again at once. */
+#define FW_IDLE_TRIM_MS 50
+
 /* The PROXY protocol header of a connection (--proxy-protocol). */
 enum fw_conn_proxy {
     FW_PX_OFF = 0,      /* none expected */
@@ -189,7 +195,9 @@ struct fw_conn {
     int park_rc;                      /* what the loop tells the parked thread: fw_conn_drain_wait's
                                        * return */
     fw_balance_place place;           /* its place in this worker's count (fw_balance) */
-    fw_tnode grace;                   /* srv->t_grace: ends place.pending */
+    fw_tnode aside;                   /* srv->t_grace while a new connection's first request has
+                                       * not come (ends place.pending), else srv->t_trim while it
+                                       * is idle between requests with buffers to give back */
     int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
                                        * next request under the idle timeout, not the header one */
     int64_t handed_in_at;             /* srv->now when a peer handed it here, else 0: it is not
@@ -237,6 +245,9 @@ struct fw_conn {
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
                      const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client,
                      int64_t age_ms);
+/* Loop thread: c has been idle for FW_IDLE_TRIM_MS (srv->t_trim): free its
+ * buffers, made again by its next request. Nothing if it is not idle. */
+void fw_conn_trim(fw_conn *c);
 /* Close c: out of the epoll set, then close(), whoever else may still hold
  * the socket. */
 void fw_conn_close(fw_conn *c);

@@ -25,7 +25,7 @@
                                 * master starts a replacement when it sees it stop (well
                                 * under a second), which then boots */
 
-#define CONN_OF_GRACE(tp) ((fw_conn *)((char *)(tp) - offsetof(fw_conn, grace)))
+#define CONN_OF_ASIDE(tp) ((fw_conn *)((char *)(tp) - offsetof(fw_conn, aside)))
 #define LISTENER_OF(wp) ((fw_listener *)((char *)(wp) - offsetof(fw_listener, w)))
 #define SERVER_OF_STOP(wp) ((fw_server *)((char *)(wp) - offsetof(fw_server, stop_w)))
 #define SERVER_OF_SIG(wp) ((fw_server *)((char *)(wp) - offsetof(fw_server, sig_w)))
@@ -523,6 +523,7 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->t_write.timeout_ms = cfg->write_timeout_ms;
     srv->t_linger.timeout_ms = 2000;
     srv->t_grace.timeout_ms = FW_SILENT_GRACE_MS;
+    srv->t_trim.timeout_ms = FW_IDLE_TRIM_MS;
     srv->accept_pause_logged_at = -10000;
     srv->eviction_logged_at = -10000;
     srv->now = fw_now_ms();
@@ -600,7 +601,18 @@ static void expire_grace(fw_server *srv)
     while (l->head && l->head->deadline <= srv->now) {
         fw_tnode *n = l->head;
         fw_timer_stop(n);
-        fw_balance_end(&srv->bal, &CONN_OF_GRACE(n)->place);
+        fw_balance_end(&srv->bal, &CONN_OF_ASIDE(n)->place);
+    }
+}
+
+/* Kept-alive connections idle for FW_IDLE_TRIM_MS give their buffers back. */
+static void expire_trim(fw_server *srv)
+{
+    fw_tlist *l = &srv->t_trim;
+    while (l->head && l->head->deadline <= srv->now) {
+        fw_tnode *n = l->head;
+        fw_timer_stop(n);
+        fw_conn_trim(CONN_OF_ASIDE(n));
     }
 }
 
@@ -619,7 +631,7 @@ static int next_timeout(fw_server *srv)
 {
     int64_t next = srv->now + 1000;      /* at least once a second: date, resumes */
     fw_tlist *lists[] = { &srv->t_head, &srv->t_body, &srv->t_idle, &srv->t_write, &srv->t_linger,
-                          &srv->t_grace };
+                          &srv->t_grace, &srv->t_trim };
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
         if (lists[i]->head && lists[i]->head->deadline < next)
             next = lists[i]->head->deadline;
@@ -877,6 +889,7 @@ static void after_events(fw_server *srv)
     expire(srv, &srv->t_write);
     expire(srv, &srv->t_linger);
     expire_grace(srv);
+    expire_trim(srv);
     if (srv->stopping && srv->pass_waiting)
         pass_on_idle(srv);
     if (srv->pool) {

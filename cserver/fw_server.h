@@ -159,8 +159,10 @@ struct fw_server {
     int64_t pass_wait_until;   /* until then, having no peer at all is worth waiting out */
 
     /* Timeout lists; see fw_timer.h. t_grace: silent new connections that
-     * steer placement (fw_conn.grace, fw_balance_silent). */
-    fw_tlist t_head, t_body, t_idle, t_write, t_linger, t_grace;
+     * steer placement (fw_conn.aside, fw_balance_silent); t_trim: idle
+     * kept-alive connections that still hold buffers (fw_conn.aside,
+     * fw_conn_trim). */
+    fw_tlist t_head, t_body, t_idle, t_write, t_linger, t_grace, t_trim;
 
     fw_conn *conns;            /* all open connections (doubly linked) */
     int nconns;

@@ -242,7 +242,10 @@ def _held_connections(s, n, open_one):
     try:
         for _ in range(n):
             conns.append(open_one(s.port))
-        yield lambda: _rss_kb(s, "VmRSS") - before
+        def grown():
+            return _rss_kb(s, "VmRSS") - before
+        grown.conns = conns
+        yield grown
     finally:
         for c in conns:
             c.close()
@@ -276,11 +279,22 @@ def test_kept_alive_connections_bounded_memory(make_server):
     (a proxy's upstream pool between bursts): each used to keep a 16 KiB
     read buffer from its second request on (its reads went straight into
     a buffer made for READ_CHUNK): 16.5 KiB of RSS per connection with its
-    write buffer and header array; now its heads come through the stack
-    and it keeps a read buffer their size (4 KiB): 12.4 KiB."""
+    write buffer and header array; then, its heads through the stack, a
+    read buffer their size: 12.4 KiB. Now a connection idle for
+    FW_IDLE_TRIM_MS (50 ms) gives its buffers back, and the next request
+    on each is served as before."""
     s = make_server("apps:echo", "--workers", "1", "--keep-alive", "60")
     with _held_connections(s, 1000, _kept_alive) as grown:
-        assert grown() < 1000 * 14, f"{grown()} KiB for 1000 kept-alive connections"
+        time.sleep(0.2)                         # the last ones idle past FW_IDLE_TRIM_MS too
+        assert grown() < 1000 * 4, f"{grown()} KiB for 1000 kept-alive connections"
+        conns = grown.conns
+        for i, c in enumerate(conns):           # each one's buffers made again
+            body = b"x" * (i % 300)
+            c.send(b"POST /e HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            r = c.read_response()
+            assert r.status == 200, (i, r)
+            d = json.loads(r.body)
+            assert (d["path"], d["body"], d["headers"].get("HTTP_HOST")) == ("/e", body.decode(), "a"), (i, d)
 
 
 def _reads(pid):
