@@ -19,7 +19,7 @@ int fw_buf_reserve(fw_buf *b, size_t extra)
     if (extra > ((size_t)-1) / 2 || used > ((size_t)-1) / 2 - extra)
         return -1;
     size_t want = used + extra;
-    size_t ncap = b->cap ? b->cap : 4096;
+    size_t ncap = b->cap ? b->cap : FW_BUF_FIRST_CAP;
     while (ncap < want)
         ncap *= 2;
     char *nd;

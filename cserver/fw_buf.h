@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#define FW_BUF_FIRST_CAP 4096     /* the first allocation; it doubles from there */
+
 typedef struct fw_buf {
     char *data;   /* owned, NULL until the first reserve */
     size_t off;   /* first valid byte */

@@ -58,8 +58,46 @@ static size_t max_vars(const fw_server *srv, const fw_listener *lst)
  * 0, or -ENOMEM. */
 static int conn_headers(fw_conn *c)
 {
-    c->hdrs = malloc(max_vars(c->srv, c->lst) * sizeof(fw_header));
+    /* An HTTP one is the size of the server's spare ones; a uwsgi one is larger. */
+    c->hdrs = c->lst->uwsgi ? malloc(max_vars(c->srv, c->lst) * sizeof(fw_header))
+                            : fw_spare_take(&c->srv->spare_hdrs);
     return c->hdrs ? 0 : -ENOMEM;
+}
+
+/* Loop thread: give c's header array back (NULL after). */
+static void conn_headers_give(fw_conn *c)
+{
+    if (c->lst->uwsgi)
+        free(c->hdrs);
+    else
+        fw_spare_give(&c->srv->spare_hdrs, c->hdrs);
+    c->hdrs = NULL;
+    c->req.headers = NULL;
+}
+
+/* Loop thread: an empty buffer of c's that has no memory takes a spare
+ * block of the first size (FW_BUF_FIRST_CAP). 0, or -ENOMEM. */
+static int conn_buf_take(fw_conn *c, fw_buf *b)
+{
+    if (b->data)
+        return 0;
+    b->data = fw_spare_take(&c->srv->spare_buf);
+    if (!b->data)
+        return -ENOMEM;
+    b->cap = c->srv->spare_buf.size;
+    b->off = b->len = 0;
+    return 0;
+}
+
+/* Loop thread: give b's memory back (a spare block when it is of the
+ * first size, else to malloc); b is empty and has none after. */
+static void conn_buf_give(fw_conn *c, fw_buf *b)
+{
+    if (b->data && b->cap == c->srv->spare_buf.size) {
+        fw_spare_give(&c->srv->spare_buf, b->data);
+        b->data = NULL;
+    }
+    fw_buf_free(b);
 }
 
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
@@ -125,12 +163,12 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
 
 void fw_conn_free(fw_conn *c)
 {
-    fw_buf_free(&c->in);
-    fw_buf_free(&c->out);
+    conn_buf_give(c, &c->in);
+    conn_buf_give(c, &c->out);
     fw_buf_free(&c->log_headers);
     fw_body_release(c);
     free(c->head_copy);
-    free(c->hdrs);
+    conn_headers_give(c);
     free(c);
 }
 
@@ -333,7 +371,9 @@ static int conn_read(fw_conn *c, size_t want)
             return 0;
         }
         if (n > 0) {
-            if (fresh && fw_buf_append(&c->in, first, (size_t)n) != 0)
+            /* A head that fits goes into a spare block (conn_buf_take). */
+            if (fresh && (((size_t)n <= c->srv->spare_buf.size && conn_buf_take(c, &c->in) != 0) ||
+                          fw_buf_append(&c->in, first, (size_t)n) != 0))
                 return -ENOMEM;
             if (!fresh)
                 c->in.len += (size_t)n;
@@ -646,12 +686,10 @@ void fw_conn_trim(fw_conn *c)
     if (c->state != FW_C_READ_HEAD || c->head_started || c->thr != &c->srv->loop_thread ||
         fw_buf_used(&c->in) || fw_buf_used(&c->out) || c->ext_len || c->app_state)
         return;
-    fw_buf_free(&c->in);
-    fw_buf_free(&c->out);
+    conn_buf_give(c, &c->in);
+    conn_buf_give(c, &c->out);
     fw_buf_free(&c->log_headers);
-    free(c->hdrs);          /* conn_headers makes it again with the next request's first bytes */
-    c->hdrs = NULL;
-    c->req.headers = NULL;
+    conn_headers_give(c);   /* conn_headers makes it again with the next request's first bytes */
 }
 
 /* Does the connection close after the response at hand? request_end
@@ -867,7 +905,9 @@ static enum drive step_head(fw_conn *c)
             fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     }
     const char *buf = fw_buf_head(&c->in);
-    if (!c->hdrs && conn_headers(c) < 0) {
+    /* Its response will need a write buffer: a spare one, taken here on
+     * the loop thread (an app thread frames the response). */
+    if ((!c->hdrs && conn_headers(c) < 0) || conn_buf_take(c, &c->out) != 0) {
         conn_fail(c, 500);
         return DRIVE_ON;
     }

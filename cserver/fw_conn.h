@@ -72,10 +72,12 @@ enum fw_conn_state {
 
 enum fw_body_src { FW_B_NONE, FW_B_MEM, FW_B_FILE };
 
-/* A kept-alive connection idle this long gives its buffers back (read,
- * write, header array: 11 KiB for most): a pool of mostly idle clients
- * costs the worker their connection records only. Busy connections keep
- * theirs: one idle for less than this would make them again at once. */
+/* A kept-alive connection idle at least this long gives its buffers back
+ * (read, write, header array: 11 KiB for most) at the loop's next pass (at
+ * least one a second: the trim sets no wake-up of its own): a pool of
+ * mostly idle clients costs the worker their connection records only.
+ * Busy connections keep theirs: one idle for less than this would make
+ * them again at once. */
 #define FW_IDLE_TRIM_MS 50
 
 /* The PROXY protocol header of a connection (--proxy-protocol). */

@@ -524,6 +524,8 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->t_linger.timeout_ms = 2000;
     srv->t_grace.timeout_ms = FW_SILENT_GRACE_MS;
     srv->t_trim.timeout_ms = FW_IDLE_TRIM_MS;
+    fw_spare_init(&srv->spare_buf, FW_BUF_FIRST_CAP);
+    fw_spare_init(&srv->spare_hdrs, srv->cfg.limits.max_headers * sizeof(fw_header));
     srv->accept_pause_logged_at = -10000;
     srv->eviction_logged_at = -10000;
     srv->now = fw_now_ms();
@@ -556,6 +558,8 @@ void fw_server_free(fw_server *srv)
     while (srv->conns)
         fw_conn_close(srv->conns);
     free_graveyard(srv);
+    fw_spare_destroy(&srv->spare_buf);
+    fw_spare_destroy(&srv->spare_hdrs);
     if (srv->stop_w.fd >= 0)
         close(srv->stop_w.fd);
     fw_balance_destroy(&srv->bal);
@@ -630,8 +634,13 @@ static int pool_may_be_quiet(const fw_server *srv)
 static int next_timeout(fw_server *srv)
 {
     int64_t next = srv->now + 1000;      /* at least once a second: date, resumes */
+    /* Not t_trim: giving an idle connection's buffers back can wait for
+     * any pass (at least one a second), and a loop that set epoll_wait's
+     * timeout by it cost 10 us more CPU per request at 3,000 req/s over
+     * 1,000 kept-alive connections (each request armed a 50 ms trim, so
+     * the timeout was always short). */
     fw_tlist *lists[] = { &srv->t_head, &srv->t_body, &srv->t_idle, &srv->t_write, &srv->t_linger,
-                          &srv->t_grace, &srv->t_trim };
+                          &srv->t_grace };
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
         if (lists[i]->head && lists[i]->head->deadline < next)
             next = lists[i]->head->deadline;

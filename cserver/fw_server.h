@@ -22,6 +22,7 @@
 #include "fw_netmask.h"
 #include "fw_pool.h"
 #include "fw_rc.h"
+#include "fw_spare.h"
 #include "fw_stats.h"
 #include "fw_timer.h"
 
@@ -163,6 +164,10 @@ struct fw_server {
      * kept-alive connections that still hold buffers (fw_conn.aside,
      * fw_conn_trim). */
     fw_tlist t_head, t_body, t_idle, t_write, t_linger, t_grace, t_trim;
+    /* The loop's: blocks that idle and closed connections gave back, for
+     * the next requests (fw_spare.h): read and write buffers of their
+     * first size, and HTTP header arrays (limits.max_headers entries). */
+    fw_spare spare_buf, spare_hdrs;
 
     fw_conn *conns;            /* all open connections (doubly linked) */
     int nconns;

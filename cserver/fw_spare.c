@@ -1,0 +1,34 @@
+/* fw_spare: see fw_spare.h. */
+#include "fw_spare.h"
+
+#include <stdlib.h>
+
+void fw_spare_init(fw_spare *s, size_t size)
+{
+    s->size = size;
+    s->n = 0;
+}
+
+void *fw_spare_take(fw_spare *s)
+{
+    if (s->n > 0)
+        return s->blocks[--s->n];
+    return malloc(s->size);     /* sets errno (ENOMEM) when it fails */
+}
+
+void fw_spare_give(fw_spare *s, void *p)
+{
+    if (!p)
+        return;
+    if (s->n < FW_SPARE_MAX) {
+        s->blocks[s->n++] = p;
+        return;
+    }
+    free(p);
+}
+
+void fw_spare_destroy(fw_spare *s)
+{
+    while (s->n > 0)
+        free(s->blocks[--s->n]);
+}

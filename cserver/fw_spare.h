@@ -1,0 +1,37 @@
+/* fw_spare: a bounded stack of equal-size memory blocks kept for reuse.
+ *
+ * Connections that go idle give their buffers back (fw_conn_trim) and take
+ * them again with their next request: with a thousand clients each sending
+ * now and then, that is a few blocks per request. Kept here, the handful
+ * of blocks the connections busy at any moment need go round, warm in the
+ * cache, instead of through malloc and free (and the heap's top, trimmed
+ * and grown again). Closed connections give theirs too, for the next new
+ * ones.
+ *
+ * Owner: one thread (the server's loop). The stack owns the blocks it
+ * holds; a block taken is the taker's, to give back or free(). */
+#ifndef FW_SPARE_H
+#define FW_SPARE_H
+
+#include <stddef.h>
+
+#define FW_SPARE_MAX 64         /* blocks kept at most: the rest are freed */
+
+typedef struct fw_spare {
+    size_t size;                /* bytes of every block */
+    int n;                      /* blocks held */
+    void *blocks[FW_SPARE_MAX]; /* owned */
+} fw_spare;
+
+/* An empty stack of blocks of `size` bytes. */
+void fw_spare_init(fw_spare *s, size_t size);
+/* A block of s->size bytes, uninitialised: a kept one, else malloc's.
+ * NULL with errno ENOMEM. */
+void *fw_spare_take(fw_spare *s);
+/* Keep p (a block of s->size bytes from malloc) for reuse, or free it when
+ * the stack is full. p may be NULL. */
+void fw_spare_give(fw_spare *s, void *p);
+/* Free every block held. */
+void fw_spare_destroy(fw_spare *s);
+
+#endif
