@@ -76,7 +76,7 @@ typedef struct fw_sb_slot {
                                      * ready queue): load, and a peer that frees a thread kicks us
                                      * to hand them over */
     _Atomic uint32_t accept_ms;     /* its last accept: CLOCK_MONOTONIC ms, low 32 bits (a
-                                     * recent one anywhere keeps the order exact: rank_live) */
+                                     * recent one anywhere keeps the order exact: rank_needed) */
     _Atomic uint64_t accepted __attribute__((aligned(64)));   /* statistics, owner */
     _Atomic uint64_t handed_in;
     _Atomic uint64_t handed_out;

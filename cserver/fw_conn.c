@@ -100,6 +100,16 @@ static void conn_buf_give(fw_conn *c, fw_buf *b)
     fw_buf_free(b);
 }
 
+/* Loop thread: give back the read and write buffers, the access log's
+ * capture and the header array (a closing or idle connection). */
+static void conn_give_buffers(fw_conn *c)
+{
+    conn_buf_give(c, &c->in);
+    conn_buf_give(c, &c->out);
+    fw_buf_free(&c->log_headers);
+    conn_headers_give(c);
+}
+
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
                      const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client,
                      int64_t age_ms)
@@ -163,12 +173,9 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
 
 void fw_conn_free(fw_conn *c)
 {
-    conn_buf_give(c, &c->in);
-    conn_buf_give(c, &c->out);
-    fw_buf_free(&c->log_headers);
+    conn_give_buffers(c);
     fw_body_release(c);
     free(c->head_copy);
-    conn_headers_give(c);
     free(c);
 }
 
@@ -686,10 +693,7 @@ void fw_conn_trim(fw_conn *c)
     if (c->state != FW_C_READ_HEAD || c->head_started || c->thr != &c->srv->loop_thread ||
         fw_buf_used(&c->in) || fw_buf_used(&c->out) || c->ext_len || c->app_state)
         return;
-    conn_buf_give(c, &c->in);
-    conn_buf_give(c, &c->out);
-    fw_buf_free(&c->log_headers);
-    conn_headers_give(c);   /* conn_headers makes it again with the next request's first bytes */
+    conn_give_buffers(c);   /* made again with the next request's first bytes */
 }
 
 /* Does the connection close after the response at hand? request_end

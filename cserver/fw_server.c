@@ -590,34 +590,26 @@ void fw_server_stop(fw_server *srv, int graceful)
 
 static void expire(fw_server *srv, fw_tlist *l)
 {
-    while (l->head && l->head->deadline <= srv->now) {
-        fw_tnode *n = l->head;
-        fw_timer_stop(n);
+    fw_tnode *n;
+    while ((n = fw_timer_pop_due(l, srv->now)))
         fw_conn_on_timeout(CONN_OF_TIMER(n));
-    }
 }
 
 /* A silent new connection whose request did not come within its grace
  * stops steering placement. */
 static void expire_grace(fw_server *srv)
 {
-    fw_tlist *l = &srv->t_grace;
-    while (l->head && l->head->deadline <= srv->now) {
-        fw_tnode *n = l->head;
-        fw_timer_stop(n);
+    fw_tnode *n;
+    while ((n = fw_timer_pop_due(&srv->t_grace, srv->now)))
         fw_balance_end(&srv->bal, &CONN_OF_ASIDE(n)->place);
-    }
 }
 
 /* Kept-alive connections idle for FW_IDLE_TRIM_MS give their buffers back. */
 static void expire_trim(fw_server *srv)
 {
-    fw_tlist *l = &srv->t_trim;
-    while (l->head && l->head->deadline <= srv->now) {
-        fw_tnode *n = l->head;
-        fw_timer_stop(n);
+    fw_tnode *n;
+    while ((n = fw_timer_pop_due(&srv->t_trim, srv->now)))
         fw_conn_trim(CONN_OF_ASIDE(n));
-    }
 }
 
 /* May app threads leave a finished kept-alive request for the loop to take

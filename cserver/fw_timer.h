@@ -64,4 +64,16 @@ static inline void fw_timer_start(fw_tlist *l, fw_tnode *n, int64_t now)
     l->count++;
 }
 
+/* The first node of l whose deadline has come (<= now), taken off the
+ * list; NULL when none has. Expiry: while ((n = fw_timer_pop_due(l, now)))
+ * act on n's owner. */
+static inline fw_tnode *fw_timer_pop_due(fw_tlist *l, int64_t now)
+{
+    fw_tnode *n = l->head;
+    if (!n || n->deadline > now)
+        return NULL;
+    fw_timer_stop(n);
+    return n;
+}
+
 #endif
