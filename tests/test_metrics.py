@@ -90,7 +90,8 @@ def test_restart_reasons_and_counters_that_never_go_back():
     try:
         assert wait_for(lambda: len(s.worker_pids()) == 2)
         get_each_on_a_new_connection(s.port, 60)
-        assert wait_for(lambda: value(samples(s), "forkwsgi_worker_restarts_total", reason="max_requests") >= 2, 10)
+        assert wait_for(lambda: value(samples(s), "forkwsgi_worker_restarts_total", reason="max_requests") >= 2, 10), (
+            scrape(s).body.decode()[-1500:], s.log()[-3000:])        # it failed once in a suite run: say why
         assert wait_for(lambda: value(samples(s), "forkwsgi_requests_total") == 60, 5)
         before = 60
         # Not a worker that served its 20th request: it retires by itself
