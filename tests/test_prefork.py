@@ -465,3 +465,30 @@ def test_app_threads_that_cannot_start_fail_the_boot_once(workers):
     else:
         assert p.returncode == 2, err[-2000:]
         assert err.strip().splitlines()[-1].startswith("forkwsgi: error: cannot start the app threads: ")
+
+
+def test_a_worker_that_retires_before_the_master_read_its_ready_byte_retired(make_server, tmp_path):
+    """A worker that came ready, served its --max-requests and exited
+    while the master was busy elsewhere (here: the pre_fork hook of the
+    next worker; in the fresh-clone CI: a loaded machine) was counted as a
+    crash at start-up ("died (exit code 0)", the back-off, restarts_total
+    {reason="crash"}): the master closed its readiness pipe unread."""
+    conf = tmp_path / "conf.py"
+    conf.write_text("import time\n"
+                    "def pre_fork(server, worker):\n"
+                    "    if worker.age == 2:\n"
+                    "        time.sleep(3)\n")
+    s = make_server("apps:pid", "--workers", "2", "--max-requests", "3", "-c", str(conf))
+    assert wait_for(lambda: "Booted worker 1" in s.log())
+    first = s.worker_pids()[0]
+    for _ in range(3):      # only worker 1 is there: the master sleeps before worker 2
+        r = request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert r.status == 200 and int(r.body) == first
+    assert wait_for(lambda: "Booted worker 2" in s.log() and f"(pid {first}) " in s.log().split("Booted worker 2")[1],
+                    timeout=15), s.log()
+    assert wait_for(lambda: len(s.worker_pids()) == 2 and first not in s.worker_pids(), timeout=10), s.log()
+    log = s.log()
+    assert f"Worker 1 (pid {first}) exited (exit code 0) (--max-requests)" in log or \
+        f"Worker 1 (pid {first}) retired" in log, log
+    assert "died" not in log and "die at start-up" not in log, log
+    print(log)

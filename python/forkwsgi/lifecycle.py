@@ -48,22 +48,29 @@ class WorkerLifecycle:
     """Uses the arbiter's workers, slots, sockets, options, hooks, backoff
     and the held-import state (heldimport.py)."""
 
+    def _read_ready_byte(self, w):
+        """Read w's readiness pipe (readable, or its writer gone) and close
+        it: w is ready if its byte is there. Returns w.ready."""
+        try:
+            data = os.read(w.ready_fd, 1)
+        except OSError:        # EAGAIN too: a child the app forked may hold the write end
+            data = b""
+        os.close(w.ready_fd)
+        w.ready_fd = None
+        if data:
+            w.ready = True
+            w.ready_at = time.monotonic()
+            self.served = True
+            self.log.debug("worker %d (pid %d) ready", w.index, w.pid)
+        return w.ready
+
     def _worker_ready(self, fd):
         w = next((w for w in self.workers.values() if w.ready_fd == fd), None)
-        try:
-            data = os.read(fd, 1)
-        except OSError:
-            data = b""
-        os.close(fd)
         if w is None:
+            os.close(fd)
             return
-        w.ready_fd = None
-        if not data:
+        if not self._read_ready_byte(w):
             return            # it died before it was ready: reap() tells why
-        w.ready = True
-        w.ready_at = time.monotonic()
-        self.served = True
-        self.log.debug("worker %d (pid %d) ready", w.index, w.pid)
         old = [o for o in self.workers.values() if o.old and not o.retiring]
         if old and not w.old:   # rolling reload: one old worker out for each new one in
             # (not for an old one that comes ready late: a reload sent while
@@ -168,6 +175,7 @@ class WorkerLifecycle:
             for s in sockets:
                 s.close()              # the worker's own now: its queue dies with it
         os.close(w)
+        os.set_blocking(r, False)        # reap() reads it without waiting
         self.workers[pid] = WorkerInfo(pid, index, r)
         self.workers[pid].max_requests = options["max_requests"]
         self.workers[pid].image = self.code_image
@@ -252,7 +260,10 @@ class WorkerLifecycle:
             if self.app_metrics:
                 self.app_metrics.worker_exited(pid)
             if w.ready_fd is not None:
-                os.close(w.ready_fd)
+                # It may have come ready, served and exited since the last
+                # look at the pipes (the master was in a hook, or slow):
+                # its byte says so, or it would pass for a crash at start-up.
+                self._read_ready_byte(w)
             if w.slot is not None and not w.retiring and w.ready and self.slots.states()[w.slot] == "draining":
                 # It retired by itself before check_stopping saw it.
                 w.retiring = True
