@@ -50,6 +50,16 @@ static int is_open(const fw_sb_slot *s)
     return atomic_load(&s->state) == FW_SB_ALIVE && atomic_load(&s->open);
 }
 
+/* CLOCK_MONOTONIC in ms, low 32 bits (compared by unsigned difference, so
+ * the wrap every 49 days does not matter); coarse: a vDSO read, 4 ms steps. */
+static uint32_t coarse_ms(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+        return 0;
+    return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
+}
+
 /* A worker's place in the order: requests running, requests handed to it
  * and not yet taken in, and connections it accepted within the last
  * FW_SILENT_GRACE_MS whose request has not arrived yet. These last steer
@@ -75,12 +85,36 @@ static uint32_t min_open_load(const fw_balance *b)
     return mn;
 }
 
-static int want_armed(const fw_balance *b, uint32_t mn)
+/* Are connections arriving: did any worker accept one within
+ * FW_RANK_LIVE_MS? Only then does the order decide anything: the
+ * workers arm by it, the least loaded with a free thread, so that the
+ * next connection goes there (a full one disarms at once). */
+static int connections_arriving(const fw_balance *b)
+{
+    uint32_t now = coarse_ms();
+    for (int j = 0; j < b->cfg.nslots; j++)
+        if (now - atomic_load(&b->sb[j].accept_ms) < FW_RANK_LIVE_MS)
+            return 1;
+    return 0;
+}
+
+/* Should our listeners be in our epoll set (ordered: connections_arriving)?
+ * While no connection arrives, every worker with a free thread stays armed
+ * and a full one keeps what it has: under kept-alive saturation the
+ * capacity flips and the least loaded changes at every request, and
+ * following them was listener changes and kicks (2.4 per request at 4 x 4)
+ * for connections that were not coming. The first one that comes may
+ * reach a full worker: it is placed by its request like any new
+ * connection's (fw_balance_handoff), and its accept makes the order exact
+ * again at once (fw_balance_accepted). */
+static int want_armed(const fw_balance *b, uint32_t mn, int ordered)
 {
     if (!b->allowed || b->draining)
         return 0;
     if (!counting(b))
         return 1;
+    if (!ordered)
+        return b->inflight < b->threads || b->armed;
     return b->inflight < b->threads && load_of(&b->sb[b->cfg.me]) <= mn;   /* published under mu */
 }
 
@@ -94,9 +128,10 @@ static void reconcile_locked(fw_balance *b)
 {
     /* Published first, so peers deciding from now on see it. */
     atomic_store(&b->sb[b->cfg.me].open, (uint32_t)(b->allowed && !b->draining));
+    int ordered = counting(b) && connections_arriving(b);
     for (int tries = 0; tries < 4; tries++) {
-        uint32_t mn = counting(b) ? min_open_load(b) : 0;
-        int w = want_armed(b, mn);
+        uint32_t mn = ordered ? min_open_load(b) : 0;
+        int w = want_armed(b, mn, ordered);
         if (w == b->armed)
             break;
         if (b->ops->set_listeners(b->ctx, w, b->cfg.mode == FW_BAL_LEAST_BUSY) != 0)
@@ -109,29 +144,33 @@ static void reconcile_locked(fw_balance *b)
         return;
     uint32_t mn = min_open_load(b);
     /* With a thread free and nothing waiting here, requests that wait
-     * unread in a peer's queue are better served here: kick it to hand
-     * them over (on_kick, ops->offer). */
+     * unread in a peer's queue are better served here: kick the peer with
+     * the most waiting to hand one over (on_kick, ops->offer). One peer:
+     * we have a thread for one request, and at saturation, where every
+     * worker has some waiting, kicking them all was two futile wake-ups
+     * per request (our thread is taken again before their offer comes). */
     int can_help = b->inflight < b->threads && !atomic_load(&b->sb[b->cfg.me].waiting) &&
                    !atomic_load(&b->sb[b->cfg.me].retire) && b->allowed && !b->draining;
+    int help = -1;
+    uint32_t most = 0;
     for (int j = 0; j < b->cfg.nslots; j++) {
         if (j == b->cfg.me || !is_open(&b->sb[j]))
             continue;
-        uint32_t wj = atomic_load(&b->sb[j].inflight) < b->threads && load_of(&b->sb[j]) <= mn;
-        if (wj != atomic_load(&b->sb[j].armed) ||
-            (can_help && atomic_load(&b->sb[j].waiting) &&
-             atomic_load(&b->sb[j].image) <= atomic_load(&b->sb[b->cfg.me].image)))
+        /* The rule of want_armed, as far as we can see it: unordered, a
+         * full peer keeps whatever it has. */
+        int full = atomic_load(&b->sb[j].inflight) >= b->threads;
+        uint32_t wj = ordered ? !full && load_of(&b->sb[j]) <= mn : 1;
+        uint32_t waiting = atomic_load(&b->sb[j].waiting);
+        if ((ordered || !full) && wj != atomic_load(&b->sb[j].armed))
             kick(b, j);
+        else if (can_help && waiting > most &&
+                 atomic_load(&b->sb[j].image) <= atomic_load(&b->sb[b->cfg.me].image)) {
+            most = waiting;
+            help = j;
+        }
     }
-}
-
-/* CLOCK_MONOTONIC in ms, low 32 bits (compared by unsigned difference, so
- * the wrap every 49 days does not matter); coarse: a vDSO read, 4 ms steps. */
-static uint32_t coarse_ms(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
-        return 0;
-    return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
+    if (help >= 0)
+        kick(b, help);
 }
 
 /* mu held, our count just changed as a request started or ended (was_full:
@@ -151,14 +190,12 @@ static int rank_needed(const fw_balance *b, int was_full)
 {
     if (was_full != (b->inflight >= b->threads))
         return 1;
-    uint32_t now = coarse_ms();
     for (int j = 0; j < b->cfg.nslots; j++) {
         const fw_sb_slot *s = &b->sb[j];
-        if (atomic_load(&s->waiting) || atomic_load(&s->incoming) || atomic_load(&s->pending) ||
-            now - atomic_load(&s->accept_ms) < FW_RANK_LIVE_MS)
+        if (atomic_load(&s->waiting) || atomic_load(&s->incoming) || atomic_load(&s->pending))
             return 1;
     }
-    return 0;
+    return connections_arriving(b);
 }
 
 static void publish_locked(fw_balance *b)
@@ -447,8 +484,18 @@ int fw_balance_sharing(const fw_balance *b)
 void fw_balance_accepted(fw_balance *b)
 {
     atomic_fetch_add(&b->sb[b->cfg.me].accepted, 1);
-    if (counting(b))
-        atomic_store(&b->sb[b->cfg.me].accept_ms, coarse_ms());
+    if (!counting(b))
+        return;
+    /* The first connection after a quiet time: the workers arm by the
+     * order from now on (want_armed), starting here (a full worker that
+     * kept its listeners steps aside) and with kicks to the others. */
+    int was_ordered = connections_arriving(b);
+    atomic_store(&b->sb[b->cfg.me].accept_ms, coarse_ms());
+    if (!was_ordered) {
+        pthread_mutex_lock(&b->mu);
+        reconcile_locked(b);
+        pthread_mutex_unlock(&b->mu);
+    }
 }
 
 int fw_balance_accept_batch(const fw_balance *b, int batch)

@@ -9,7 +9,10 @@
  *               wait in the kernel's accept queue and the first thread to
  *               free up takes the oldest. Kept-alive connections whose next
  *               request reaches a saturated worker are handed, unread, to a
- *               worker with a free thread (SCM_RIGHTS).
+ *               worker with a free thread (SCM_RIGHTS). While no connection
+ *               arrives (none accepted for FW_RANK_LIVE_MS), the order is
+ *               not followed: workers with a free thread stay armed and
+ *               full ones keep what they have (want_armed, in the .c).
  *   reuseport   one SO_REUSEPORT socket per worker: the kernel spreads new
  *               connections by hash, blind to load.
  *   shared      every worker always watches the shared listener (the herd:
