@@ -14,9 +14,14 @@
 #include <unistd.h>
 
 #define BACKSTOP_MS 500
-/* After the last accept at any worker, how long request starts and ends
- * keep re-ranking the workers (rank_needed). */
-#define FW_RANK_LIVE_MS 1000
+/* After the last accept at any worker, how long the workers arm by the
+ * order (want_armed) and request starts and ends re-rank them
+ * (rank_needed). Short: at saturation, ranking costs a listener change or
+ * a kick per request, and with 1000 the 50 connects of a client pool made
+ * a second of it, a backlog of ~100 ms at 4 x 4 and 56k req/s that took
+ * another half second to drain. An arrival after a longer gap is placed
+ * by its first request (fw_balance_handoff). */
+#define FW_RANK_LIVE_MS 100
 #define PASS_BATCH 16        /* hand-offs received per wake-up */
 
 #define BAL_OF_KICK(wp) ((fw_balance *)((char *)(wp) - offsetof(fw_balance, kick_w)))
