@@ -317,6 +317,29 @@ def test_spare_thread_that_cannot_start_is_logged_and_requests_answered(make_ser
             sk.close()
 
 
+def test_spare_threads_that_cannot_start_are_said_once_not_at_every_park(make_server, faults):
+    """At the thread limit every park fails to start its spare the same
+    way: each one logged an ERROR line (a log filled by slow clients). Said
+    once, then at most every 10 s with the count of those in between."""
+    f = faults("pthread_create:1+", gated=True)
+    s = make_server("apps:writes", "--workers", "1", "--threads", "4", env=f.env)
+    assert s.request(b"GET /?mb=0 HTTP/1.1\r\nHost: t\r\n\r\n").status == 200
+    f.open()
+    slow = []
+    try:
+        for n in range(1, 4):         # one at a time: each parks a thread, each spare fails
+            slow += non_readers(s.port, "/?mb=8", 1)
+            f.wait("pthread_create", count=n)
+        f.close()
+        wait_log(s, r"\[ERROR\] pool: cannot start a spare thread: Resource temporarily unavailable")
+        r = s.request(b"GET /?mb=0 HTTP/1.1\r\nHost: t\r\n\r\n")       # the 4th thread serves
+        assert r.status == 200
+        assert s.log().count("cannot start a spare thread") == 1, s.log()
+    finally:
+        for sk in slow:
+            sk.close()
+
+
 def test_lost_pool_wake_up_does_not_wedge_the_worker(make_server, faults):
     """Every write to the pool's done eventfd fails: the loop is never woken
     for finished requests. Each failure is logged, and the loop takes the
