@@ -302,6 +302,19 @@ static enum accepted accept_one(fw_server *srv, fw_listener *l, int with_age)
             }
         }
         fw_balance_accepted(&srv->bal);
+        /* Placed by load before its request is read: while no connection
+         * came for a while the workers do not arm by the order (want_armed
+         * in fw_balance.c), so any worker with a free thread, or a full
+         * one, may have taken it beside an idle peer. Read here, its
+         * request would run here (a light one behind a heavy one). */
+        if (srv->pool && !srv->stopping) {
+            fw_balance_place fresh = { 0, 0 };
+            if (fw_balance_handoff(&srv->bal, &fresh, fd, (int)(l - srv->listeners), 0,
+                                   (fw_pass_client){ NULL, 0 })) {
+                close(fd);          /* the peer's now: it lives on in the datagram */
+                return ACCEPT_ONE;
+            }
+        }
         int64_t age = with_age ? accepted_age(l, fd) : 0;
         if (!fw_conn_new(srv, l, fd, (struct sockaddr *)&ss, len, 0, (fw_pass_client){ NULL, 0 }, age)) {
             fw_server_log(srv, FW_LOG_ERROR, "out of memory for a connection");
