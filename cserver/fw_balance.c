@@ -20,7 +20,7 @@
  * a kick per request, and with 1000 the 50 connects of a client pool made
  * a second of it, a backlog of ~100 ms at 4 x 4 and 56k req/s that took
  * another half second to drain. An arrival after a longer gap is placed
- * by its first request (fw_balance_handoff). */
+ * by load at its accept (fw_balance_handoff, from the server's accept). */
 #define FW_RANK_LIVE_MS 100
 #define PASS_BATCH 16        /* hand-offs received per wake-up */
 
@@ -109,9 +109,9 @@ static int connections_arriving(const fw_balance *b)
  * capacity flips and the least loaded changes at every request, and
  * following them was listener changes and kicks (2.4 per request at 4 x 4)
  * for connections that were not coming. The first one that comes may
- * reach a full worker: it is placed by its request like any new
- * connection's (fw_balance_handoff), and its accept makes the order exact
- * again at once (fw_balance_accepted). */
+ * reach a full worker: it is placed by load at its accept, before its
+ * request is read (fw_balance_handoff), and its accept makes the order
+ * exact again at once (fw_balance_accepted). */
 static int want_armed(const fw_balance *b, uint32_t mn, int ordered)
 {
     if (!b->allowed || b->draining)
