@@ -435,7 +435,7 @@ def test_an_idle_sibling_on_a_saturated_cpu_keeps_up_without_spilling(make_serve
         if n >= 20000:
             break
     stats = json.loads(get(s, "/stats").body)
-    assert stats["workers"]["spilled"] == 0, (stats, s.log())
+    assert stats["workers"]["spilled"] == 0, f"{stats}\n{s.log()}"      # a str: pytest cuts a tuple short
     assert "the ring is more than 1/8 full" in s.log(), s.log()
     # The watch itself never idles (a new thread inherits SCHED_IDLE from
     # the sibling's threads: the watch then woke late, and records spilled).
@@ -444,6 +444,28 @@ def test_an_idle_sibling_on_a_saturated_cpu_keeps_up_without_spilling(make_serve
              if open(f"/proc/{sib}/task/{t}/comm").read().strip() == "fw-ring-watch"]
     assert len(watch) == 1 and os.sched_getscheduler(watch[0]) == os.SCHED_OTHER, watch
     assert wait_for(lambda: len(lines(dirs["out"])) == 10 + n, timeout=30), (len(lines(dirs["out"])), n)
+
+
+@pytest.mark.alone      # the sibling idles while it keeps up: a file beside it would take its CPU
+def test_a_sink_slower_than_the_requests_never_keeps_the_sibling_from_the_ring(make_server, dirs):
+    """A sink that takes 50 ms a batch (one that writes and fsyncs in
+    send(), on a busy CPU or disk), requests that make records faster
+    than it takes them, a 1 MiB ring: the sibling reads the ring between
+    two batches once it is 1/8 full, and what the sink has not taken waits
+    in the journal. It handed over up to 8 batches in a row (0.4 s away
+    from the ring): the ring overflowed into the spill file."""
+    (dirs["ctl"] / "slow").write_text("0.05")
+    s = start(make_server, dirs, "--offload-queue-bytes", "1M", workers="1", threads="1")
+    n = 0
+    t0 = time.monotonic()
+    while n < 30000 and time.monotonic() - t0 < 2.0:    # bounded: 60 requests at most
+        r = json.loads(get(s, "/emit?n=500&size=256&spin=50&id=s").body)["results"]
+        assert r == [True] * 500
+        n += 500
+    stats = json.loads(get(s, "/stats").body)
+    assert stats["sibling"]["delivered"] < n, stats        # the sink was behind: the case at hand
+    assert stats["workers"]["spilled"] == 0, stats
+    assert wait_for(lambda: len(lines(dirs["out"])) == n, timeout=30), (len(lines(dirs["out"])), n)
 
 
 @pytest.mark.alone      # one CPU, pinned: a file beside it took half of it (8876 records spilled)
