@@ -605,6 +605,15 @@ def thread_name(environ, start_response):
     return [threading.current_thread().name.encode()]
 
 
+def crash_on(environ, start_response):
+    """/crash: the worker process ends at once (os._exit(5)), as one whose
+    C extension segfaults on a request; anything else: 200 and the pid."""
+    if environ["PATH_INFO"] == "/crash":
+        os._exit(5)
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [str(os.getpid()).encode()]
+
+
 def forks(environ, start_response):
     """?t=SECONDS: fork a process that lives that long holding every
     descriptor of the worker (the client's socket too), as an app that

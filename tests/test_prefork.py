@@ -323,6 +323,37 @@ def test_a_worker_that_dies_after_it_was_ready_did_not_die_at_start_up(make_serv
     assert "die at start-up" not in s.log()
 
 
+def test_workers_that_die_soon_after_they_are_ready_are_restarted_after_a_back_off(make_server):
+    """A worker that came ready and died within 2 s was replaced at once
+    (the back-off counted deaths before ready only): an app that crashes
+    at a request its client keeps retrying, or a thread that ends the
+    process 5 ms after ready, forked ~160 workers a second. Such deaths
+    now back off as at start-up (0.1 s, doubling), said in their own
+    words; a worker that lived longer is replaced at once again."""
+    s = make_server("apps:crash_on", "--workers", "1")
+    said = "workers die within 2 s of being ready: next start in 0.8 s"
+    for _ in range(8):                  # bounded: 8 crashes, each on a worker that served
+        assert request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", timeout=20).status == 200
+        with Conn(s.port, timeout=20) as c:
+            c.send(b"GET /crash HTTP/1.1\r\nHost: a\r\n\r\n")
+            assert c.read_until_close(limit=1000) == b""
+        if wait_for(lambda: said in s.log(), timeout=0.5):
+            break
+    log = s.log()
+    assert said in log and "next start in 0.4 s" in log, log
+    assert "die at start-up" not in log, log
+    # One that served longer than 2 s resets the delay: its death is no back-off.
+    assert request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", timeout=20).status == 200
+    time.sleep(2.5)
+    backoffs = s.log().count("next start in")
+    with Conn(s.port, timeout=20) as c:
+        c.send(b"GET /crash HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert c.read_until_close(limit=1000) == b""
+    assert wait_for(lambda: s.log().count("died (exit code 5)") == log.count("died (exit code 5)") + 1), s.log()
+    assert request(s.port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", timeout=20).status == 200
+    assert s.log().count("next start in") == backoffs, s.log()
+
+
 def test_a_frozen_worker_is_replaced(make_server):
     """Issue 23, item 10: a worker stopped (SIGSTOP) with no request in its
     app was never detected, and its kept-alive clients hung. Its loop stops

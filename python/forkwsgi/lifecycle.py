@@ -297,8 +297,10 @@ class WorkerLifecycle:
                 if w.retire_reason != "scale_down":
                     self.restarts[w.retire_reason] += 1
                 continue
-            if code == 0 and w.ready:
-                # It retired by itself (--max-requests): not a crash.
+            if code == 0 and w.ready and self.cfg["max_requests"]:
+                # It retired by itself (--max-requests): not a crash. (Without
+                # --max-requests an exit 0 nobody asked for is a death: the
+                # app or a hook ended the process.)
                 self.log.info("Worker %d (pid %d) retired%s", w.index, pid, "" if self.no_app else "; replacing it")
                 self.restarts["max_requests"] += 1
                 continue
@@ -307,8 +309,12 @@ class WorkerLifecycle:
             self.log.warning("Worker %d (pid %d) died (%s)%s%s", w.index, pid, how,
                              f" while serving {serving}" if serving else "",
                              "" if self.no_app else "; replacing it")
-            if self.backoff.died(w.started, w.ready):
-                self.log.warning("workers die at start-up: next start in %.1f s", self.backoff.delay)
+            if self.backoff.died(w.started, w.ready_at if w.ready else None):
+                if w.ready:
+                    self.log.warning("workers die within %.0f s of being ready: next start in %.1f s",
+                                     self.backoff.boot_seconds, self.backoff.delay)
+                else:
+                    self.log.warning("workers die at start-up: next start in %.1f s", self.backoff.delay)
 
     def say_unreplaceable(self, w):
         """A worker ended while the master has no app to fork a new one:

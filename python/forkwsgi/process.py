@@ -129,10 +129,15 @@ def release_stop_signals():
 
 
 class Backoff:
-    """When to start a child again after it died: at once, unless it keeps
-    dying at start-up (before it was ready, within `boot_seconds`); then
-    0.1 s, doubling up to `limit`. One that died after it was ready did not
-    die at start-up."""
+    """When to start a child again after it died: at once, unless it died
+    soon after it started (before it was ready, within `boot_seconds` of
+    its start) or soon after it came ready (within `boot_seconds` of
+    that: an app that crashes at its first request, or a thread of it
+    that kills the process); then 0.1 s, doubling up to `limit`. One that
+    lived longer resets the delay.
+
+    Without the second case a worker that exited 5 ms after it said ready
+    was replaced at once, ~160 forks a second for as long as it lasted."""
 
     def __init__(self, boot_seconds=2.0, limit=10.0):
         self.boot_seconds = boot_seconds
@@ -140,12 +145,12 @@ class Backoff:
         self.delay = 0.0
         self.next_start = 0.0
 
-    def died(self, started, ready=False):
-        """A child started at `started` (monotonic) died now; ready: it had
-        said it was ready. Returns the pause before the next start (0: at
-        once)."""
+    def died(self, started, ready_at=None):
+        """A child started at `started` (monotonic) died now; ready_at:
+        when it said it was ready (None: it never did). Returns the pause
+        before the next start (0: at once)."""
         now = time.monotonic()
-        if now - started < self.boot_seconds and not ready:
+        if now - (started if ready_at is None else ready_at) < self.boot_seconds:
             self.delay = min(max(0.1, self.delay * 2), self.limit)
         else:
             self.delay = 0.0
