@@ -128,14 +128,17 @@ static int want_armed(const fw_balance *b, uint32_t mn, int ordered)
  * are what keeps arrivals from waiting while a thread is free). The server
  * adds or removes its listeners (ops->set_listeners): EPOLL_CTL_MOD cannot
  * change an exclusive entry, so disarming is DEL and arming is ADD (which
- * also polls the socket: a connection already queued is picked up at once). */
-static void reconcile_locked(fw_balance *b)
+ * also polls the socket: a connection already queued is picked up at once).
+ * arriving: connections_arriving(b) if the caller looked already, else -1. */
+static void reconcile_locked(fw_balance *b, int arriving)
 {
     /* Published first, so peers deciding from now on see it. */
     atomic_store(&b->sb[b->cfg.me].open, (uint32_t)(b->allowed && !b->draining));
-    int ordered = counting(b) && connections_arriving(b);
+    int ordered = counting(b) && (arriving >= 0 ? arriving : connections_arriving(b));
+    /* The least load: only the order needs it (one scan, again after a
+     * listener change: the peers' loads moved during the syscall). */
+    uint32_t mn = ordered ? min_open_load(b) : 0;
     for (int tries = 0; tries < 4; tries++) {
-        uint32_t mn = ordered ? min_open_load(b) : 0;
         int w = want_armed(b, mn, ordered);
         if (w == b->armed)
             break;
@@ -144,10 +147,11 @@ static void reconcile_locked(fw_balance *b)
         b->armed = w;
         atomic_store(&b->sb[b->cfg.me].armed, (uint32_t)w);
         atomic_fetch_add_explicit(&b->sb[b->cfg.me].arms, 1, memory_order_relaxed);
+        if (ordered)
+            mn = min_open_load(b);
     }
     if (!counting(b) || b->cfg.nslots < 2)
         return;
-    uint32_t mn = min_open_load(b);
     /* With a thread free and nothing waiting here, requests that wait
      * unread in a peer's queue are better served here: kick the peer with
      * the most waiting to hand one over (on_kick, ops->offer). One peer:
@@ -180,6 +184,8 @@ static void reconcile_locked(fw_balance *b)
 
 /* mu held, our count just changed as a request started or ended (was_full:
  * we were at our thread count before): must the workers be re-ranked?
+ * *arriving: connections_arriving(b) when it was looked at, else -1 (for
+ * reconcile_locked, which would look again).
  * Re-ranking can add or remove our listeners (epoll_ctl) and kick peers
  * (eventfd): under steady kept-alive traffic loads cross all the time and
  * that was 1.7 listener changes and kicks per request. The order among
@@ -191,8 +197,9 @@ static void reconcile_locked(fw_balance *b)
  * connection within FW_RANK_LIVE_MS (connections are arriving: keep the
  * order exact for them). A disarmed worker with a free thread also
  * re-checks on its own every backstop_ms (fw_balance_tick). */
-static int rank_needed(const fw_balance *b, int was_full)
+static int rank_needed(const fw_balance *b, int was_full, int *arriving)
 {
+    *arriving = -1;
     if (was_full != (b->inflight >= b->threads))
         return 1;
     for (int j = 0; j < b->cfg.nslots; j++) {
@@ -200,7 +207,8 @@ static int rank_needed(const fw_balance *b, int was_full)
         if (atomic_load(&s->waiting) || atomic_load(&s->incoming) || atomic_load(&s->pending))
             return 1;
     }
-    return connections_arriving(b);
+    *arriving = connections_arriving(b);
+    return *arriving;
 }
 
 static void publish_locked(fw_balance *b)
@@ -220,7 +228,7 @@ static void on_kick(fw_loop *loop, fw_watch *w, uint32_t events)
     if (read(w->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         return;
     pthread_mutex_lock(&b->mu);
-    reconcile_locked(b);
+    reconcile_locked(b, -1);
     pthread_mutex_unlock(&b->mu);
     if (atomic_load(&b->sb[b->cfg.me].waiting) && b->ops->offer)
         b->ops->offer(b->ctx);
@@ -459,7 +467,7 @@ void fw_balance_start(fw_balance *b, int64_t now)
     b->backstop_at = now;
     atomic_store(&b->sb[b->cfg.me].pid, (int32_t)getpid());
     atomic_store(&b->sb[b->cfg.me].state, FW_SB_ALIVE);
-    reconcile_locked(b);
+    reconcile_locked(b, -1);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -467,7 +475,7 @@ void fw_balance_allow(fw_balance *b, int on)
 {
     pthread_mutex_lock(&b->mu);
     b->allowed = on;
-    reconcile_locked(b);
+    reconcile_locked(b, -1);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -498,7 +506,7 @@ void fw_balance_accepted(fw_balance *b)
     atomic_store(&b->sb[b->cfg.me].accept_ms, coarse_ms());
     if (!was_ordered) {
         pthread_mutex_lock(&b->mu);
-        reconcile_locked(b);
+        reconcile_locked(b, 1);
         pthread_mutex_unlock(&b->mu);
     }
 }
@@ -522,7 +530,7 @@ void fw_balance_silent(fw_balance *b, fw_balance_place *p)
     p->pending = 1;
     b->pending++;
     publish_locked(b);
-    reconcile_locked(b);
+    reconcile_locked(b, -1);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -547,8 +555,9 @@ void fw_balance_begin(fw_balance *b, fw_balance_place *p)
         b->inflight++;
     }
     publish_locked(b);
-    if (rank_needed(b, was_full))
-        reconcile_locked(b);
+    int arriving;
+    if (rank_needed(b, was_full, &arriving))
+        reconcile_locked(b, arriving);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -564,8 +573,9 @@ void fw_balance_end(fw_balance *b, fw_balance_place *p)
         b->inflight--;
     }
     publish_locked(b);
-    if (rank_needed(b, was_full))
-        reconcile_locked(b);
+    int arriving;
+    if (rank_needed(b, was_full, &arriving))
+        reconcile_locked(b, arriving);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -661,7 +671,7 @@ int fw_balance_tick(fw_balance *b, int64_t now)
     pthread_mutex_lock(&b->mu);
     int need = !b->armed && b->allowed && !b->draining && b->inflight < b->threads;
     if (need && now >= b->backstop_at) {
-        reconcile_locked(b);
+        reconcile_locked(b, -1);
         b->backstop_at = now + (b->cfg.backstop_ms > 0 ? b->cfg.backstop_ms : BACKSTOP_MS);
     }
     int64_t left = b->backstop_at - now;
@@ -688,7 +698,7 @@ void fw_balance_drain(fw_balance *b)
     b->allowed = 0;
     /* Out of the minimum first, so the kicks below see the new one. */
     atomic_store(&b->sb[b->cfg.me].state, FW_SB_DRAINING);
-    reconcile_locked(b);
+    reconcile_locked(b, -1);
     pthread_mutex_unlock(&b->mu);
 }
 

@@ -1265,7 +1265,9 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
         if (srv->pool && fw_buf_used(&c->in) == 0 && fw_buf_used(&c->out) == 0 && !srv->stopping) {
             /* A request arriving on an idle connection (kept alive, or new
              * and silent until now) may be better served by another worker:
-             * see fw_balance_handoff. It goes there unread. */
+             * see fw_balance_handoff. It goes there unread. A silent new one
+             * was placed at its accept too (accept_one), by the loads of
+             * then: they have moved since, and its request is what counts. */
             if (fw_conn_may_move(c) &&
                 fw_balance_handoff(&srv->bal, &c->place, c->w.fd, listener_index(c), served_before(c),
                                    fw_peer_passed(c))) {

@@ -1,5 +1,6 @@
 /* fw_pool: see fw_pool.h. */
 #include "fw_pool.h"
+#include "fw_timer.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -225,29 +226,6 @@ void fw_pool_submit(fw_pool *p, fw_pool_job *job)
     pthread_cond_signal(&p->cv);
 }
 
-/* A spare that cannot start says so at most this often: at the thread
- * limit every park fails the same way, and each one saying it filled the
- * log (the count of those in between goes with the next message). */
-#define FW_POOL_SAY_MS 10000
-
-/* mu held: a spare could not start; should it be said now (*more: how many
- * failed unsaid before it)? */
-static int spare_failure_to_say(fw_pool *p, unsigned long *more)
-{
-    struct timespec ts;
-    int64_t now = 0;
-    if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) == 0)
-        now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    if (p->spare_said_at && now - p->spare_said_at < FW_POOL_SAY_MS) {
-        p->spare_failed++;
-        return 0;
-    }
-    *more = p->spare_failed;
-    p->spare_failed = 0;
-    p->spare_said_at = now ? now : 1;
-    return 1;
-}
-
 void fw_pool_park(fw_pool *p, fw_pool_job *job)
 {
     int rc = 0, say = 0;
@@ -262,18 +240,20 @@ void fw_pool_park(fw_pool *p, fw_pool_job *job)
      * (none past max_threads: then not a failure). */
     if (p->started - p->parked < p->nthreads && p->started < p->max_threads && !p->quit)
         rc = start_thread(p);
+    /* At the thread limit every park fails the same way: said at most
+     * every 10 s, with the count of those in between. */
     if (rc < 0)
-        say = spare_failure_to_say(p, &more);
+        say = fw_say_now(&p->spare_failed, fw_now_ms(), &more);
     wake_loop_locked(p);
     pthread_mutex_unlock(&p->mu);
     /* Said now, not once the client lets this thread go (that may be never).
      * pthread_create's EAGAIN is the thread limit: said too. */
-    if (say && more) {
-        char what[96];
-        snprintf(what, sizeof(what), "pool: cannot start a spare thread (%lu more since the last message)", more);
+    if (say) {
+        char more_s[64] = "", what[128];
+        if (more)
+            snprintf(more_s, sizeof(more_s), " (%lu more since the last message)", more);
+        snprintf(what, sizeof(what), "pool: cannot start a spare thread%s", more_s);
         p->ops->error(p->ctx, what, -rc);
-    } else if (say) {
-        p->ops->error(p->ctx, "pool: cannot start a spare thread", -rc);
     }
     pthread_mutex_lock(&p->mu);
     while (job->parked)

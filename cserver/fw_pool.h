@@ -29,6 +29,7 @@
 
 #include "fw_loop.h"
 #include "fw_rc.h"
+#include "fw_say.h"
 
 typedef struct fw_pool_job {
     struct fw_pool_job *next;      /* the pool's: work, done or parked list */
@@ -79,9 +80,8 @@ typedef struct fw_pool {
     int quiet_ok;                  /* the loop may go unwoken for jobs ops->ahead accepts
                                     * (fw_pool_quiet) */
     atomic_int wake_lost;          /* that write failed: the loop looks anyway (fw_pool_recover) */
-    unsigned long spare_failed;    /* under mu: spares that could not start since the last
-                                    * message about it (said at most every FW_POOL_SAY_MS) */
-    int64_t spare_said_at;         /* under mu: that message's time (CLOCK_MONOTONIC ms), 0 none */
+    fw_say spare_failed;           /* under mu: "cannot start a spare thread", said at most
+                                    * every 10 s (fw_say.h) */
 
     int busy;                      /* loop thread only: jobs the pool holds */
     fw_watch done_w;               /* eventfd, owned */

@@ -287,12 +287,11 @@ static enum accepted accept_one(fw_server *srv, fw_listener *l, int with_age)
                  * instead of spinning on a listener that stays readable
                  * (said at most every 10 s while it lasts). */
                 srv->accept_pauses++;
-                if (srv->now >= srv->accept_pause_logged_at + 10000) {
+                unsigned long unsaid;
+                if (fw_say_now(&srv->accept_pause_said, srv->now, &unsaid))
                     fw_server_log(srv, FW_LOG_ERROR, "accept: %s with %d connection(s) open; "
                                   "pausing for 1 s (%llu pause(s) so far)", strerror(errno), srv->nconns,
                                   (unsigned long long)srv->accept_pauses);
-                    srv->accept_pause_logged_at = srv->now;
-                }
                 srv->accept_resume_at = srv->now + 1000;
                 set_accepting(srv, 0);
                 return ACCEPT_STOP;
@@ -539,7 +538,6 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->t_trim.timeout_ms = FW_IDLE_TRIM_MS;
     fw_spare_init(&srv->spare_buf, FW_BUF_FIRST_CAP);
     fw_spare_init(&srv->spare_hdrs, srv->cfg.limits.max_headers * sizeof(fw_header));
-    srv->accept_pause_logged_at = -10000;
     srv->eviction_logged_at = -10000;
     srv->now = fw_now_ms();
     if (fw_balance_init(&srv->bal, &cfg->balance, cfg->threads, srv->nlisteners, &srv->loop, &balance_ops,

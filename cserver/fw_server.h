@@ -22,6 +22,7 @@
 #include "fw_netmask.h"
 #include "fw_pool.h"
 #include "fw_rc.h"
+#include "fw_say.h"
 #include "fw_spare.h"
 #include "fw_stats.h"
 #include "fw_timer.h"
@@ -141,7 +142,7 @@ struct fw_server {
     int accepting;             /* the loop allows accepting (fw_balance decides if armed) */
     int64_t accept_resume_at;  /* after EMFILE & co: pause accepting until then */
     uint64_t accept_pauses;    /* how often that happened */
-    int64_t accept_pause_logged_at;
+    fw_say accept_pause_said;  /* its message, at most every 10 s (fw_say.h) */
     fw_balance bal;            /* listener arming, scoreboard slot, hand-off */
     fw_pool *pool;             /* app threads, NULL in inline mode (threads == 1) */
     fw_thread *threads;        /* owned: the pool threads' contexts (cfg.threads), NULL inline */
