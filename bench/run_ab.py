@@ -4,6 +4,7 @@
     python3 bench/run_ab.py --rev ed7fc55                 # 5 rounds of 4 s cells, all workloads
     python3 bench/run_ab.py --rev HEAD~3 --threads 1,2 --workloads pipeline16-hello,keepalive-hello
     python3 bench/run_ab.py --rev ed7fc55 --quick         # 1 round of 2 s cells
+    python3 bench/run_ab.py --rev HEAD~1 --workers 2 --threads 2 --workloads close-hello   # the balancer
 
 "Before" is REV, checked out into a temporary detached `git worktree` and
 built there (`python3 setup.py -q build_ext --inplace`); the worktree is
@@ -93,8 +94,11 @@ def check_import(side, checkout, env):
                  f"(it imports {so or 'nothing'}); build it there: {display_command(BUILD)}")
 
 
+WORKERS = [1]                  # --workers, the same for every setting and side (set from the command line)
+
+
 def server_argv(port, threads):
-    return [*run_core.server_argv("forkwsgi", "route", port), "--threads", str(threads)]
+    return [*run_core.server_argv("forkwsgi", "route", port), "--workers", str(WORKERS[0]), "--threads", str(threads)]
 
 
 def start_pair(threads, envs):
@@ -292,6 +296,9 @@ def parse_args():
     ap.add_argument("--rev", required=True, help="the git revision to compare with (the before side)")
     ap.add_argument("--threads", type=threads_list, default=[1], metavar="N[,N..]",
                     help="forkwsgi --threads settings, one pair of servers each (default 1)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="forkwsgi --workers for every setting (default 1; 2 or more exercise the balancer: "
+                         "the scoreboard, placement at accept, kicks)")
     ap.add_argument("--workloads", metavar="W[,..]", help=f"of {', '.join(WORKLOADS)} (default all)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--duration", type=int, default=4, help="measured seconds per cell (default 4)")
@@ -310,6 +317,7 @@ def parse_args():
 
 def main():
     args = parse_args()
+    WORKERS[0] = args.workers
     workloads = run_core.pick("--workloads", args.workloads, list(WORKLOADS))
     for tool in ("wrk", "taskset", "git"):
         if not shutil.which(tool):
@@ -324,7 +332,7 @@ def main():
            "rev_subject": shorten(git("log", "-1", "--format=%s", rev_full), 100),
            "head": head + ("-dirty" if dirty else ""), "workloads": workloads,
            "started": datetime.datetime.now(datetime.timezone.utc)}
-    title = f"## A/B: {ctx['rev']} → {ctx['head']}"
+    title = f"## A/B: {ctx['rev']} → {ctx['head']}" + (f" (--workers {args.workers})" if args.workers > 1 else "")
     envs = {"after": side_env(ROOT)}
     check_import("after", ROOT, envs["after"])
     os.makedirs(OUT, exist_ok=True)
