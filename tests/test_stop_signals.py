@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import HERE
-from httpraw import children, group_members, proc_state, signal_pending, wait_for
+from httpraw import Conn, children, group_members, in_app_header, proc_state, signal_pending, wait_for, wait_in_app
 
 APP_MODES = ("inline",)
 
@@ -187,3 +187,35 @@ def test_the_masters_signals_sent_to_the_group_neither_kill_nor_stop_workers(tmp
 def ready_lines(log):
     """Workers that said they serve (--log-level debug)."""
     return len(re.findall(r"worker \d+ \(pid \d+\) ready", log.read_text()))
+
+
+@pytest.mark.parametrize("fast", [signal.SIGINT, signal.SIGQUIT], ids=lambda s: s.name)
+def test_sigint_during_a_graceful_stop_stops_now(tmp_path, fast):
+    """SIGTERM waits for the request in the app (up to --graceful-timeout,
+    8 s here); a SIGINT or SIGQUIT to the master meanwhile (an impatient
+    operator, a second Ctrl-C) stops what is left at once. It was queued
+    and never looked at: the master waited the whole request out."""
+    log = tmp_path / "server.log"
+    proc = start(["apps:sleep", "--workers", "1", "--threads", "2"], str(tmp_path), log)
+    try:
+        assert wait_for(lambda: "Booted worker" in log.read_text(), 20), log.read_text()
+        port = int(re.search(r"Listening at: http://127.0.0.1:(\d+)", log.read_text()).group(1))
+        c = Conn(port, timeout=30)
+        c.send(b"GET /?t=6 HTTP/1.1\r\nHost: a\r\n" + in_app_header(tmp_path / "in") + b"\r\n")
+        assert wait_in_app(tmp_path / "in")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert wait_for(lambda: "stopping gracefully" in log.read_text(), 10), log.read_text()
+        time.sleep(0.3)
+        t = time.monotonic()
+        os.kill(proc.pid, fast)
+        proc.wait(15)
+        took = time.monotonic() - t
+        assert took < 3.0, (took, log.read_text())
+        assert f"Received {fast.name} during a graceful stop: stopping now" in log.read_text(), log.read_text()
+        c.close()
+    finally:
+        for p in group_members(proc.pid):
+            os.kill(p, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

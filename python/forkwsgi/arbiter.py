@@ -6,7 +6,7 @@ signals are queued by the handler and dispatched by name from the main loop
 
 - SIGTERM: graceful stop (workers finish in-flight requests within
   --graceful-timeout, then anything left is killed).
-- SIGINT, SIGQUIT: fast stop.
+- SIGINT, SIGQUIT: fast stop; also during a graceful stop (what is left stops now).
 - SIGHUP: reload: a new set of workers starts, and each old worker retires
   only once a new one reports ready, so no request is refused. With the
   app preloaded (the default) the master first re-executes itself in place
@@ -214,6 +214,13 @@ class Arbiter(StartUp, WorkerLifecycle, WorkerChecks, HeldImport, reexec.InPlace
         deadline = time.monotonic() + limit
         while self.workers and time.monotonic() < deadline:
             self._reap_quietly()
+            if graceful and self._fast_stop_asked():
+                # SIGINT or SIGQUIT during a graceful stop (an impatient
+                # operator, a second Ctrl-C): what is left stops now.
+                graceful = False
+                for w in list(self.workers.values()):
+                    self.kill(w.pid, signal.SIGQUIT)
+                deadline = min(deadline, time.monotonic() + 2.0)
             if self.workers:
                 self.answer_observers(0.05)     # /healthz says 503 meanwhile
         for w in list(self.workers.values()):
@@ -230,6 +237,16 @@ class Arbiter(StartUp, WorkerLifecycle, WorkerChecks, HeldImport, reexec.InPlace
             # deliver stays in its journal for the next start.
             self.offload.stop(graceful)
             self.offload.queue.close_out(self.log)
+
+    def _fast_stop_asked(self):
+        """A SIGINT or SIGQUIT queued (taken off the queue, and said)."""
+        fast = [sig for sig in self.sig_queue if sig in (signal.SIGINT, signal.SIGQUIT)]
+        if not fast:
+            return False
+        for sig in fast:                 # in place: a handler may append meanwhile
+            self.sig_queue.remove(sig)
+        self.log.info("Received %s during a graceful stop: stopping now", signal.Signals(fast[0]).name)
+        return True
 
     def answer_observers(self, timeout):
         """Serve --stats and --metrics clients for up to timeout seconds, or
