@@ -50,6 +50,15 @@ def described(pid):
     return f"{pid} {fields[0]} ppid {fields[1]} {cmd}"
 
 
+def end_group(proc):
+    """Kill whatever is left of the server's process group, and reap it."""
+    for p in group_members(proc.pid):
+        os.kill(p, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
 def stop_time(proc, sig, delay, to_group=True, seen=None):
     """Seconds from the signal until the whole group is gone (None: it
     outlived 10 s and was killed). When it took over a second, what was
@@ -68,11 +77,7 @@ def stop_time(proc, sig, delay, to_group=True, seen=None):
     if seen is not None and (took is None or took > 1.0):
         seen.append(f"master {'exited ' + str(proc.returncode) if proc.poll() is not None else 'alive'}; "
                     f"left: {[described(p) for p in group_members(proc.pid)]}")
-    for p in group_members(proc.pid):
-        os.kill(p, signal.SIGKILL)
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
+    end_group(proc)
     return took
 
 
@@ -177,11 +182,7 @@ def test_the_masters_signals_sent_to_the_group_neither_kill_nor_stop_workers(tmp
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
     finally:
-        for p in group_members(proc.pid):
-            os.kill(p, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        end_group(proc)
 
 
 def ready_lines(log):
@@ -214,8 +215,4 @@ def test_sigint_during_a_graceful_stop_stops_now(tmp_path, fast):
         assert f"Received {fast.name} during a graceful stop: stopping now" in log.read_text(), log.read_text()
         c.close()
     finally:
-        for p in group_members(proc.pid):
-            os.kill(p, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        end_group(proc)
