@@ -6,6 +6,7 @@ close) so tests can check framing exactly.
 """
 import fcntl
 import os
+import random
 import signal
 import socket
 import struct
@@ -373,7 +374,20 @@ def bytes_waiting(sock):
 
 
 def free_port():
-    """A port on 127.0.0.1 nobody listens on now (the kernel's pick for port 0)."""
+    """A port on 127.0.0.1 nobody uses now, for a server to bind a moment
+    later. Picked below the kernel's ephemeral range (32768 and up here;
+    test_kafka's brokers take 20000-32000): the kernel's own pick for port
+    0 is in that range, where the client sockets of the test file running
+    beside (xdist) take their local ports, and one of them could take it
+    before the server binds it (EADDRINUSE)."""
+    for _ in range(200):
+        port = random.randrange(10000, 20000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
