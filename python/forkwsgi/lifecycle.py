@@ -268,8 +268,11 @@ class WorkerLifecycle:
                 # It retired by itself before check_stopping saw it.
                 w.retiring = True
                 w.retire_reason = self.self_retire_reason()
+                self.back_off_early_exit(w)
+            served = None
             if w.slot is not None:
-                self.retired_requests[w.index] += self.slots.counters(w.slot)["requests"]
+                served = self.slots.counters(w.slot)["requests"]
+                self.retired_requests[w.index] += served
                 self.slots.fold(w.slot)
                 self.slots.release(w.slot)
                 self.slots.pass_on_stranded(self.stopping)
@@ -297,10 +300,11 @@ class WorkerLifecycle:
                 if w.retire_reason != "scale_down":
                     self.restarts[w.retire_reason] += 1
                 continue
-            if code == 0 and w.ready and self.cfg["max_requests"]:
-                # It retired by itself (--max-requests): not a crash. (Without
-                # --max-requests an exit 0 nobody asked for is a death: the
-                # app or a hook ended the process.)
+            if code == 0 and w.ready and self.cfg["max_requests"] and served is not None \
+                    and served >= self.cfg["max_requests"]:
+                # It retired by itself (--max-requests): not a crash. (Short
+                # of its --max-requests, an exit 0 nobody asked for is a death:
+                # the app or a hook ended the process.)
                 self.log.info("Worker %d (pid %d) retired%s", w.index, pid, "" if self.no_app else "; replacing it")
                 self.restarts["max_requests"] += 1
                 continue
@@ -333,6 +337,18 @@ class WorkerLifecycle:
         return ", ".join(f"{line!r} (app thread {t})" for t, _, line in self.slots.serving(w.slot))
 
     SELF_RETIRED = {"max_requests": "--max-requests", "app_exit": "the app called sys.exit()"}
+
+    def back_off_early_exit(self, w):
+        """w said it retires by itself (its slot drains): if the app ended
+        it (sys.exit()) within boot_seconds of ready, a request that exits,
+        retried by its client, is a crash loop: its replacement waits for
+        the back-off as after a death. (--max-requests is no such loop: a
+        small one under load retires workers that fast on purpose.)"""
+        if self.stop_pending() or w.retire_reason != "app_exit" or w.ready_at is None:
+            return                       # (a stop drains every worker: no exit of its own)
+        if self.backoff.died(w.started, w.ready_at):
+            self.log.warning("workers exit by themselves (sys.exit()) within %.0f s of being ready: next start in "
+                             "%.1f s", self.backoff.boot_seconds, self.backoff.delay)
 
     def self_retire_reason(self):
         """Why a worker stops by itself: --max-requests, when set, or else

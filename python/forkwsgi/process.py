@@ -134,31 +134,41 @@ class Backoff:
     its start) or soon after it came ready (within `boot_seconds` of
     that: an app that crashes at its first request, or a thread of it
     that kills the process); then 0.1 s, doubling up to `limit`. One that
-    lived longer resets the delay.
+    lived longer resets the delay, and so does a quiet spell: a short death
+    more than 2 x `limit` after the last one starts again at 0.1 s.
 
     Without the second case a worker that exited 5 ms after it said ready
     was replaced at once, ~160 forks a second for as long as it lasted."""
 
-    def __init__(self, boot_seconds=2.0, limit=10.0):
+    def __init__(self, boot_seconds=2.0, limit=10.0, clock=time.monotonic):
         self.boot_seconds = boot_seconds
         self.limit = limit
+        self.clock = clock
         self.delay = 0.0
         self.next_start = 0.0
+        self.last_short = None          # monotonic time of the last death that counted
 
     def died(self, started, ready_at=None):
         """A child started at `started` (monotonic) died now; ready_at:
         when it said it was ready (None: it never did). Returns the pause
         before the next start (0: at once)."""
-        now = time.monotonic()
+        now = self.clock()
         if now - (started if ready_at is None else ready_at) < self.boot_seconds:
+            if self.last_short is not None and now - self.last_short > 2 * self.limit:
+                self.delay = 0.0
             self.delay = min(max(0.1, self.delay * 2), self.limit)
+            self.last_short = now
         else:
             self.delay = 0.0
         self.next_start = now + self.delay
         return self.delay
 
     def due(self):
-        return time.monotonic() >= self.next_start
+        return self.clock() >= self.next_start
+
+    def wait(self):
+        """Seconds until the next start is due (0: it is)."""
+        return max(0.0, self.next_start - self.clock())
 
 
 def prepare_import(cfg):
