@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #define POOL_OF_DONE(wp) ((fw_pool *)((char *)(wp) - offsetof(fw_pool, done_w)))

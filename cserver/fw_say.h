@@ -1,6 +1,7 @@
 /* fw_say: a message that an event could repeat at every occurrence (an
- * accept that fails for want of descriptors, a spare thread that cannot
- * start at the thread limit) is said at most once every FW_SAY_EVERY_MS,
+ * accept that fails for want of descriptors, an idle connection closed at
+ * --max-connections, a spare thread that cannot start at the thread limit)
+ * is said at most once every FW_SAY_EVERY_MS,
  * with the count of occurrences left unsaid since the last one: while the
  * cause lasts the log gets one line every 10 s, not one per event.
  *

@@ -142,12 +142,11 @@ static int evict_idle(fw_server *srv)
         fw_conn *c = CONN_OF_TIMER(srv->t_idle.head);
         if (fw_conn_evict_idle(c) == 0) {
             srv->evictions++;
-            if (srv->now >= srv->eviction_logged_at + 10000) {
+            unsigned long unsaid;
+            if (fw_say_now(&srv->eviction_said, srv->now, &unsaid))
                 fw_server_log(srv, FW_LOG_INFO, "--max-connections %d reached: closing the longest idle "
                               "kept-alive connections to make room (%llu so far)", srv->cfg.max_connections,
                               (unsigned long long)srv->evictions);
-                srv->eviction_logged_at = srv->now;
-            }
             return 0;
         }
         /* Its next request is waiting: it is not idle. Last in line, then. */
@@ -538,7 +537,6 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->t_trim.timeout_ms = FW_IDLE_TRIM_MS;
     fw_spare_init(&srv->spare_buf, FW_BUF_FIRST_CAP);
     fw_spare_init(&srv->spare_hdrs, srv->cfg.limits.max_headers * sizeof(fw_header));
-    srv->eviction_logged_at = -10000;
     srv->now = fw_now_ms();
     if (fw_balance_init(&srv->bal, &cfg->balance, cfg->threads, srv->nlisteners, &srv->loop, &balance_ops,
                         srv) != 0)

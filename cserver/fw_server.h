@@ -190,7 +190,7 @@ struct fw_server {
     int take_next;             /* the listener take_waiting tries first */
     fw_backlog backlog;        /* asks the kernel how many connections wait to be accepted */
     uint64_t evictions;        /* idle connections closed at --max-connections */
-    int64_t eviction_logged_at;
+    fw_say eviction_said;      /* its message, at most every 10 s (fw_say.h) */
     int closing;               /* the loop is over: what a thread hands back closes */
 
     int64_t now;               /* monotonic ms, refreshed each pass */

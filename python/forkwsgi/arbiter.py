@@ -181,8 +181,9 @@ class Arbiter(StartUp, WorkerLifecycle, WorkerChecks, HeldImport, reexec.InPlace
         timeout = 0.02 if self.slots.stranded else 0.1 if self.preflight else 1.0
         if self.cfg["max_requests"]:
             timeout = min(timeout, 0.2)       # a worker retiring by itself is seen soon (check_stopping)
-        if self.backoff.wait():
-            timeout = min(timeout, self.backoff.wait())     # "next start in 0.1 s" means that, not the tick
+        pause = self.backoff.wait()
+        if pause:
+            timeout = min(timeout, pause)     # "next start in 0.1 s" means that, not the tick
         watchdog = self.notifier.tick()
         if watchdog is not None:
             timeout = min(timeout, max(watchdog, 0.0))
