@@ -30,25 +30,25 @@
  * parses (not expected: it parsed before). */
 static int head_detach(fw_conn *c)
 {
-    c->head_copy = malloc(c->head_len);
-    if (!c->head_copy)
+    c->x->head_copy = malloc(c->x->head_len);
+    if (!c->x->head_copy)
         return -ENOMEM;
-    memcpy(c->head_copy, c->head, c->head_len);
-    fw_buf_consume(&c->in, c->head_len);
-    c->head = c->head_copy;
+    memcpy(c->x->head_copy, c->x->head, c->x->head_len);
+    fw_buf_consume(&c->in, c->x->head_len);
+    c->x->head = c->x->head_copy;
     return fw_conn_parse_head(c) == 0 ? 0 : -EPROTO;
 }
 
 int fw_body_setup(fw_conn *c, enum fw_body_plan *plan)
 {
-    fw_body *b = &c->body;
-    const fw_request *r = &c->req;
+    fw_body *b = &c->x->body;
+    const fw_request *r = &c->x->req;
     memset(b, 0, sizeof(*b));
     b->fd = -1;
     if (!r->has_body) {
         b->src = FW_B_NONE;
         b->done = 1;
-        c->consume_at_end = c->head_len;
+        c->x->consume_at_end = c->x->head_len;
         *plan = FW_BODY_NONE;
         return 0;
     }
@@ -60,7 +60,7 @@ int fw_body_setup(fw_conn *c, enum fw_body_plan *plan)
     b->continue_wanted = r->expect_continue;
     if (!r->chunked && r->content_length <= c->srv->cfg.spool_threshold) {
         b->inplace = 1;
-        c->consume_at_end = c->head_len + (size_t)r->content_length;
+        c->x->consume_at_end = c->x->head_len + (size_t)r->content_length;
     } else {
         int rc = head_detach(c);
         if (rc < 0)
@@ -72,8 +72,8 @@ int fw_body_setup(fw_conn *c, enum fw_body_plan *plan)
 
 size_t fw_body_read_size(const fw_conn *c)
 {
-    if (c->body.inplace) {
-        size_t need = c->head_len + (size_t)c->req.content_length, used = fw_buf_used(&c->in);
+    if (c->x->body.inplace) {
+        size_t need = c->x->head_len + (size_t)c->x->req.content_length, used = fw_buf_used(&c->in);
         if (need > used && need - used > BODY_CHUNK)
             return need - used;
     }
@@ -82,18 +82,18 @@ size_t fw_body_read_size(const fw_conn *c)
 
 uint64_t fw_body_received(const fw_conn *c)
 {
-    if (c->body.inplace) {
+    if (c->x->body.inplace) {
         size_t used = fw_buf_used(&c->in);
-        return used > c->head_len ? used - c->head_len : 0;
+        return used > c->x->head_len ? used - c->x->head_len : 0;
     }
-    return c->body.total + fw_buf_used(&c->in);
+    return c->x->body.total + fw_buf_used(&c->in);
 }
 
 int fw_body_arrived(const fw_conn *c)
 {
-    if (c->body.inplace)
-        return fw_buf_used(&c->in) > c->head_len;
-    return fw_buf_used(&c->in) > 0 || c->body.total > 0;
+    if (c->x->body.inplace)
+        return fw_buf_used(&c->in) > c->x->head_len;
+    return fw_buf_used(&c->in) > 0 || c->x->body.total > 0;
 }
 
 /* Next decoded span from `in` (consumed from `in`; the span stays valid
@@ -101,7 +101,7 @@ int fw_body_arrived(const fw_conn *c)
  * FW_CHUNK_DATA, FW_CHUNK_DONE, FW_HTTP_INCOMPLETE, or an HTTP status. */
 static int decode_step(fw_conn *c, const char **p, size_t *n)
 {
-    fw_body *b = &c->body;
+    fw_body *b = &c->x->body;
     size_t u;
     int rc = fw_bodydec_next(&b->dec, fw_buf_head(&c->in), fw_buf_used(&c->in), &u, p, n, &c->srv->cfg.limits);
     fw_buf_consume(&c->in, u);
@@ -137,7 +137,7 @@ static int spool_open(fw_conn *c)
  * log). */
 static int spool_append(fw_conn *c, const char *p, size_t n)
 {
-    fw_body *b = &c->body;
+    fw_body *b = &c->x->body;
     if (b->fd < 0) {
         if (fw_buf_append(&b->mem, p, n) != 0)
             return -ENOMEM;
@@ -165,24 +165,24 @@ fail: {
 
 int fw_body_preread(fw_conn *c)
 {
-    fw_body *b = &c->body;
+    fw_body *b = &c->x->body;
     if (b->inplace) {
-        size_t need = c->head_len + (size_t)c->req.content_length;
+        size_t need = c->x->head_len + (size_t)c->x->req.content_length;
         size_t used = fw_buf_used(&c->in);
         if (used < need) {
             if (fw_buf_reserve(&c->in, need - used) != 0)
                 return 500;
             return FW_HTTP_INCOMPLETE;
         }
-        if (fw_buf_head(&c->in) != c->head) {
+        if (fw_buf_head(&c->in) != c->x->head) {
             /* `in` grew and moved: point the request at its new home. */
-            c->head = fw_buf_head(&c->in);
+            c->x->head = fw_buf_head(&c->in);
             if (fw_conn_parse_head(c) != 0)
                 return 500;
         }
-        b->span = c->head + c->head_len;
-        b->span_len = (size_t)c->req.content_length;
-        b->total = c->req.content_length;
+        b->span = c->x->head + c->x->head_len;
+        b->span_len = (size_t)c->x->req.content_length;
+        b->total = c->x->req.content_length;
         b->done = 1;
         return 0;
     }
@@ -212,7 +212,7 @@ int fw_body_preread(fw_conn *c)
 
 void fw_body_release(fw_conn *c)
 {
-    fw_body *b = &c->body;
+    fw_body *b = &c->x->body;
     if (b->fd >= 0 && close(b->fd) != 0)
         fw_server_log(c->srv, FW_LOG_DEBUG, "close(spool): %s", strerror(errno));
     b->fd = -1;
@@ -224,13 +224,13 @@ void fw_body_release(fw_conn *c)
 
 int fw_body_ready(const fw_conn *c)
 {
-    const fw_body *b = &c->body;
+    const fw_body *b = &c->x->body;
     return b->span_len > 0 || b->error || b->src != FW_B_FILE;
 }
 
 int fw_body_peek(fw_conn *c, const char **p, size_t *n)
 {
-    fw_body *b = &c->body;
+    fw_body *b = &c->x->body;
     *n = 0;
     *p = NULL;
     if (b->span_len > 0) {
@@ -267,7 +267,7 @@ int fw_body_peek(fw_conn *c, const char **p, size_t *n)
 
 void fw_body_consume(fw_conn *c, size_t n)
 {
-    fw_body *b = &c->body;
+    fw_body *b = &c->x->body;
     if (n > b->span_len)
         n = b->span_len;
     b->span += n;

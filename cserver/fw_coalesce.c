@@ -61,7 +61,7 @@ void fw_server_flush_deferred(fw_server *srv)
          * whole is timed now, not when its request ends below, after app
          * code of the connections before it (record_response). */
         if (fw_conn_flush(c) == 0 && timed && !c->app_active)
-            c->written_ns = fw_now_ns();
+            c->x->written_ns = fw_now_ns();
     }
     for (fw_conn *c = list, *next; c; c = next) {
         next = c->defer_next;

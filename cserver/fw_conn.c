@@ -25,7 +25,6 @@
 
 #define READ_CHUNK (16 * 1024)
 #define FIRST_READ READ_CHUNK        /* a read with nothing waiting in `in` goes into the stack */
-#define IDLE_KEEP_BYTES (16 * 1024)   /* an idle connection keeps at most this much buffer */
 
 #define CONN_OF(wp) ((fw_conn *)((char *)(wp) - offsetof(fw_conn, w)))
 
@@ -72,7 +71,35 @@ static void conn_headers_give(fw_conn *c)
     else
         fw_spare_give(&c->srv->spare_hdrs, c->hdrs);
     c->hdrs = NULL;
-    c->req.headers = NULL;
+    if (c->x)
+        c->x->req.headers = NULL;
+}
+
+/* Loop thread: c's request state, made with a request's first bytes (or
+ * an answer to send before any came: a timeout, a refusal) and kept while
+ * requests come (fw_exch). 0, or -ENOMEM. */
+static int conn_exch(fw_conn *c)
+{
+    if (c->x)
+        return 0;
+    c->x = fw_spare_take(&c->srv->spare_exch);
+    if (!c->x)
+        return -ENOMEM;
+    memset(c->x, 0, sizeof(*c->x));
+    c->x->body.fd = -1;
+    c->x->resp.sf_fd = -1;
+    return 0;
+}
+
+/* Loop thread: give c's request state back (NULL after); nothing of a
+ * request is in it (request_end reset it), but the access log's capture. */
+static void conn_exch_give(fw_conn *c)
+{
+    if (!c->x)
+        return;
+    fw_buf_free(&c->x->log_headers);
+    fw_spare_give(&c->srv->spare_exch, c->x);
+    c->x = NULL;
 }
 
 /* Loop thread: an empty buffer of c's that has no memory takes a spare
@@ -106,8 +133,8 @@ static void conn_give_buffers(fw_conn *c)
 {
     conn_buf_give(c, &c->in);
     conn_buf_give(c, &c->out);
-    fw_buf_free(&c->log_headers);
     conn_headers_give(c);
+    conn_exch_give(c);
 }
 
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
@@ -123,14 +150,9 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
     c->srv = srv;
     c->lst = lst;
     c->thr = &srv->loop_thread;
-    if (salen > sizeof(c->peer))
-        salen = sizeof(c->peer);
-    memcpy(&c->peer, sa, salen);
-    c->peer_len = salen;
+    fw_peer_set(c, sa, salen);
     c->fwd_allowed = fw_netlist_match(srv->cfg.forwarded_allow, sa, salen);
-    c->body.fd = -1;
     c->outq_mark = -1;
-    c->resp.sf_fd = -1;
     c->state = FW_C_READ_HEAD;
     c->ready_at = srv->now - age_ms;
     c->next = srv->conns;
@@ -173,9 +195,12 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
 
 void fw_conn_free(fw_conn *c)
 {
+    if (c->x) {
+        fw_body_release(c);
+        free(c->x->head_copy);
+    }
     conn_give_buffers(c);
-    fw_body_release(c);
-    free(c->head_copy);
+    free(c->peer_text);
     free(c);
 }
 
@@ -295,7 +320,7 @@ static void conn_linger(fw_conn *c)
 void fw_conn_queue_error(fw_conn *c, int status)
 {
     c->must_close = 1;
-    if (c->resp.started)
+    if (conn_exch(c) != 0 || c->x->resp.started)
         return;     /* too late for a clean answer: the close says it */
     fw_resp_error_head(c, status);
 }
@@ -325,11 +350,15 @@ static void log_rejected(fw_conn *c, int status, const char *said)
 static void conn_refuse(fw_conn *c, int status, const char *why)
 {
     log_rejected(c, status, why);
-    if (!c->head) {
+    if (conn_exch(c) != 0) {
+        fw_conn_close(c);       /* out of memory: the close says it */
+        return;
+    }
+    if (!c->x->head) {
         /* The head did not parse, so req says nothing: a HEAD request still
          * must not get a body (RFC 9110 9.3.2). */
-        c->req.is_head = fw_buf_used(&c->in) >= 5 && memcmp(fw_buf_head(&c->in), "HEAD ", 5) == 0;
-        c->req.minor = 1;
+        c->x->req.is_head = fw_buf_used(&c->in) >= 5 && memcmp(fw_buf_head(&c->in), "HEAD ", 5) == 0;
+        c->x->req.minor = 1;
     }
     fw_conn_queue_error(c, status);
     c->app_active = 0;
@@ -353,10 +382,10 @@ static int conn_read(fw_conn *c, size_t want)
      * came. A client that has sent nothing costs no read buffer (the read
      * at accept would otherwise give every one of thousands of silent
      * connections its READ_CHUNK: a page of RSS each, from malloc's header
-     * alone), and a kept-alive one keeps a buffer the size of its heads
-     * (4 KiB for most) rather than READ_CHUNK: 16 KiB for every active
-     * connection, 1,000 of them held 16 MiB. The cost: a copy of each
-     * request head's bytes. A body is read straight into its buffer. */
+     * alone), and one whose head fits takes a spare block of 4 KiB
+     * rather than READ_CHUNK (16 KiB: for 1,000 active connections, 16
+     * MiB). The cost: a copy of each request head's bytes. A body is read
+     * straight into its buffer. */
     char first[FIRST_READ];
     int fresh = fw_buf_used(&c->in) == 0 && c->state != FW_C_READ_BODY;
     if (!fresh && fw_buf_reserve(&c->in, want) != 0)
@@ -366,8 +395,8 @@ static int conn_read(fw_conn *c, size_t want)
                           : read(c->w.fd, fw_buf_tail(&c->in), fw_buf_room(&c->in));
         if (n > 0 && fresh && (size_t)n == sizeof first) {
             /* The stack filled: more is likely waiting (a pipelined burst). The
-             * connection gets the buffer it would have had (want, kept
-             * between requests up to IDLE_KEEP_BYTES), and reads on into it
+             * connection gets the buffer it would have had (want), and
+             * reads on into it
              * now rather than after an epoll round trip. What that read
              * finds (EAGAIN, EOF) the next one sees. */
             if (fw_buf_reserve(&c->in, want) != 0 || fw_buf_append(&c->in, first, (size_t)n) != 0)
@@ -417,7 +446,7 @@ static int kernel_outq(const fw_conn *c)
 /* Bytes of the response still to leave: `out`, borrowed bytes, the file's rest. */
 static uint64_t pending_out(const fw_conn *c)
 {
-    return fw_buf_used(&c->out) + c->ext_len + c->ext_tail_len + (c->resp.sf_fd >= 0 ? c->resp.sf_left : 0);
+    return fw_buf_used(&c->out) + c->ext_len + c->ext_tail_len + (c->x && c->x->resp.sf_fd >= 0 ? c->x->resp.sf_left : 0);
 }
 
 /* What write() queued and has left: no longer counted. */
@@ -439,7 +468,7 @@ size_t fw_conn_charge_write(fw_conn *c)
 
 int fw_conn_flush(fw_conn *c)
 {
-    fw_resp *r = &c->resp;
+    fw_resp *r = c->x ? &c->x->resp : NULL;   /* none: nothing of a request to send */
     while (fw_buf_used(&c->out) + c->ext_len + c->ext_tail_len > 0) {
         struct iovec iov[3] = {
             { .iov_base = fw_buf_head(&c->out), .iov_len = fw_buf_used(&c->out) },
@@ -464,7 +493,7 @@ int fw_conn_flush(fw_conn *c)
         c->ext_tail_len -= w;
         uncharge(c, fw_buf_used(&c->out));
     }
-    while (r->sf_fd >= 0 && r->sf_left > 0) {
+    while (r && r->sf_fd >= 0 && r->sf_left > 0) {
         off_t off = (off_t)r->sf_off;
         size_t want = r->sf_left > (1u << 30) ? (1u << 30) : (size_t)r->sf_left;
         ssize_t n = sendfile(c->w.fd, r->sf_fd, &off, want);
@@ -581,7 +610,7 @@ static void body_start(fw_conn *c)
 {
     fw_server *srv = c->srv;
     c->state = FW_C_READ_BODY;
-    c->body.started = srv->now;
+    c->x->body.started = srv->now;
     fw_timer_start(&srv->t_body, &c->timer, srv->now);
 }
 
@@ -620,7 +649,7 @@ static int body_too_slow(const fw_conn *c)
     const fw_server *srv = c->srv;
     uint64_t rate = srv->cfg.body_min_rate;
     int grace = srv->cfg.body_timeout_ms > 0 ? srv->cfg.body_timeout_ms : MIN_RATE_GRACE_MS;
-    int64_t beyond = srv->now - c->body.started - grace;
+    int64_t beyond = srv->now - c->x->body.started - grace;
     if (rate == 0 || beyond <= 0)
         return 0;
     return fw_body_received(c) * 1000 < (uint64_t)beyond * rate;
@@ -635,18 +664,18 @@ static void log_access(fw_conn *c, int64_t micros)
     fw_server *srv = c->srv;
     fw_alog *al = srv->cfg.access_log;
     fw_alog_rec r = {
-        .req = c->head ? &c->req : NULL,
-        .status = c->resp.status,
-        .body_bytes = c->resp.sent,
+        .req = c->x->head ? &c->x->req : NULL,
+        .status = c->x->resp.status,
+        .body_bytes = c->x->resp.sent,
         .micros = micros,
-        .captured = fw_buf_used(&c->log_headers) ? &c->log_headers : NULL,
+        .captured = fw_buf_used(&c->x->log_headers) ? &c->x->log_headers : NULL,
     };
     fw_conn_peer_text(c, &r.host, &r.port);
     fw_alog_line(al, &r);
     char msg[256];
     if (fw_alog_report(al, srv->now, msg, sizeof(msg)))
         fw_server_log(srv, FW_LOG_WARNING, "%s", msg);
-    fw_buf_reset(&c->log_headers, 1024);
+    fw_buf_reset(&c->x->log_headers, 1024);
 }
 
 /* The response is on the wire: count it, and log it. */
@@ -655,20 +684,21 @@ static void record_response(fw_conn *c)
     fw_server *srv = c->srv;
     /* A response still queued (a pipelined batch) was done when the app
      * returned: the app layer's clock reading then serves. */
-    uint64_t now = c->written_ns ? c->written_ns     /* a deferred one, written then */
-                 : c->app_done_ns && fw_buf_used(&c->out) > 0 ? c->app_done_ns : fw_now_ns();
-    int64_t micros = c->began_ns && now > c->began_ns ? (int64_t)((now - c->began_ns) / 1000) : 0;
-    c->began_ns = c->app_done_ns = c->written_ns = 0;
+    uint64_t now = c->x->written_ns ? c->x->written_ns     /* a deferred one, written then */
+                 : c->x->app_done_ns && fw_buf_used(&c->out) > 0 ? c->x->app_done_ns : fw_now_ns();
+    int64_t micros = c->x->began_ns && now > c->x->began_ns ? (int64_t)((now - c->x->began_ns) / 1000) : 0;
+    c->x->began_ns = c->x->app_done_ns = c->x->written_ns = 0;
     if (srv->cfg.stats)
-        fw_stats_request_done(srv->cfg.stats, c->resp.status, c->resp.sent, (uint64_t)micros);
+        fw_stats_request_done(srv->cfg.stats, c->x->resp.status, c->x->resp.sent, (uint64_t)micros);
     if (srv->cfg.access_log)
         log_access(c, micros);
 }
 
 /* Between two requests, kept alive: wait for the next one under the idle
  * timeout (its first byte starts the header timeout). With nothing read and
- * nothing owed, the connection is idle: its buffers shrink, and a stopping
- * server applies its stop rule to it. */
+ * nothing owed, the connection is idle: it gives back its buffers, header
+ * array and request state (to the spare ones: its next request takes them
+ * again, warm), and a stopping server applies its stop rule to it. */
 static void conn_between(fw_conn *c)
 {
     fw_server *srv = c->srv;
@@ -679,21 +709,10 @@ static void conn_between(fw_conn *c)
     if (srv->cfg.stats)
         fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     if (fw_buf_used(&c->in) == 0 && fw_buf_used(&c->out) == 0) {
-        fw_buf_reset(&c->in, IDLE_KEEP_BYTES);
-        fw_buf_reset(&c->out, IDLE_KEEP_BYTES);
-        fw_timer_start(&srv->t_trim, &c->aside, srv->now);
+        conn_give_buffers(c);
         if (srv->stopping)
             fw_conn_start_stop(c);      /* idle now: hand it on while retiring */
     }
-}
-
-void fw_conn_trim(fw_conn *c)
-{
-    /* Idle: between requests, nothing read, nothing owed, the loop's. */
-    if (c->state != FW_C_READ_HEAD || c->head_started || c->thr != &c->srv->loop_thread ||
-        fw_buf_used(&c->in) || fw_buf_used(&c->out) || c->ext_len || c->app_state)
-        return;
-    conn_give_buffers(c);   /* made again with the next request's first bytes */
 }
 
 /* Does the connection close after the response at hand? request_end
@@ -701,7 +720,7 @@ void fw_conn_trim(fw_conn *c)
  * once, with the batch before it. */
 static int closes_after_response(const fw_conn *c)
 {
-    return c->must_close || c->resp.close || c->body.error || !c->keep_alive || c->srv->ending_keepalive;
+    return c->must_close || c->x->resp.close || c->x->body.error || !c->keep_alive || c->srv->ending_keepalive;
 }
 
 /* The response is on the wire, or queued at the end of a batch (then
@@ -713,21 +732,21 @@ static void request_end(fw_conn *c)
     if (srv->cfg.access_log || srv->cfg.stats)
         record_response(c);
     int closes = closes_after_response(c);
-    if (c->body.fd >= 0)
+    if (c->x->body.fd >= 0)
         app_unlock(srv);        /* the spool file's close frees its blocks */
     fw_body_release(c);
-    memset(&c->body, 0, sizeof(c->body));
-    c->body.fd = -1;
-    free(c->head_copy);
-    c->head_copy = NULL;
-    if (c->consume_at_end)
-        fw_buf_consume(&c->in, c->consume_at_end);
-    c->consume_at_end = 0;
-    c->head = NULL;
-    c->head_len = 0;
-    c->head_scan = 0;
-    memset(&c->resp, 0, sizeof(c->resp));
-    c->resp.sf_fd = -1;
+    memset(&c->x->body, 0, sizeof(c->x->body));
+    c->x->body.fd = -1;
+    free(c->x->head_copy);
+    c->x->head_copy = NULL;
+    if (c->x->consume_at_end)
+        fw_buf_consume(&c->in, c->x->consume_at_end);
+    c->x->consume_at_end = 0;
+    c->x->head = NULL;
+    c->x->head_len = 0;
+    c->x->head_scan = 0;
+    memset(&c->x->resp, 0, sizeof(c->x->resp));
+    c->x->resp.sf_fd = -1;
     c->ext = NULL;              /* written by now: the response is on the wire or in `out` */
     c->ext_len = c->ext_tail_len = 0;
     c->requests++;
@@ -753,9 +772,9 @@ int fw_conn_may_batch(const fw_conn *c)
      * with the batch before it. */
     if (closes_after_response(c))
         return 0;
-    if (c->resp.sf_left > 0)
+    if (c->x->resp.sf_left > 0)
         return 0;
-    return fw_buf_used(&c->in) > c->consume_at_end && c->batched + 1 < FW_BATCH_MAX_RESPONSES &&
+    return fw_buf_used(&c->in) > c->x->consume_at_end && c->batched + 1 < FW_BATCH_MAX_RESPONSES &&
            fw_buf_used(&c->out) < FW_BATCH_MAX_BYTES;
 }
 
@@ -775,7 +794,7 @@ static enum drive wait_for_input(fw_conn *c)
     return DRIVE_ON;
 }
 
-/* A uwsgi packet at buf[0..len) into c->req. A protocol step (fw_rc.h):
+/* A uwsgi packet at buf[0..len) into c->x->req. A protocol step (fw_rc.h):
  * 0 with *plen its length, FW_HTTP_INCOMPLETE for more bytes, or the HTTP
  * status to refuse it with (400, 413, 431), *why saying why. */
 static int parse_uwsgi(fw_conn *c, const char *buf, size_t len, size_t *plen, const char **why)
@@ -789,7 +808,7 @@ static int parse_uwsgi(fw_conn *c, const char *buf, size_t len, size_t *plen, co
         return FW_HTTP_INCOMPLETE;
     if (n < 0)
         return n == FW_UWSGI_TOO_LARGE ? 431 : 400;
-    int rc = fw_uwsgi_request(&p, lim, &c->req, why);
+    int rc = fw_uwsgi_request(&p, lim, &c->x->req, why);
     if (rc == 0)
         *plen = (size_t)n;
     return rc;
@@ -801,27 +820,27 @@ int fw_conn_parse_head(fw_conn *c)
     size_t n;
     if (!c->hdrs && conn_headers(c) < 0)
         return 500;
-    c->req.headers = c->hdrs;
+    c->x->req.headers = c->hdrs;
     if (!c->lst->uwsgi)
-        return fw_http_parse_head(c->head, c->head_len, &c->srv->cfg.limits, &c->req);
-    return parse_uwsgi(c, c->head, c->head_len, &n, &why) == 0 && n == c->head_len ? 0 : 400;
+        return fw_http_parse_head(c->x->head, c->x->head_len, &c->srv->cfg.limits, &c->x->req);
+    return parse_uwsgi(c, c->x->head, c->x->head_len, &n, &why) == 0 && n == c->x->head_len ? 0 : 400;
 }
 
-/* A head of len bytes at the start of `in` is parsed into c->req: on to
+/* A head of len bytes at the start of `in` is parsed into c->x->req: on to
  * its body, or to the app. */
 static void head_parsed(fw_conn *c, const char *buf, size_t len)
 {
     fw_server *srv = c->srv;
-    c->head = buf;
-    c->head_len = len;
-    c->head_scan = 0;
-    c->parse_stale = 0;
+    c->x->head = buf;
+    c->x->head_len = len;
+    c->x->head_scan = 0;
+    c->x->parse_stale = 0;
     if (srv->cfg.access_log || srv->cfg.stats)
-        c->began_ns = fw_now_ns();
+        c->x->began_ns = fw_now_ns();
     /* A 2xx to CONNECT turns the connection into a tunnel for a proxy in
      * front (RFC 9110 9.3.6); whatever the app answers, it is the last
      * response on this connection. */
-    c->keep_alive = c->req.keep_alive && c->req.form != FW_TARGET_AUTHORITY &&
+    c->keep_alive = c->x->req.keep_alive && c->x->req.form != FW_TARGET_AUTHORITY &&
                     srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
     enum fw_body_plan plan;
     if (fw_body_setup(c, &plan) < 0) {
@@ -845,8 +864,8 @@ static enum drive http_head(fw_conn *c, const char *buf, size_t used)
 {
     size_t end;
     int stage;
-    c->req.headers = c->hdrs;
-    int rc = fw_reqread_head(buf, used, &c->head_scan, &c->srv->cfg.limits, &c->req, &end, &stage);
+    c->x->req.headers = c->hdrs;
+    int rc = fw_reqread_head(buf, used, &c->x->head_scan, &c->srv->cfg.limits, &c->x->req, &end, &stage);
     if (rc == FW_HTTP_INCOMPLETE)
         return DRIVE_WAIT;
     if (rc != 0) {
@@ -891,7 +910,7 @@ static enum drive step_head(fw_conn *c)
             return DRIVE_WAIT;
     }
     size_t used = fw_buf_used(&c->in);
-    if (!c->lst->uwsgi && c->head_scan == 0 && used > 0) {
+    if (!c->lst->uwsgi && (!c->x || c->x->head_scan == 0) && used > 0) {
         size_t k = fw_http_skip_crlf(fw_buf_head(&c->in), used);
         fw_buf_consume(&c->in, k);
         used -= k;
@@ -903,15 +922,13 @@ static enum drive step_head(fw_conn *c)
          * timer gives way to the header timer. */
         c->head_started = srv->now;
         fw_timer_start(&srv->t_head, &c->timer, srv->now);
-        if (c->aside.list == &srv->t_trim)
-            fw_timer_stop(&c->aside);       /* busy again: it keeps its buffers */
         if (srv->cfg.stats)
             fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     }
     const char *buf = fw_buf_head(&c->in);
     /* Its response will need a write buffer: a spare one, taken here on
      * the loop thread (an app thread frames the response). */
-    if ((!c->hdrs && conn_headers(c) < 0) || conn_buf_take(c, &c->out) != 0) {
+    if (conn_exch(c) != 0 || (!c->hdrs && conn_headers(c) < 0) || conn_buf_take(c, &c->out) != 0) {
         conn_fail(c, 500);
         return DRIVE_ON;
     }
@@ -998,11 +1015,11 @@ int fw_conn_arm_ahead(fw_conn *c)
      * nothing read ahead. The server may begin to stop meanwhile: the loop
      * then closes or hands on an armed socket, as any idle one. */
     if (c->pool_rc != FW_APP_DONE || c->state != FW_C_APP || c->dropping || fw_buf_used(&c->out) > 0 ||
-        c->ext_len > 0 || c->resp.sf_left > 0 || closes_after_response(c) ||
-        fw_buf_used(&c->in) > c->consume_at_end)
+        c->ext_len > 0 || c->x->resp.sf_left > 0 || closes_after_response(c) ||
+        fw_buf_used(&c->in) > c->x->consume_at_end)
         return 0;
     if (srv->cfg.access_log || srv->cfg.stats)
-        c->written_ns = fw_now_ns();
+        c->x->written_ns = fw_now_ns();
     if (fw_loop_watch(&srv->loop, &c->w, EPOLLIN) == 0)
         return 1;
     /* As a failed re-arm on the loop: the loop logs it and closes the
@@ -1040,7 +1057,7 @@ static void app_unlock(fw_server *srv)
  * DRIVE_ON. */
 static enum drive step_body(fw_conn *c)
 {
-    fw_body *b = &c->body;
+    fw_body *b = &c->x->body;
     /* A body not read in place may be spooled to a file. */
     if (!b->inplace)
         app_unlock(c->srv);
@@ -1059,7 +1076,7 @@ static enum drive step_body(fw_conn *c)
          * still does: once body bytes came, or the response began, it is
          * too late to matter. Queued behind any responses owed. */
         b->continue_wanted = 0;
-        if (!fw_body_arrived(c) && !c->resp.started &&
+        if (!fw_body_arrived(c) && !c->x->resp.started &&
             fw_buf_append(&c->out, CONTINUE_100, sizeof(CONTINUE_100) - 1) == 0)
             b->continue_sent = 1;
     }
@@ -1071,7 +1088,7 @@ int fw_conn_may_defer(const fw_conn *c)
     const fw_server *srv = c->srv;
     return srv->cfg.write_coalesce_us && !srv->pool && srv->loop.left > 0 && !c->no_defer &&
            srv->now >= srv->coalesce_off_until &&
-           c->ext_len == 0 && c->resp.sf_left == 0 && fw_buf_used(&c->out) <= FW_DEFER_MAX_BYTES &&
+           c->ext_len == 0 && c->x->resp.sf_left == 0 && fw_buf_used(&c->out) <= FW_DEFER_MAX_BYTES &&
            !closes_after_response(c) && !srv->stopping;
 }
 
@@ -1172,7 +1189,7 @@ static enum drive step_app(fw_conn *c)
      * per kept-alive request (events that arrive for a connection in APP
      * state are ignored by conn_cb). */
     if (srv->defer_head && fw_server_defer_due(srv))
-        c->parse_stale = 1;
+        c->x->parse_stale = 1;
     uint64_t t0 = srv->cfg.write_coalesce_us ? fw_now_ns() : 0;
     enum fw_app_rc rc = c->app_active ? srv->ops->on_writable(srv->app, c)
                                       : srv->ops->on_request(srv->app, c);
@@ -1230,7 +1247,7 @@ static void read_and_drive(fw_conn *c)
         fw_timer_start(&srv->t_body, &c->timer, srv->now);
         if (body_too_slow(c)) {
             fw_peer_log(c, FW_LOG_INFO, 0, "request body below --body-min-rate: %llu bytes in %lld ms",
-                        (unsigned long long)fw_body_received(c), (long long)(srv->now - c->body.started));
+                        (unsigned long long)fw_body_received(c), (long long)(srv->now - c->x->body.started));
             body_failed(c, 408);
         }
     }

@@ -40,14 +40,17 @@
  * waits on the socket.
  *
  * Buffers: `in` (raw bytes from the socket; the parsed head points into it
- * or into head_copy), `out` (bytes queued for the socket: the current
+ * or into x->head_copy), `out` (bytes queued for the socket: the current
  * response, after those of ended pipelined requests still unwritten),
- * `body.mem` (a pre-read body that is not a plain span of `in`) are all
- * owned here. */
+ * `x` (the request's state, fw_exch) and its `body.mem` (a pre-read body
+ * that is not a plain span of `in`) are all owned here. A connection
+ * without a request (new and silent, or idle a while) has no `x`, no
+ * buffers and no header array: only its record. */
 #ifndef FW_CONN_H
 #define FW_CONN_H
 
 #include <stdint.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "fw_buf.h"
@@ -71,14 +74,6 @@ enum fw_conn_state {
 
 
 enum fw_body_src { FW_B_NONE, FW_B_MEM, FW_B_FILE };
-
-/* A kept-alive connection idle at least this long gives its buffers back
- * (read, write, header array: 11 KiB for most) at the loop's next pass (at
- * least one a second: the trim sets no wake-up of its own): a pool of
- * mostly idle clients costs the worker their connection records only.
- * Busy connections keep theirs: one idle for less than this would make
- * them again at once. */
-#define FW_IDLE_TRIM_MS 50
 
 /* The PROXY protocol header of a connection (--proxy-protocol). */
 enum fw_conn_proxy {
@@ -130,6 +125,50 @@ typedef struct fw_resp {
     uint64_t sent;           /* body bytes framed for the wire (the access log's B) */
 } fw_resp;
 
+/* One request's state, from its first bytes to its end. A connection takes
+ * one with a request's first bytes (conn_exch) and gives it back with its
+ * buffers and header array as soon as it is idle (nothing read, nothing
+ * owed): ten thousand clients, silent or between requests, cost their
+ * connection records alone. Owner: the connection (fw_conn.x); the blocks
+ * go round through the server's spare ones (srv->spare_exch, fw_spare.h),
+ * so a kept-alive request takes and gives back warm blocks, no malloc. */
+typedef struct fw_exch {
+    fw_request req;
+    const char *head;        /* where req's strings live: into in, or head_copy; NULL
+                              * until the head parsed */
+    size_t head_len;
+    char *head_copy;         /* owned when the head had to leave `in` */
+    size_t head_scan;        /* fw_http_head_end progress */
+    size_t consume_at_end;   /* bytes of `in` to drop when the request ends */
+    fw_body body;
+    fw_resp resp;
+    uint64_t written_ns;     /* when the flush wrote its whole response (CLOCK_MONOTONIC
+                              * ns; with the access log or stats), 0 otherwise: the
+                              * request ends later, once the connections written before
+                              * it were driven on (or, fw_conn_arm_ahead, once the loop
+                              * takes it back from its thread), but it is timed to here */
+    /* For the access log and the counters (srv->cfg.access_log, .stats). */
+    uint64_t began_ns;       /* the head parsed (CLOCK_MONOTONIC ns), 0 if not
+                              * yet or neither stats nor access log want it */
+    uint64_t app_done_ns;    /* set by the app layer: when its last call for this
+                              * request returned (CLOCK_MONOTONIC ns), or 0 */
+    uint64_t app_waited_ns;  /* set by the app layer: time its current call spent
+                              * waiting for the client (not app time) */
+    int parse_stale;         /* inline: deferred responses were written (their
+                              * connections driven on, app code run) between the
+                              * parse and the first app call: began_ns is not that
+                              * call's start (fw_status_enter) */
+    fw_buf log_headers;      /* owned: response headers the format shows (fw_alog_capture) */
+} fw_exch;
+
+/* A client's address: IPv4 or IPv6 (28 bytes, not a sockaddr_storage's
+ * 128: a connection record is most of what an idle client costs). */
+typedef union fw_peer_addr {
+    struct sockaddr sa;
+    struct sockaddr_in in;
+    struct sockaddr_in6 in6;
+} fw_peer_addr;
+
 struct fw_conn {
     fw_watch w;                       /* the socket; owned, closed on close */
     fw_server *srv;
@@ -138,12 +177,12 @@ struct fw_conn {
     int state;
     fw_tnode timer;
 
-    struct sockaddr_storage peer;     /* the client: the socket's peer, or the one a PROXY
-                                       * protocol header named (proxy == FW_PX_NAMED) */
+    fw_peer_addr peer;                /* the client: the socket's peer, or the one a PROXY
+                                       * protocol header named (proxy == FW_PX_NAMED); an
+                                       * AF_UNIX one is its family alone, its path in peer_text */
     socklen_t peer_len;
-    char peer_host[112];              /* peer as text, made once (fw_conn_peer_text) */
-    char peer_port[8];
-    int peer_text;
+    char *peer_text;                  /* owned: the client as text, "host\0port\0" (fw_conn_peer_text),
+                                       * made when first asked; NULL before */
     int proxy;                        /* enum fw_conn_proxy */
     int fwd_allowed;                  /* the socket's peer is in --forwarded-allow-ips: the app
                                        * layer may take the scheme from its headers */
@@ -162,14 +201,10 @@ struct fw_conn {
     size_t ext_tail_len;
 
     /* Current request. */
-    fw_request req;
+    fw_exch *x;                       /* owned: the request's state (above); NULL until a
+                                       * request's first bytes, and again once idle a while */
     fw_header *hdrs;                  /* owned, limits.max_headers entries; NULL until the
                                        * first request's first bytes (conn_headers) */
-    const char *head;                 /* where req's strings live: into in, or head_copy */
-    size_t head_len;
-    char *head_copy;                  /* owned when the head had to leave `in` */
-    size_t head_scan;                 /* fw_http_head_end progress */
-    size_t consume_at_end;            /* bytes of `in` to drop when the request ends */
     int64_t head_started;             /* first byte of this request (ms) */
     unsigned requests;                /* served on this connection */
     unsigned batched;                 /* responses in `out` whose requests have ended (their
@@ -179,8 +214,6 @@ struct fw_conn {
     int must_close;                   /* the connection cannot carry another request (an
                                        * error answered, a write failed); fw_conn.c's alone */
 
-    fw_body body;
-    fw_resp resp;
     void *app_state;                  /* owned by the app layer while it holds the request */
     int app_active;                   /* on_writable wanted once out drains */
 
@@ -198,8 +231,7 @@ struct fw_conn {
                                        * return */
     fw_balance_place place;           /* its place in this worker's count (fw_balance) */
     fw_tnode aside;                   /* srv->t_grace while a new connection's first request has
-                                       * not come (ends place.pending), else srv->t_trim while it
-                                       * is idle between requests with buffers to give back */
+                                       * not come (ends place.pending) */
     int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
                                        * next request under the idle timeout, not the header one */
     int64_t handed_in_at;             /* srv->now when a peer handed it here, else 0: it is not
@@ -210,29 +242,12 @@ struct fw_conn {
     fw_conn *defer_next;
     int deferred;
     int no_defer;                     /* written now: flushing the deferred ones */
-    uint64_t written_ns;              /* when the flush wrote its whole response (CLOCK_MONOTONIC
-                                       * ns; with the access log or stats), 0 otherwise: the
-                                       * request ends later, once the connections written before
-                                       * it were driven on (or, fw_conn_arm_ahead, once the loop
-                                       * takes it back from its thread), but it is timed to here */
 
     /* The ready queue (srv->ready_head/tail), while QUEUED. */
     fw_conn *rq_prev, *rq_next;
     int64_t ready_at;                 /* when its request arrived (ms): the queue's order */
     int unread;                       /* QUEUED before anything of its request was read */
 
-    /* For the access log and the counters (srv->cfg.access_log, .stats), per request. */
-    uint64_t began_ns;                /* the head parsed (CLOCK_MONOTONIC ns), 0 if not
-                                       * yet or neither stats nor access log want it */
-    uint64_t app_done_ns;             /* set by the app layer: when its last call for this
-                                       * request returned (CLOCK_MONOTONIC ns), or 0 */
-    int parse_stale;                  /* inline: deferred responses were written (their
-                                       * connections driven on, app code run) between the
-                                       * parse and the first app call: began_ns is not that
-                                       * call's start (fw_status_enter) */
-    uint64_t app_waited_ns;           /* set by the app layer: time its current call spent
-                                       * waiting for the client (not app time) */
-    fw_buf log_headers;               /* owned: response headers the format shows (fw_alog_capture) */
 };
 
 /* A socket accepted here, or handed over by another worker (kept_alive:
@@ -247,9 +262,6 @@ struct fw_conn {
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
                      const struct sockaddr *sa, socklen_t salen, int kept_alive, fw_pass_client client,
                      int64_t age_ms);
-/* Loop thread: c has been idle for FW_IDLE_TRIM_MS (srv->t_trim): free its
- * buffers, made again by its next request. Nothing if it is not idle. */
-void fw_conn_trim(fw_conn *c);
 /* Close c: out of the epoll set, then close(), whoever else may still hold
  * the socket. */
 void fw_conn_close(fw_conn *c);

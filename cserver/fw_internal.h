@@ -8,7 +8,7 @@
 
 /* ---- fw_conn.c --------------------------------------------------------- */
 
-/* Parse c->head[0..head_len) into c->req again, as the listener's protocol
+/* Parse c->x->head[0..head_len) into c->x->req again, as the listener's protocol
  * says (HTTP, or a uwsgi packet): the head moved (fw_body.c), and req's
  * spans with it. A protocol step (fw_rc.h): 0, or an HTTP status (not
  * expected: it parsed before). */
@@ -53,6 +53,9 @@ size_t fw_resp_frame(fw_conn *c, size_t len, const char **tail, size_t *tail_len
 
 /* ---- fw_peer.c: who the client is ------------------------------------------ */
 
+/* c's client is sa (len bytes): an IP address, or an AF_UNIX socket's
+ * path (kept as text). Any text made of the one before is dropped. */
+void fw_peer_set(fw_conn *c, const struct sockaddr *sa, socklen_t len);
 /* A new connection (client: what a handing worker knew, fw_balance.h):
  * decide whether a PROXY protocol header is to come. Returns 0, or -1 when
  * the peer may not send one (said in the log): close c. */
@@ -61,7 +64,7 @@ int fw_peer_start(fw_conn *c, fw_pass_client client);
  * the peer is now the client it named), 0 when incomplete, -1 when
  * malformed (said in the log): close c. */
 int fw_peer_read_proxy(fw_conn *c);
-/* A uwsgi request (c->req) names its client in REMOTE_ADDR and
+/* A uwsgi request (c->x->req) names its client in REMOTE_ADDR and
  * REMOTE_PORT: when they are an IP address and a port, they become the
  * client of log lines and the access log, as a PROXY header's does. */
 void fw_peer_from_uwsgi(fw_conn *c);

@@ -9,55 +9,79 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
 
-static void set_peer(fw_conn *c, const struct sockaddr *sa, socklen_t len)
+/* The text of c's client, "host\0port\0", as fw_conn_peer_text gives it
+ * (replacing any made before). 0, or -ENOMEM (c keeps none then). */
+static int peer_text_set(fw_conn *c, const char *host, size_t hlen, const char *port, size_t plen)
 {
+    free(c->peer_text);
+    c->peer_text = malloc(hlen + plen + 2);
+    if (!c->peer_text)
+        return -ENOMEM;
+    memcpy(c->peer_text, host, hlen);
+    c->peer_text[hlen] = 0;
+    memcpy(c->peer_text + hlen + 1, port, plen);
+    c->peer_text[hlen + 1 + plen] = 0;
+    return 0;
+}
+
+void fw_peer_set(fw_conn *c, const struct sockaddr *sa, socklen_t len)
+{
+    free(c->peer_text);
+    c->peer_text = NULL;
+    memset(&c->peer, 0, sizeof(c->peer));
+    if (sa->sa_family == AF_UNIX) {
+        /* Its path is all it says (REMOTE_ADDR, log lines): kept as text
+         * now, the address as its family alone. */
+        const struct sockaddr_un *u = (const struct sockaddr_un *)sa;
+        size_t off = offsetof(struct sockaddr_un, sun_path);
+        size_t n = len > off ? strnlen(u->sun_path, len - off) : 0;
+        c->peer.sa.sa_family = AF_UNIX;
+        c->peer_len = sizeof(sa_family_t);
+        (void)peer_text_set(c, u->sun_path, n, "", 0);   /* none: made "" when asked */
+        return;
+    }
     if (len > sizeof(c->peer))
         len = sizeof(c->peer);
     memcpy(&c->peer, sa, len);
     c->peer_len = len;
-    c->peer_text = 0;
 }
 
 void fw_conn_peer_text(fw_conn *c, const char **host, const char **port)
 {
     if (!c->peer_text) {
-        const struct sockaddr_storage *ss = &c->peer;
-        unsigned p = 0;
-        c->peer_host[0] = 0;
-        c->peer_port[0] = 0;
-        if (ss->ss_family == AF_INET) {
-            const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-            if (!inet_ntop(AF_INET, &a->sin_addr, c->peer_host, sizeof(c->peer_host)))
-                c->peer_host[0] = 0;
-            p = ntohs(a->sin_port);
-        } else if (ss->ss_family == AF_INET6) {
-            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-            int ok = IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)
-                         ? inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], c->peer_host, sizeof(c->peer_host)) != NULL
-                         : inet_ntop(AF_INET6, &a->sin6_addr, c->peer_host, sizeof(c->peer_host)) != NULL;
+        char h[INET6_ADDRSTRLEN] = "", p[8] = "";
+        unsigned pn = 0;
+        int ip = 1;
+        if (c->peer.sa.sa_family == AF_INET) {
+            if (!inet_ntop(AF_INET, &c->peer.in.sin_addr, h, sizeof(h)))
+                h[0] = 0;
+            pn = ntohs(c->peer.in.sin_port);
+        } else if (c->peer.sa.sa_family == AF_INET6) {
+            const struct in6_addr *a = &c->peer.in6.sin6_addr;
+            int ok = IN6_IS_ADDR_V4MAPPED(a) ? inet_ntop(AF_INET, &a->s6_addr[12], h, sizeof(h)) != NULL
+                                             : inet_ntop(AF_INET6, a, h, sizeof(h)) != NULL;
             if (!ok)
-                c->peer_host[0] = 0;
-            p = ntohs(a->sin6_port);
-        } else if (ss->ss_family == AF_UNIX) {
-            const struct sockaddr_un *u = (const struct sockaddr_un *)ss;
-            size_t off = offsetof(struct sockaddr_un, sun_path);
-            size_t n = c->peer_len > off ? strnlen(u->sun_path, c->peer_len - off) : 0;
-            if (n >= sizeof(c->peer_host))
-                n = sizeof(c->peer_host) - 1;
-            memcpy(c->peer_host, u->sun_path, n);
-            c->peer_host[n] = 0;
+                h[0] = 0;
+            pn = ntohs(c->peer.in6.sin6_port);
+        } else {
+            ip = 0;             /* AF_UNIX whose text could not be kept */
         }
-        if (ss->ss_family == AF_INET || ss->ss_family == AF_INET6)
-            snprintf(c->peer_port, sizeof(c->peer_port), "%u", p);
-        c->peer_text = 1;
+        if (ip)
+            snprintf(p, sizeof(p), "%u", pn);
+        if (peer_text_set(c, h, strlen(h), p, strlen(p)) != 0) {
+            *host = *port = "";     /* out of memory: the client goes unnamed */
+            return;
+        }
     }
-    *host = c->peer_host;
-    *port = c->peer_port;
+    *host = c->peer_text;
+    *port = c->peer_text + strlen(c->peer_text) + 1;
 }
 
 /* The start of what the client sent, escaped, into shown (80 characters
@@ -98,18 +122,18 @@ int fw_peer_start(fw_conn *c, fw_pass_client client)
     if (client.sa) {
         c->proxy = client.sa->sa_family == AF_UNSPEC ? FW_PX_READ : FW_PX_NAMED;
         if (c->proxy == FW_PX_NAMED)
-            set_peer(c, client.sa, client.len);
+            fw_peer_set(c, client.sa, client.len);
         return 0;
     }
     /* A uwsgi packet says who the client is and how it came (REMOTE_ADDR,
      * HTTPS): only the proxies allowed to say so may connect. */
-    if (c->lst->uwsgi && !fw_netlist_match(cfg->uwsgi_allow, (const struct sockaddr *)&c->peer, c->peer_len)) {
+    if (c->lst->uwsgi && !fw_netlist_match(cfg->uwsgi_allow, &c->peer.sa, c->peer_len)) {
         fw_peer_log(c, FW_LOG_WARNING, 0, "uwsgi: peer not in --uwsgi-allow-from: connection closed");
         return -1;
     }
     if (!cfg->proxy_protocol)
         return 0;
-    if (!fw_netlist_match(cfg->proxy_allow, (const struct sockaddr *)&c->peer, c->peer_len)) {
+    if (!fw_netlist_match(cfg->proxy_allow, &c->peer.sa, c->peer_len)) {
         fw_peer_log(c, FW_LOG_INFO, 0, "PROXY protocol: peer not in --proxy-allow-from: connection closed");
         return -1;
     }
@@ -130,14 +154,14 @@ int fw_peer_read_proxy(fw_conn *c)
     fw_buf_consume(&c->in, (size_t)n);
     c->proxy = h.local ? FW_PX_READ : FW_PX_NAMED;
     if (!h.local)
-        set_peer(c, (const struct sockaddr *)&h.client, h.client_len);
+        fw_peer_set(c, (const struct sockaddr *)&h.client, h.client_len);
     return 1;
 }
 
 void fw_peer_from_uwsgi(fw_conn *c)
 {
-    const fw_header *addr = fw_uwsgi_var(&c->req, "REMOTE_ADDR", 11);
-    const fw_header *port = fw_uwsgi_var(&c->req, "REMOTE_PORT", 11);
+    const fw_header *addr = fw_uwsgi_var(&c->x->req, "REMOTE_ADDR", 11);
+    const fw_header *port = fw_uwsgi_var(&c->x->req, "REMOTE_PORT", 11);
     char host[INET6_ADDRSTRLEN];
     unsigned char bin[sizeof(struct in6_addr)];
     if (!addr || addr->value_len == 0 || addr->value_len >= sizeof(host))
@@ -147,21 +171,18 @@ void fw_peer_from_uwsgi(fw_conn *c)
     /* Text that is no IP address (it would go into log lines) is not taken. */
     if (inet_pton(AF_INET, host, bin) != 1 && inet_pton(AF_INET6, host, bin) != 1)
         return;
-    size_t plen = port && port->value_len < sizeof(c->peer_port) ? port->value_len : 0;
+    size_t plen = port && port->value_len < 8 ? port->value_len : 0;
     for (size_t i = 0; i < plen; i++)
         if (port->value[i] < '0' || port->value[i] > '9')
             plen = 0;
-    memcpy(c->peer_host, host, addr->value_len + 1);
-    memcpy(c->peer_port, plen ? port->value : "", plen);
-    c->peer_port[plen] = 0;
-    c->peer_text = 1;
+    (void)peer_text_set(c, host, addr->value_len, plen ? port->value : "", plen);  /* ENOMEM: unnamed */
 }
 
 fw_pass_client fw_peer_passed(const fw_conn *c)
 {
     static const struct sockaddr unspec = { .sa_family = AF_UNSPEC };
     if (c->proxy == FW_PX_NAMED)
-        return (fw_pass_client){ (const struct sockaddr *)&c->peer, c->peer_len };
+        return (fw_pass_client){ &c->peer.sa, c->peer_len };
     if (c->proxy == FW_PX_READ)
         return (fw_pass_client){ &unspec, sizeof(unspec) };
     return (fw_pass_client){ NULL, 0 };

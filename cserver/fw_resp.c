@@ -55,9 +55,9 @@ void fw_resp_error_head(fw_conn *c, int status)
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n", status, r, blen);
-    if (c->resp.head_open)
-        c->out.len = c->out.off + c->resp.head_start;    /* drop a half-built head */
-    c->resp.head_open = 0;
+    if (c->x->resp.head_open)
+        c->out.len = c->out.off + c->x->resp.head_start;    /* drop a half-built head */
+    c->x->resp.head_open = 0;
     /* What is queued before it (responses of pipelined requests) stays. */
     size_t mark = fw_buf_used(&c->out);
     if (fw_buf_append(&c->out, head, (size_t)n) != 0 ||
@@ -66,25 +66,25 @@ void fw_resp_error_head(fw_conn *c, int status)
         append_str(&c->out, "\r\n") != 0 || append_str(&c->out, r) != 0 ||
         append_str(&c->out, "\n") != 0)
         c->out.len = c->out.off + mark;               /* out of memory: just close */
-    if (c->req.is_head && c->out.len > c->out.off + mark)
+    if (c->x->req.is_head && c->out.len > c->out.off + mark)
         c->out.len -= blen;                           /* HEAD: no body */
-    c->resp.started = 1;
-    c->resp.status = status;
-    c->resp.no_body = 1;
-    c->resp.sent = c->req.is_head ? 0 : blen;
-    c->resp.close = 1;
+    c->x->resp.started = 1;
+    c->x->resp.status = status;
+    c->x->resp.no_body = 1;
+    c->x->resp.sent = c->x->req.is_head ? 0 : blen;
+    c->x->resp.close = 1;
 }
 
 int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
 {
-    fw_resp *r = &c->resp;
+    fw_resp *r = &c->x->resp;
     int code = 0;
     for (size_t i = 0; i < 3 && i < status_len; i++)
         code = code * 10 + (status_line[i] - '0');
     r->head_start = fw_buf_used(&c->out);
     r->head_open = 1;
     r->status = code;
-    r->no_body = c->req.is_head || code < 200 || code == 204 || code == 304;
+    r->no_body = c->x->req.is_head || code < 200 || code == 204 || code == 304;
     r->fixed = r->chunked = r->app_close = r->app_date = r->app_server = r->close = 0;
     r->left = 0;
     if (fw_buf_append(&c->out, "HTTP/1.1 ", 9) != 0 ||
@@ -96,10 +96,10 @@ int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
 
 void fw_resp_abort_head(fw_conn *c)
 {
-    if (c->resp.head_open)
-        c->out.len = c->out.off + c->resp.head_start;
-    c->resp.head_open = 0;
-    fw_buf_reset(&c->log_headers, 0);
+    if (c->x->resp.head_open)
+        c->out.len = c->out.off + c->x->resp.head_start;
+    c->x->resp.head_open = 0;
+    fw_buf_reset(&c->x->log_headers, 0);
 }
 
 /* What a response header name is to the server (an outcome: how
@@ -127,10 +127,10 @@ static enum hkind header_kind(const char *n, size_t len)
 
 int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char *value, size_t vlen)
 {
-    fw_resp *r = &c->resp;
+    fw_resp *r = &c->x->resp;
     fw_alog *al = c->srv->cfg.access_log;
     if (al && fw_alog_wants_response_headers(al))
-        fw_alog_capture(al, &c->log_headers, name, nlen, value, vlen);
+        fw_alog_capture(al, &c->x->log_headers, name, nlen, value, vlen);
     switch (header_kind(name, nlen)) {
     case H_CONTENT_LENGTH: {
         uint64_t v = 0;
@@ -181,10 +181,10 @@ int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char
 
 int fw_resp_end_head(fw_conn *c, int64_t known_len)
 {
-    fw_resp *r = &c->resp;
+    fw_resp *r = &c->x->resp;
     fw_server *srv = c->srv;
     char line[64];
-    int keep = c->keep_alive && !r->app_close && !c->must_close && !c->body.error &&
+    int keep = c->keep_alive && !r->app_close && !c->must_close && !c->x->body.error &&
                !fw_server_ends_keepalive(srv);
 
     if (r->status < 200)
@@ -193,7 +193,7 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
         /* HEAD: a length only from a body the app gave in full. An empty one
          * says nothing, since frameworks answer HEAD with no body (Werkzeug:
          * an empty iterable) even when the GET streams. */
-        if (!r->fixed && known_len > 0 && c->req.is_head && r->status != 204 && r->status >= 200) {
+        if (!r->fixed && known_len > 0 && c->x->req.is_head && r->status != 204 && r->status >= 200) {
             int n = snprintf(line, sizeof(line), "Content-Length: %lld\r\n", (long long)known_len);
             if (fw_buf_append(&c->out, line, (size_t)n) != 0)
                 return -ENOMEM;
@@ -206,7 +206,7 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
             return -ENOMEM;
         r->fixed = 1;
         r->left = (uint64_t)known_len;
-    } else if (c->req.minor == 1 && !c->req.uwsgi) {
+    } else if (c->x->req.minor == 1 && !c->x->req.uwsgi) {
         /* (A uwsgi proxy reads the body until the close, as from HTTP/1.0.) */
         if (append_str(&c->out, "Transfer-Encoding: chunked\r\n") != 0)
             return -ENOMEM;
@@ -214,12 +214,12 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     } else {
         keep = 0;       /* HTTP/1.0 without a length: the close ends the body */
     }
-    const char *conn = keep ? (c->req.minor == 0 ? "Connection: keep-alive\r\n" : "")
+    const char *conn = keep ? (c->x->req.minor == 0 ? "Connection: keep-alive\r\n" : "")
                             : "Connection: close\r\n";
     if (append_str(&c->out, conn) != 0 ||
         /* Behind uwsgi_pass nginx passes an upstream's Server on, and
          * server_tokens would no longer decide: none, as uWSGI sends. */
-        (!r->app_server && !c->req.uwsgi && fw_buf_append(&c->out, SERVER, sizeof(SERVER) - 1) != 0) ||
+        (!r->app_server && !c->x->req.uwsgi && fw_buf_append(&c->out, SERVER, sizeof(SERVER) - 1) != 0) ||
         (!r->app_date && append_date(c) != 0) ||
         fw_buf_append(&c->out, "\r\n", 2) != 0)
         return -ENOMEM;
@@ -232,7 +232,7 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
 
 size_t fw_resp_frame(fw_conn *c, size_t len, const char **tail, size_t *tail_len)
 {
-    fw_resp *r = &c->resp;
+    fw_resp *r = &c->x->resp;
     *tail = "";
     *tail_len = 0;
     if (r->no_body || len == 0)
@@ -274,12 +274,12 @@ int fw_resp_queue(fw_conn *c, const char *data, size_t len)
 
 int fw_resp_completes(const fw_conn *c, size_t len)
 {
-    return c->resp.fixed && !c->resp.no_body && (uint64_t)len == c->resp.left;
+    return c->x->resp.fixed && !c->x->resp.no_body && (uint64_t)len == c->x->resp.left;
 }
 
 void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count)
 {
-    fw_resp *r = &c->resp;
+    fw_resp *r = &c->x->resp;
     if (r->no_body || count == 0)
         return;
     if (r->fixed) {
@@ -295,7 +295,7 @@ void fw_resp_sendfile(fw_conn *c, int fd, uint64_t off, uint64_t count)
 
 void fw_resp_finish(fw_conn *c)
 {
-    fw_resp *r = &c->resp;
+    fw_resp *r = &c->x->resp;
     if (r->no_body)
         return;
     if (r->chunked) {

@@ -534,9 +534,9 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->t_write.timeout_ms = cfg->write_timeout_ms;
     srv->t_linger.timeout_ms = 2000;
     srv->t_grace.timeout_ms = FW_SILENT_GRACE_MS;
-    srv->t_trim.timeout_ms = FW_IDLE_TRIM_MS;
     fw_spare_init(&srv->spare_buf, FW_BUF_FIRST_CAP);
     fw_spare_init(&srv->spare_hdrs, srv->cfg.limits.max_headers * sizeof(fw_header));
+    fw_spare_init(&srv->spare_exch, sizeof(fw_exch));
     srv->now = fw_now_ms();
     if (fw_balance_init(&srv->bal, &cfg->balance, cfg->threads, srv->nlisteners, &srv->loop, &balance_ops,
                         srv) != 0)
@@ -569,6 +569,7 @@ void fw_server_free(fw_server *srv)
     free_graveyard(srv);
     fw_spare_destroy(&srv->spare_buf);
     fw_spare_destroy(&srv->spare_hdrs);
+    fw_spare_destroy(&srv->spare_exch);
     if (srv->stop_w.fd >= 0)
         close(srv->stop_w.fd);
     fw_balance_destroy(&srv->bal);
@@ -613,14 +614,6 @@ static void expire_grace(fw_server *srv)
         fw_balance_end(&srv->bal, &CONN_OF_ASIDE(n)->place);
 }
 
-/* Kept-alive connections idle for FW_IDLE_TRIM_MS give their buffers back. */
-static void expire_trim(fw_server *srv)
-{
-    fw_tnode *n;
-    while ((n = fw_timer_pop_due(&srv->t_trim, srv->now)))
-        fw_conn_trim(CONN_OF_ASIDE(n));
-}
-
 /* May app threads leave a finished kept-alive request for the loop to take
  * back at its next pass, unannounced (fw_pool_quiet)? Not when the loop
  * needs each thread back at once: requests or connections wait for a
@@ -635,11 +628,6 @@ static int pool_may_be_quiet(const fw_server *srv)
 static int next_timeout(fw_server *srv)
 {
     int64_t next = srv->now + 1000;      /* at least once a second: date, resumes */
-    /* Not t_trim: giving an idle connection's buffers back can wait for
-     * any pass (at least one a second), and a loop that set epoll_wait's
-     * timeout by it cost 10 us more CPU per request at 3,000 req/s over
-     * 1,000 kept-alive connections (each request armed a 50 ms trim, so
-     * the timeout was always short). */
     fw_tlist *lists[] = { &srv->t_head, &srv->t_body, &srv->t_idle, &srv->t_write, &srv->t_linger,
                           &srv->t_grace };
     for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
@@ -899,7 +887,6 @@ static void after_events(fw_server *srv)
     expire(srv, &srv->t_write);
     expire(srv, &srv->t_linger);
     expire_grace(srv);
-    expire_trim(srv);
     if (srv->stopping && srv->pass_waiting)
         pass_on_idle(srv);
     if (srv->pool) {

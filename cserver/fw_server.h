@@ -161,14 +161,13 @@ struct fw_server {
     int64_t pass_wait_until;   /* until then, having no peer at all is worth waiting out */
 
     /* Timeout lists; see fw_timer.h. t_grace: silent new connections that
-     * steer placement (fw_conn.aside, fw_balance_silent); t_trim: idle
-     * kept-alive connections that still hold buffers (fw_conn.aside,
-     * fw_conn_trim). */
-    fw_tlist t_head, t_body, t_idle, t_write, t_linger, t_grace, t_trim;
+     * steer placement (fw_conn.aside, fw_balance_silent). */
+    fw_tlist t_head, t_body, t_idle, t_write, t_linger, t_grace;
     /* The loop's: blocks that idle and closed connections gave back, for
      * the next requests (fw_spare.h): read and write buffers of their
-     * first size, and HTTP header arrays (limits.max_headers entries). */
-    fw_spare spare_buf, spare_hdrs;
+     * first size, HTTP header arrays (limits.max_headers entries), and
+     * requests' states (fw_exch). */
+    fw_spare spare_buf, spare_hdrs, spare_exch;
 
     fw_conn *conns;            /* all open connections (doubly linked) */
     int nconns;

@@ -1,8 +1,8 @@
 /* fw_spare: a bounded stack of equal-size memory blocks kept for reuse.
  *
- * Connections that go idle give their buffers back (fw_conn_trim) and take
- * them again with their next request: with a thousand clients each sending
- * now and then, that is a few blocks per request. Kept here, the handful
+ * A connection that goes idle gives its buffers, header array and request
+ * state back (fw_conn.c, conn_between) and takes them again with its next
+ * request: a few blocks per request. Kept here, the handful
  * of blocks the connections busy at any moment need go round, warm in the
  * cache, instead of through malloc and free (and the heap's top, trimmed
  * and grown again). Closed connections give theirs too, for the next new

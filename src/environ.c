@@ -282,7 +282,7 @@ static int uwsgi_scheme(const fw_request *r)
 /* The entries of a uwsgi packet's variables (see the top). */
 static int add_vars(fw_glue *s, fw_conn *c, PyObject *env, scheme_seen *seen)
 {
-    const fw_request *r = &c->req;
+    const fw_request *r = &c->x->req;
     for (size_t i = 0; i < r->num_headers; i++) {
         const fw_header *v = &r->headers[i];
         if ((v->name_len >= 5 && memcmp(v->name, "wsgi.", 5) == 0) ||
@@ -304,7 +304,7 @@ static int add_vars(fw_glue *s, fw_conn *c, PyObject *env, scheme_seen *seen)
 /* The entries of an HTTP request's header fields. */
 static int add_headers(fw_glue *s, fw_conn *c, PyObject *env, scheme_seen *seen)
 {
-    const fw_request *r = &c->req;
+    const fw_request *r = &c->x->req;
     for (size_t i = 0; i < r->num_headers; i++) {
         const fw_header *h = &r->headers[i];
         /* X_Forwarded_For must never pose as X-Forwarded-For: both map to
@@ -366,7 +366,7 @@ PyObject *fw_environ_template(PyObject *base, PyObject *info)
 
 PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
 {
-    const fw_request *r = &c->req;
+    const fw_request *r = &c->x->req;
     *status = 0;
     PyObject *env = PyDict_Copy(PyList_GET_ITEM(s->templates, c->lst - s->srv->listeners));
     if (!env)

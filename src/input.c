@@ -64,7 +64,7 @@ static PyObject *read_impl(InputObject *self, Py_ssize_t size, int line)
     if (n == 0)
         return PyBytes_FromStringAndSize(NULL, 0);
     size_t take = size < 0 ? n : ((size_t)size < n ? (size_t)size : n);
-    int complete = (size >= 0 && (size_t)size == take) || self->conn->body.src == FW_B_MEM;
+    int complete = (size >= 0 && (size_t)size == take) || self->conn->x->body.src == FW_B_MEM;
     if (line) {
         const char *nl = memchr(p, '\n', take);
         if (nl) {

@@ -47,12 +47,12 @@ uint64_t fw_status_enter(fw_glue *s, fw_conn *c, int first)
      * which --timeout and the app counters measure; nor is the flush of
      * deferred responses (and the app code it runs for their connections)
      * before the call (parse_stale). */
-    uint64_t ns = first && !c->srv->pool && c->began_ns && !c->parse_stale &&
-                  c->body.src == FW_B_NONE ? c->began_ns : fw_now_ns();
+    uint64_t ns = first && !c->srv->pool && c->x->began_ns && !c->x->parse_stale &&
+                  c->x->body.src == FW_B_NONE ? c->x->began_ns : fw_now_ns();
     if (!slot)
         return ns;
     size_t room = FW_STATUS_SIZE - 16 - 1, n = 0;
-    const fw_request *r = &c->req;
+    const fw_request *r = &c->x->req;
     /* This thread is the entry's only writer: plain stores, no locked
      * instruction. The line first, then the time, which is released after
      * it: the master reads the time first. */
@@ -79,11 +79,11 @@ void fw_status_leave(fw_glue *s, fw_conn *c, uint64_t began_ns)
     if (c->srv->cfg.stats && began_ns) {
         uint64_t now = fw_now_ns();
         uint64_t spent = now - began_ns;
-        c->app_done_ns = now;           /* the core's "queued" time of a batched response */
-        fw_stats_app_call(c->srv->cfg.stats, (spent > c->app_waited_ns ? spent - c->app_waited_ns : 0) / 1000,
+        c->x->app_done_ns = now;           /* the core's "queued" time of a batched response */
+        fw_stats_app_call(c->srv->cfg.stats, (spent > c->x->app_waited_ns ? spent - c->x->app_waited_ns : 0) / 1000,
                           !c->srv->pool);
     }
-    c->app_waited_ns = 0;
+    c->x->app_waited_ns = 0;
 }
 
 void fw_status_pause(fw_glue *s, fw_conn *c, fw_pause *p)
@@ -101,7 +101,7 @@ void fw_status_resume(fw_glue *s, fw_conn *c, const fw_pause *p)
 {
     char *slot = status_slot(s, c);
     uint64_t waited = fw_now_ns() - p->at;
-    c->app_waited_ns += waited;
+    c->x->app_waited_ns += waited;
     /* The clock the master reads starts later by the wait. */
     if (slot && p->slot_began)
         atomic_store_explicit((_Atomic uint64_t *)(void *)slot, p->slot_began + waited, memory_order_release);
@@ -170,10 +170,10 @@ static void on_unlock(void *app)
 static PyObject *request_text(const char *what, fw_conn *c)
 {
     PyObject *msg = NULL;
-    if (c && c->head) {
-        PyObject *m = PyUnicode_DecodeLatin1(c->req.method, (Py_ssize_t)c->req.method_len, NULL);
-        PyObject *tg = PyUnicode_DecodeLatin1(c->req.target,
-                                              (Py_ssize_t)(c->req.target_len > 200 ? 200 : c->req.target_len), NULL);
+    if (c && c->x && c->x->head) {
+        PyObject *m = PyUnicode_DecodeLatin1(c->x->req.method, (Py_ssize_t)c->x->req.method_len, NULL);
+        PyObject *tg = PyUnicode_DecodeLatin1(c->x->req.target,
+                                              (Py_ssize_t)(c->x->req.target_len > 200 ? 200 : c->x->req.target_len), NULL);
         if (m && tg)
             msg = PyUnicode_FromFormat("%s %U %U", what, m, tg);
         Py_XDECREF(m);
