@@ -15,7 +15,8 @@ the connection idle longest to make room), granian with --backpressure
 11000 (its default, 1,024, is the most connections it serves at once). RSS: the server's whole process
 tree (VmRSS summed) before the load (after a 1 s warm-up on 50
 connections) and halfway through the 10,000-connection run; per connection
-is the difference over 10,000. A cell whose server closed any of the silent
+is the difference over 10,000 (bytes, the median over rounds), and its
+ratio to the lowest of the other servers'. A cell whose server closed any of the silent
 connections, or answered any request with an error, says so."""
 import argparse
 import os
@@ -97,15 +98,22 @@ def report(results, servers, args):
              f"{args.rate:,} req/s for {args.seconds} s: {conns:,} kept-alive connections ({ACTIVE:,} sending in "
              f"turn, {SILENT:,} silent) against {FEW} connections; {args.rounds} rounds interleaved, medians.",
              "", f"| server | CPU/request, {FEW} conns (µs) | CPU/request, {conns:,} conns (µs) | ratio | "
-                 f"p99 at {conns:,} (ms) | RSS before (MiB) | RSS at {conns:,} (MiB) | KiB per connection | "
-                 "silent ones closed | errors+timeouts |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                 f"p99 at {conns:,} (ms) | RSS before (MiB) | RSS at {conns:,} (MiB) | bytes per connection | "
+                 "x lowest of the others | silent ones closed | errors+timeouts |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def per_conn(server):
+        """Median over rounds of the RSS growth per connection (bytes), or None."""
+        many = [r for r in results[server]["many"] if "cpu_us" in r]
+        return statistics.median((r["rss_kib"] - r["base_rss_kib"]) * 1024 / conns for r in many) if many else None
+
+    grown = {server: per_conn(server) for server in servers}
     for server in servers:
         few = [r for r in results[server]["few"] if "cpu_us" in r]
         many = [r for r in results[server]["many"] if "cpu_us" in r]
         if not few or not many:
             why = next((r["failure"] for r in results[server]["few"] + results[server]["many"] if "failure" in r), "")
-            lines.append(f"| {server} | failed: {why[:80]} | | | | | | | | |")
+            lines.append(f"| {server} | failed: {why[:80]} | | | | | | | | | |")
             continue
         c_few = statistics.median(r["cpu_us"] for r in few)
         c_many = statistics.median(r["cpu_us"] for r in many)
@@ -114,8 +122,10 @@ def report(results, servers, args):
         p99 = statistics.median(r["p99_us"] for r in many if r.get("p99_us")) / 1000
         closed = max(r.get("idle_closed", 0) for r in many)
         bad = sum(r.get("errors", 0) + r.get("timeouts", 0) + r.get("non200", 0) for r in few + many)
+        others = [g for o, g in grown.items() if o != server and g]
+        vs = f"{grown[server] / min(others):.2f}" if others else ""
         lines.append(f"| {server} | {c_few:.1f} | {c_many:.1f} | {c_many / c_few:.2f} | {p99:.2f} | "
-                     f"{base / 1024:.1f} | {rss / 1024:.1f} | {(rss - base) / conns:.1f} | {closed} | {bad} |")
+                     f"{base / 1024:.1f} | {rss / 1024:.1f} | {grown[server]:.0f} | {vs} | {closed} | {bad} |")
     lines.append("")
     return "\n".join(lines)
 

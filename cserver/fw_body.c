@@ -34,7 +34,7 @@ static int head_detach(fw_conn *c)
     if (!c->x->head_copy)
         return -ENOMEM;
     memcpy(c->x->head_copy, c->x->head, c->x->head_len);
-    fw_buf_consume(&c->in, c->x->head_len);
+    fw_buf_consume(&c->x->in, c->x->head_len);
     c->x->head = c->x->head_copy;
     return fw_conn_parse_head(c) == 0 ? 0 : -EPROTO;
 }
@@ -73,7 +73,7 @@ int fw_body_setup(fw_conn *c, enum fw_body_plan *plan)
 size_t fw_body_read_size(const fw_conn *c)
 {
     if (c->x->body.inplace) {
-        size_t need = c->x->head_len + (size_t)c->x->req.content_length, used = fw_buf_used(&c->in);
+        size_t need = c->x->head_len + (size_t)c->x->req.content_length, used = fw_buf_used(&c->x->in);
         if (need > used && need - used > BODY_CHUNK)
             return need - used;
     }
@@ -83,17 +83,17 @@ size_t fw_body_read_size(const fw_conn *c)
 uint64_t fw_body_received(const fw_conn *c)
 {
     if (c->x->body.inplace) {
-        size_t used = fw_buf_used(&c->in);
+        size_t used = fw_buf_used(&c->x->in);
         return used > c->x->head_len ? used - c->x->head_len : 0;
     }
-    return c->x->body.total + fw_buf_used(&c->in);
+    return c->x->body.total + fw_buf_used(&c->x->in);
 }
 
 int fw_body_arrived(const fw_conn *c)
 {
     if (c->x->body.inplace)
-        return fw_buf_used(&c->in) > c->x->head_len;
-    return fw_buf_used(&c->in) > 0 || c->x->body.total > 0;
+        return fw_buf_used(&c->x->in) > c->x->head_len;
+    return fw_buf_used(&c->x->in) > 0 || c->x->body.total > 0;
 }
 
 /* Next decoded span from `in` (consumed from `in`; the span stays valid
@@ -103,8 +103,8 @@ static int decode_step(fw_conn *c, const char **p, size_t *n)
 {
     fw_body *b = &c->x->body;
     size_t u;
-    int rc = fw_bodydec_next(&b->dec, fw_buf_head(&c->in), fw_buf_used(&c->in), &u, p, n, &c->srv->cfg.limits);
-    fw_buf_consume(&c->in, u);
+    int rc = fw_bodydec_next(&b->dec, fw_buf_head(&c->x->in), fw_buf_used(&c->x->in), &u, p, n, &c->srv->cfg.limits);
+    fw_buf_consume(&c->x->in, u);
     if (rc == FW_CHUNK_DATA)
         b->total += *n;
     return rc;
@@ -168,15 +168,15 @@ int fw_body_preread(fw_conn *c)
     fw_body *b = &c->x->body;
     if (b->inplace) {
         size_t need = c->x->head_len + (size_t)c->x->req.content_length;
-        size_t used = fw_buf_used(&c->in);
+        size_t used = fw_buf_used(&c->x->in);
         if (used < need) {
-            if (fw_buf_reserve(&c->in, need - used) != 0)
+            if (fw_buf_reserve(&c->x->in, need - used) != 0)
                 return 500;
             return FW_HTTP_INCOMPLETE;
         }
-        if (fw_buf_head(&c->in) != c->x->head) {
+        if (fw_buf_head(&c->x->in) != c->x->head) {
             /* `in` grew and moved: point the request at its new home. */
-            c->x->head = fw_buf_head(&c->in);
+            c->x->head = fw_buf_head(&c->x->in);
             if (fw_conn_parse_head(c) != 0)
                 return 500;
         }

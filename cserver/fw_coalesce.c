@@ -17,10 +17,10 @@
 
 void fw_server_defer(fw_server *srv, fw_conn *c)
 {
-    c->deferred = 1;
-    c->defer_next = NULL;
+    c->x->deferred = 1;
+    c->x->defer_next = NULL;
     if (srv->defer_tail) {
-        srv->defer_tail->defer_next = c;
+        srv->defer_tail->x->defer_next = c;
     } else {
         srv->defer_head = c;
         srv->defer_since_ns = fw_now_ns();
@@ -33,13 +33,13 @@ void fw_server_undefer(fw_server *srv, fw_conn *c)
     fw_conn **p = &srv->defer_head, *prev = NULL;
     while (*p && *p != c) {
         prev = *p;
-        p = &(*p)->defer_next;
+        p = &(*p)->x->defer_next;
     }
     if (*p)
-        *p = c->defer_next;
+        *p = c->x->defer_next;
     if (srv->defer_tail == c)
         srv->defer_tail = prev;
-    c->deferred = 0;
+    c->x->deferred = 0;
 }
 
 /* Two rounds: the writes first, back to back (the point of the wait), then
@@ -55,16 +55,16 @@ void fw_server_flush_deferred(fw_server *srv)
     if (srv->ops->unlock)
         srv->ops->unlock(srv->app);     /* no interpreter lock held over system calls */
     int timed = srv->cfg.access_log || srv->cfg.stats;
-    for (fw_conn *c = list; c; c = c->defer_next) {
-        c->deferred = 0;
+    for (fw_conn *c = list; c; c = c->x->defer_next) {
+        c->x->deferred = 0;
         /* A failure is met again, and acted on, below. A response written
          * whole is timed now, not when its request ends below, after app
          * code of the connections before it (record_response). */
-        if (fw_conn_flush(c) == 0 && timed && !c->app_active)
+        if (fw_conn_flush(c) == 0 && timed && !c->x->app_active)
             c->x->written_ns = fw_now_ns();
     }
     for (fw_conn *c = list, *next; c; c = next) {
-        next = c->defer_next;
+        next = c->x->defer_next;
         fw_conn_write_deferred(c);
     }
 }

@@ -51,55 +51,47 @@ static size_t max_vars(const fw_server *srv, const fw_listener *lst)
     return lst->uwsgi ? n + FW_UWSGI_EXTRA_VARS : n;
 }
 
-/* The header array, made with the first request's first bytes (c->hdrs
+/* The header array, made with the first request's first bytes (c->x->hdrs
  * NULL before): a connection that never sends holds none (thousands of
  * idle clients). Filled by the parser before any read: not zeroed.
  * 0, or -ENOMEM. */
 static int conn_headers(fw_conn *c)
 {
     /* An HTTP one is the size of the server's spare ones; a uwsgi one is larger. */
-    c->hdrs = c->lst->uwsgi ? malloc(max_vars(c->srv, c->lst) * sizeof(fw_header))
+    c->x->hdrs = c->lst->uwsgi ? malloc(max_vars(c->srv, c->lst) * sizeof(fw_header))
                             : fw_spare_take(&c->srv->spare_hdrs);
-    return c->hdrs ? 0 : -ENOMEM;
+    return c->x->hdrs ? 0 : -ENOMEM;
 }
 
 /* Loop thread: give c's header array back (NULL after). */
 static void conn_headers_give(fw_conn *c)
 {
     if (c->lst->uwsgi)
-        free(c->hdrs);
+        free(c->x->hdrs);
     else
-        fw_spare_give(&c->srv->spare_hdrs, c->hdrs);
-    c->hdrs = NULL;
-    if (c->x)
-        c->x->req.headers = NULL;
+        fw_spare_give(&c->srv->spare_hdrs, c->x->hdrs);
+    c->x->hdrs = NULL;
+    c->x->req.headers = NULL;
 }
 
 /* Loop thread: c's request state, made with a request's first bytes (or
- * an answer to send before any came: a timeout, a refusal) and kept while
- * requests come (fw_exch). 0, or -ENOMEM. */
+ * an answer to send before any came: a timeout, a refusal) and kept until
+ * the connection is idle again (fw_exch). 0, or -ENOMEM. */
 static int conn_exch(fw_conn *c)
 {
     if (c->x)
         return 0;
-    c->x = fw_spare_take(&c->srv->spare_exch);
-    if (!c->x)
+    fw_exch *x = fw_spare_take(&c->srv->spare_exch);
+    if (!x)
         return -ENOMEM;
-    memset(c->x, 0, sizeof(*c->x));
-    c->x->body.fd = -1;
-    c->x->resp.sf_fd = -1;
+    memset(x, 0, sizeof(*x));
+    x->conn = c;
+    x->body.fd = -1;
+    x->resp.sf_fd = -1;
+    x->outq_mark = -1;
+    x->thr = &c->srv->loop_thread;
+    c->x = x;
     return 0;
-}
-
-/* Loop thread: give c's request state back (NULL after); nothing of a
- * request is in it (request_end reset it), but the access log's capture. */
-static void conn_exch_give(fw_conn *c)
-{
-    if (!c->x)
-        return;
-    fw_buf_free(&c->x->log_headers);
-    fw_spare_give(&c->srv->spare_exch, c->x);
-    c->x = NULL;
 }
 
 /* Loop thread: an empty buffer of c's that has no memory takes a spare
@@ -127,14 +119,32 @@ static void conn_buf_give(fw_conn *c, fw_buf *b)
     fw_buf_free(b);
 }
 
-/* Loop thread: give back the read and write buffers, the access log's
- * capture and the header array (a closing or idle connection). */
+/* Loop thread: give back the request state with its read and write
+ * buffers, the access log's capture and the header array (a closing or
+ * idle connection: nothing of a request is left in them, request_end
+ * reset it). c->x is NULL after. */
 static void conn_give_buffers(fw_conn *c)
 {
-    conn_buf_give(c, &c->in);
-    conn_buf_give(c, &c->out);
+    fw_exch *x = c->x;
+    if (!x)
+        return;
+    conn_buf_give(c, &x->in);
+    conn_buf_give(c, &x->out);
     conn_headers_give(c);
-    conn_exch_give(c);
+    fw_buf_free(&x->log_headers);
+    fw_spare_give(&c->srv->spare_exch, x);
+    c->x = NULL;
+}
+
+/* Bytes waiting in c's read (write) buffer: 0 without a request state. */
+static size_t in_used(const fw_conn *c)
+{
+    return c->x ? fw_buf_used(&c->x->in) : 0;
+}
+
+static size_t out_used(const fw_conn *c)
+{
+    return c->x ? fw_buf_used(&c->x->out) : 0;
 }
 
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
@@ -149,10 +159,8 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
     c->w.oneshot = srv->pool != NULL;
     c->srv = srv;
     c->lst = lst;
-    c->thr = &srv->loop_thread;
     fw_peer_set(c, sa, salen);
-    c->fwd_allowed = fw_netlist_match(srv->cfg.forwarded_allow, sa, salen);
-    c->outq_mark = -1;
+    c->fwd_allowed = (uint8_t)fw_netlist_match(srv->cfg.forwarded_allow, sa, salen);
     c->state = FW_C_READ_HEAD;
     c->ready_at = srv->now - age_ms;
     c->next = srv->conns;
@@ -160,7 +168,7 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
         srv->conns->prev = c;
     srv->conns = c;
     srv->nconns++;
-    c->kept_alive = kept_alive;
+    c->kept_alive = kept_alive != 0;
     if (kept_alive) {
         /* Idle between requests, as it was in the worker that handed it. */
         fw_timer_start(&srv->t_idle, &c->timer, srv->now);
@@ -181,7 +189,7 @@ fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
      * dispatched, in this same loop pass. A silent connection only steers
      * placement for a moment (fw_balance_silent). */
     read_and_drive(c);
-    if (c->state == FW_C_READ_HEAD && fw_buf_used(&c->in) == 0) {
+    if (c->state == FW_C_READ_HEAD && in_used(c) == 0) {
         if (srv->stopping) {
             fw_conn_start_stop(c);      /* handed over while we stop */
         } else if (srv->pool && !kept_alive) {
@@ -212,18 +220,19 @@ void fw_conn_close(fw_conn *c)
     fw_server *srv = c->srv;
     if (c->state == FW_C_CLOSED)
         return;
-    if (c->parked) {
+    fw_exch *x = c->x;      /* NULL: no request (new and silent, or idle) */
+    if (x && x->parked) {
         /* Never under its thread, which sleeps holding it: the thread is
          * told, and the connection closes when the app returns. */
-        c->must_close = 1;
+        c->x->must_close = 1;
         unpark(c, -ECONNABORTED);
         return;
     }
     if (c->state == FW_C_QUEUED)
         fw_server_dequeue(srv, c);
-    if (c->deferred)
+    if (x && x->deferred)
         fw_server_undefer(srv, c);
-    if (c->app_state && srv->ops->on_drop && srv->pool && !srv->closing && c->state != FW_C_APP) {
+    if (x && x->app_state && srv->ops->on_drop && srv->pool && !srv->closing && c->state != FW_C_APP) {
         /* The app still holds the request (a streamed response the client
          * dropped): its cleanup, the iterable's close(), is the app's code
          * and runs on an app thread, not here. The client is cut now; the
@@ -234,15 +243,17 @@ void fw_conn_close(fw_conn *c)
             fw_server_log(srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(errno));
         fw_timer_stop(&c->timer);
         fw_timer_stop(&c->aside);
-        c->dropping = 1;
+        c->x->dropping = 1;
         c->state = FW_C_APP;
-        fw_pool_submit(srv->pool, &c->job);
+        fw_pool_submit(srv->pool, &c->x->job);
         return;
     }
-    if (c->app_state && srv->ops->on_drop)
+    if (x && x->app_state && srv->ops->on_drop)
         srv->ops->on_drop(srv->app, c);
-    c->app_state = NULL;
-    uncharge(c, 0);
+    if (x) {
+        x->app_state = NULL;
+        uncharge(c, 0);
+    }
     fw_balance_end(&srv->bal, &c->place);     /* counted, but its request never ran */
     c->state = FW_C_CLOSED;
     fw_timer_stop(&c->timer);
@@ -299,7 +310,7 @@ static void conn_watch(fw_conn *c, uint32_t mask)
  * request alone. */
 static int owned_by_thread(const fw_conn *c)
 {
-    return c->parked || (c->state == FW_C_APP && c->srv->pool);
+    return (c->x && c->x->parked) || (c->state == FW_C_APP && c->srv->pool);
 }
 
 /* Stop reading and close after what is queued has been sent. */
@@ -319,8 +330,10 @@ static void conn_linger(fw_conn *c)
 
 void fw_conn_queue_error(fw_conn *c, int status)
 {
-    c->must_close = 1;
-    if (conn_exch(c) != 0 || c->x->resp.started)
+    if (conn_exch(c) != 0)
+        return;     /* out of memory: conn_refuse closes */
+    c->x->must_close = 1;
+    if (c->x->resp.started)
         return;     /* too late for a clean answer: the close says it */
     fw_resp_error_head(c, status);
 }
@@ -357,11 +370,11 @@ static void conn_refuse(fw_conn *c, int status, const char *why)
     if (!c->x->head) {
         /* The head did not parse, so req says nothing: a HEAD request still
          * must not get a body (RFC 9110 9.3.2). */
-        c->x->req.is_head = fw_buf_used(&c->in) >= 5 && memcmp(fw_buf_head(&c->in), "HEAD ", 5) == 0;
+        c->x->req.is_head = fw_buf_used(&c->x->in) >= 5 && memcmp(fw_buf_head(&c->x->in), "HEAD ", 5) == 0;
         c->x->req.minor = 1;
     }
     fw_conn_queue_error(c, status);
-    c->app_active = 0;
+    c->x->app_active = 0;
     c->state = FW_C_WRITE;
 }
 
@@ -387,32 +400,33 @@ static int conn_read(fw_conn *c, size_t want)
      * MiB). The cost: a copy of each request head's bytes. A body is read
      * straight into its buffer. */
     char first[FIRST_READ];
-    int fresh = fw_buf_used(&c->in) == 0 && c->state != FW_C_READ_BODY;
-    if (!fresh && fw_buf_reserve(&c->in, want) != 0)
+    int fresh = in_used(c) == 0 && c->state != FW_C_READ_BODY;
+    if (!fresh && fw_buf_reserve(&c->x->in, want) != 0)     /* (a request: c->x is there) */
         return -ENOMEM;
     for (;;) {
         ssize_t n = fresh ? read(c->w.fd, first, sizeof first)
-                          : read(c->w.fd, fw_buf_tail(&c->in), fw_buf_room(&c->in));
+                          : read(c->w.fd, fw_buf_tail(&c->x->in), fw_buf_room(&c->x->in));
         if (n > 0 && fresh && (size_t)n == sizeof first) {
             /* The stack filled: more is likely waiting (a pipelined burst). The
              * connection gets the buffer it would have had (want), and
-             * reads on into it
-             * now rather than after an epoll round trip. What that read
-             * finds (EAGAIN, EOF) the next one sees. */
-            if (fw_buf_reserve(&c->in, want) != 0 || fw_buf_append(&c->in, first, (size_t)n) != 0)
+             * reads on into it now rather than after an epoll round trip.
+             * What that read finds (EAGAIN, EOF) the next one sees. */
+            if (conn_exch(c) != 0 || fw_buf_reserve(&c->x->in, want) != 0 ||
+                fw_buf_append(&c->x->in, first, (size_t)n) != 0)
                 return -ENOMEM;
-            n = read(c->w.fd, fw_buf_tail(&c->in), fw_buf_room(&c->in));
+            n = read(c->w.fd, fw_buf_tail(&c->x->in), fw_buf_room(&c->x->in));
             if (n > 0)
-                c->in.len += (size_t)n;
+                c->x->in.len += (size_t)n;
             return 0;
         }
         if (n > 0) {
             /* A head that fits goes into a spare block (conn_buf_take). */
-            if (fresh && (((size_t)n <= c->srv->spare_buf.size && conn_buf_take(c, &c->in) != 0) ||
-                          fw_buf_append(&c->in, first, (size_t)n) != 0))
+            if (fresh && (conn_exch(c) != 0 ||
+                          ((size_t)n <= c->srv->spare_buf.size && conn_buf_take(c, &c->x->in) != 0) ||
+                          fw_buf_append(&c->x->in, first, (size_t)n) != 0))
                 return -ENOMEM;
             if (!fresh)
-                c->in.len += (size_t)n;
+                c->x->in.len += (size_t)n;
             return 0;
         }
         if (n == 0)
@@ -431,7 +445,7 @@ static int io_error(fw_conn *c, int e)
 {
     if (e == EAGAIN || e == EWOULDBLOCK)
         return FW_AGAIN;
-    c->must_close = 1;
+    c->x->must_close = 1;
     return -e;
 }
 
@@ -446,34 +460,39 @@ static int kernel_outq(const fw_conn *c)
 /* Bytes of the response still to leave: `out`, borrowed bytes, the file's rest. */
 static uint64_t pending_out(const fw_conn *c)
 {
-    return fw_buf_used(&c->out) + c->ext_len + c->ext_tail_len + (c->x && c->x->resp.sf_fd >= 0 ? c->x->resp.sf_left : 0);
+    const fw_exch *x = c->x;
+    if (!x)
+        return 0;
+    return fw_buf_used(&x->out) + x->ext_len + x->ext_tail_len + (x->resp.sf_fd >= 0 ? x->resp.sf_left : 0);
 }
 
 /* What write() queued and has left: no longer counted. */
 static void uncharge(fw_conn *c, size_t still)
 {
-    if (c->write_charged > still) {
-        c->srv->write_queued -= c->write_charged - still;
-        c->write_charged = still;
+    if (c->x && c->x->write_charged > still) {
+        c->srv->write_queued -= c->x->write_charged - still;
+        c->x->write_charged = still;
     }
 }
 
 size_t fw_conn_charge_write(fw_conn *c)
 {
-    size_t used = fw_buf_used(&c->out);
-    c->srv->write_queued += used - c->write_charged;     /* (used >= charged: only write() grows it) */
-    c->write_charged = used;
+    size_t used = fw_buf_used(&c->x->out);
+    c->srv->write_queued += used - c->x->write_charged;     /* (used >= charged: only write() grows it) */
+    c->x->write_charged = used;
     return c->srv->write_queued;
 }
 
 int fw_conn_flush(fw_conn *c)
 {
-    fw_resp *r = c->x ? &c->x->resp : NULL;   /* none: nothing of a request to send */
-    while (fw_buf_used(&c->out) + c->ext_len + c->ext_tail_len > 0) {
+    if (!c->x)
+        return 0;       /* no request: nothing to send */
+    fw_resp *r = &c->x->resp;
+    while (fw_buf_used(&c->x->out) + c->x->ext_len + c->x->ext_tail_len > 0) {
         struct iovec iov[3] = {
-            { .iov_base = fw_buf_head(&c->out), .iov_len = fw_buf_used(&c->out) },
-            { .iov_base = (void *)c->ext, .iov_len = c->ext_len },
-            { .iov_base = c->ext_tail, .iov_len = c->ext_tail_len },
+            { .iov_base = fw_buf_head(&c->x->out), .iov_len = fw_buf_used(&c->x->out) },
+            { .iov_base = (void *)c->x->ext, .iov_len = c->x->ext_len },
+            { .iov_base = c->x->ext_tail, .iov_len = c->x->ext_tail_len },
         };
         struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 3 };
         ssize_t n = sendmsg(c->w.fd, &mh, MSG_NOSIGNAL);
@@ -482,18 +501,18 @@ int fw_conn_flush(fw_conn *c)
                 continue;
             return io_error(c, errno);
         }
-        size_t w = (size_t)n, k = w < fw_buf_used(&c->out) ? w : fw_buf_used(&c->out);
-        fw_buf_consume(&c->out, k);
+        size_t w = (size_t)n, k = w < fw_buf_used(&c->x->out) ? w : fw_buf_used(&c->x->out);
+        fw_buf_consume(&c->x->out, k);
         w -= k;
-        k = w < c->ext_len ? w : c->ext_len;
-        c->ext += k;
-        c->ext_len -= k;
+        k = w < c->x->ext_len ? w : c->x->ext_len;
+        c->x->ext += k;
+        c->x->ext_len -= k;
         w -= k;
-        memmove(c->ext_tail, c->ext_tail + w, c->ext_tail_len - w);
-        c->ext_tail_len -= w;
-        uncharge(c, fw_buf_used(&c->out));
+        memmove(c->x->ext_tail, c->x->ext_tail + w, c->x->ext_tail_len - w);
+        c->x->ext_tail_len -= w;
+        uncharge(c, fw_buf_used(&c->x->out));
     }
-    while (r && r->sf_fd >= 0 && r->sf_left > 0) {
+    while (r->sf_fd >= 0 && r->sf_left > 0) {
         off_t off = (off_t)r->sf_off;
         size_t want = r->sf_left > (1u << 30) ? (1u << 30) : (size_t)r->sf_left;
         ssize_t n = sendfile(c->w.fd, r->sf_fd, &off, want);
@@ -503,7 +522,7 @@ int fw_conn_flush(fw_conn *c)
             return io_error(c, errno);
         }
         if (n == 0) {
-            c->must_close = 1;           /* the file shrank under us */
+            c->x->must_close = 1;           /* the file shrank under us */
             return -ENODATA;
         }
         r->sf_off += (uint64_t)n;
@@ -519,9 +538,9 @@ static int send_body(fw_conn *c, const char *data, size_t len, int borrow)
     const char *tail;
     size_t tail_len;
     len = fw_resp_frame(c, len, &tail, &tail_len);
-    size_t queued = fw_buf_used(&c->out);
+    size_t queued = fw_buf_used(&c->x->out);
     struct iovec iov[3] = {
-        { .iov_base = fw_buf_head(&c->out), .iov_len = queued },
+        { .iov_base = fw_buf_head(&c->x->out), .iov_len = queued },
         { .iov_base = (void *)data, .iov_len = len },
         { .iov_base = (void *)tail, .iov_len = tail_len },
     };
@@ -540,24 +559,24 @@ static int send_body(fw_conn *c, const char *data, size_t len, int borrow)
      * borrowed. */
     size_t w = (size_t)n;
     size_t from_out = w < queued ? w : queued;
-    fw_buf_consume(&c->out, from_out);
-    uncharge(c, fw_buf_used(&c->out));
+    fw_buf_consume(&c->x->out, from_out);
+    uncharge(c, fw_buf_used(&c->x->out));
     w -= from_out;
     size_t from_data = w < len ? w : len;
     w -= from_data;
     if (borrow && from_data < len) {
-        c->ext = data + from_data;
-        c->ext_len = len - from_data;
-        memcpy(c->ext_tail, tail, tail_len);
-        c->ext_tail_len = tail_len;
+        c->x->ext = data + from_data;
+        c->x->ext_len = len - from_data;
+        memcpy(c->x->ext_tail, tail, tail_len);
+        c->x->ext_tail_len = tail_len;
         return FW_AGAIN;
     }
-    if (fw_buf_append(&c->out, data + from_data, len - from_data) != 0 ||
-        fw_buf_append(&c->out, tail + w, tail_len - w) != 0) {
-        c->must_close = 1;
+    if (fw_buf_append(&c->x->out, data + from_data, len - from_data) != 0 ||
+        fw_buf_append(&c->x->out, tail + w, tail_len - w) != 0) {
+        c->x->must_close = 1;
         return -ENOMEM;
     }
-    return fw_buf_used(&c->out) ? FW_AGAIN : 0;
+    return fw_buf_used(&c->x->out) ? FW_AGAIN : 0;
 }
 
 int fw_conn_send(fw_conn *c, const char *data, size_t len)
@@ -583,12 +602,12 @@ static void unpark(fw_conn *c, int rc)
      * watch that fired is disarmed already). */
     if (c->w.mask && fw_loop_watch(&srv->loop, &c->w, 0) != 0)
         fw_server_log(srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(errno));
-    c->park_rc = rc;
-    c->parked = 0;
+    c->x->park_rc = rc;
+    c->x->parked = 0;
     c->state = FW_C_APP;
     srv->nparked--;
     fw_balance_begin(&srv->bal, &c->place);     /* its thread runs again */
-    fw_pool_resume(srv->pool, &c->job);
+    fw_pool_resume(srv->pool, &c->x->job);
 }
 
 int fw_conn_drain_wait(fw_conn *c)
@@ -599,9 +618,9 @@ int fw_conn_drain_wait(fw_conn *c)
     /* Hand c to the loop and sleep until it is given back. Meanwhile this
      * thread holds no capacity: a spare runs requests in its place. */
     fw_balance_end(&c->srv->bal, &c->place);
-    c->parked = 1;
-    fw_pool_park(c->srv->pool, &c->job);
-    return c->park_rc;
+    c->x->parked = 1;
+    fw_pool_park(c->srv->pool, &c->x->job);
+    return c->x->park_rc;
 }
 
 /* A body starts to arrive: under the body timeout (a pause) and the
@@ -685,7 +704,7 @@ static void record_response(fw_conn *c)
     /* A response still queued (a pipelined batch) was done when the app
      * returned: the app layer's clock reading then serves. */
     uint64_t now = c->x->written_ns ? c->x->written_ns     /* a deferred one, written then */
-                 : c->x->app_done_ns && fw_buf_used(&c->out) > 0 ? c->x->app_done_ns : fw_now_ns();
+                 : c->x->app_done_ns && fw_buf_used(&c->x->out) > 0 ? c->x->app_done_ns : fw_now_ns();
     int64_t micros = c->x->began_ns && now > c->x->began_ns ? (int64_t)((now - c->x->began_ns) / 1000) : 0;
     c->x->began_ns = c->x->app_done_ns = c->x->written_ns = 0;
     if (srv->cfg.stats)
@@ -708,7 +727,7 @@ static void conn_between(fw_conn *c)
     fw_timer_start(&srv->t_idle, &c->timer, srv->now);
     if (srv->cfg.stats)
         fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
-    if (fw_buf_used(&c->in) == 0 && fw_buf_used(&c->out) == 0) {
+    if (fw_buf_used(&c->x->in) == 0 && fw_buf_used(&c->x->out) == 0) {
         conn_give_buffers(c);
         if (srv->stopping)
             fw_conn_start_stop(c);      /* idle now: hand it on while retiring */
@@ -720,7 +739,7 @@ static void conn_between(fw_conn *c)
  * once, with the batch before it. */
 static int closes_after_response(const fw_conn *c)
 {
-    return c->must_close || c->x->resp.close || c->x->body.error || !c->keep_alive || c->srv->ending_keepalive;
+    return c->x->must_close || c->x->resp.close || c->x->body.error || !c->x->keep_alive || c->srv->ending_keepalive;
 }
 
 /* The response is on the wire, or queued at the end of a batch (then
@@ -740,24 +759,24 @@ static void request_end(fw_conn *c)
     free(c->x->head_copy);
     c->x->head_copy = NULL;
     if (c->x->consume_at_end)
-        fw_buf_consume(&c->in, c->x->consume_at_end);
+        fw_buf_consume(&c->x->in, c->x->consume_at_end);
     c->x->consume_at_end = 0;
     c->x->head = NULL;
     c->x->head_len = 0;
     c->x->head_scan = 0;
     memset(&c->x->resp, 0, sizeof(c->x->resp));
     c->x->resp.sf_fd = -1;
-    c->ext = NULL;              /* written by now: the response is on the wire or in `out` */
-    c->ext_len = c->ext_tail_len = 0;
+    c->x->ext = NULL;              /* written by now: the response is on the wire or in `out` */
+    c->x->ext_len = c->x->ext_tail_len = 0;
     c->requests++;
-    c->no_defer = 0;
+    c->x->no_defer = 0;
     fw_server_request_done(srv);
-    c->app_active = 0;
-    c->app_state = NULL;
+    c->x->app_active = 0;
+    c->x->app_state = NULL;
 
     /* fw_server_request_done may have ended keep-alive. */
     if (closes || srv->ending_keepalive) {
-        if (fw_buf_used(&c->in) > 0)
+        if (fw_buf_used(&c->x->in) > 0)
             conn_linger(c);
         else
             fw_conn_close(c);
@@ -774,8 +793,8 @@ int fw_conn_may_batch(const fw_conn *c)
         return 0;
     if (c->x->resp.sf_left > 0)
         return 0;
-    return fw_buf_used(&c->in) > c->x->consume_at_end && c->batched + 1 < FW_BATCH_MAX_RESPONSES &&
-           fw_buf_used(&c->out) < FW_BATCH_MAX_BYTES;
+    return fw_buf_used(&c->x->in) > c->x->consume_at_end && c->x->batched + 1 < FW_BATCH_MAX_RESPONSES &&
+           fw_buf_used(&c->x->out) < FW_BATCH_MAX_BYTES;
 }
 
 /* c (READ_HEAD or READ_BODY) is about to wait for input. Batched responses
@@ -784,11 +803,11 @@ int fw_conn_may_batch(const fw_conn *c)
  * input: DRIVE_WAIT. */
 static enum drive wait_for_input(fw_conn *c)
 {
-    if (fw_buf_used(&c->out) == 0) {
+    if (out_used(c) == 0) {
         conn_watch(c, EPOLLIN);
         return DRIVE_WAIT;
     }
-    c->flush_then = c->state;
+    c->x->flush_then = c->state;
     c->state = FW_C_FLUSH;
     fw_timer_start(&c->srv->t_write, &c->timer, c->srv->now);
     return DRIVE_ON;
@@ -800,7 +819,7 @@ static enum drive wait_for_input(fw_conn *c)
 static int parse_uwsgi(fw_conn *c, const char *buf, size_t len, size_t *plen, const char **why)
 {
     const fw_http_limits *lim = &c->srv->cfg.limits;
-    fw_uwsgi_packet p = { .vars = c->hdrs, .max_vars = max_vars(c->srv, c->lst) };
+    fw_uwsgi_packet p = { .vars = c->x->hdrs, .max_vars = max_vars(c->srv, c->lst) };
     long n = fw_uwsgi_parse(buf, len, lim->max_head, &p);
     *plen = 0;
     *why = p.why;
@@ -818,9 +837,9 @@ int fw_conn_parse_head(fw_conn *c)
 {
     const char *why;
     size_t n;
-    if (!c->hdrs && conn_headers(c) < 0)
+    if (!c->x->hdrs && conn_headers(c) < 0)
         return 500;
-    c->x->req.headers = c->hdrs;
+    c->x->req.headers = c->x->hdrs;
     if (!c->lst->uwsgi)
         return fw_http_parse_head(c->x->head, c->x->head_len, &c->srv->cfg.limits, &c->x->req);
     return parse_uwsgi(c, c->x->head, c->x->head_len, &n, &why) == 0 && n == c->x->head_len ? 0 : 400;
@@ -840,7 +859,7 @@ static void head_parsed(fw_conn *c, const char *buf, size_t len)
     /* A 2xx to CONNECT turns the connection into a tunnel for a proxy in
      * front (RFC 9110 9.3.6); whatever the app answers, it is the last
      * response on this connection. */
-    c->keep_alive = c->x->req.keep_alive && c->x->req.form != FW_TARGET_AUTHORITY &&
+    c->x->keep_alive = c->x->req.keep_alive && c->x->req.form != FW_TARGET_AUTHORITY &&
                     srv->cfg.keepalive_timeout_ms > 0 && !srv->ending_keepalive;
     enum fw_body_plan plan;
     if (fw_body_setup(c, &plan) < 0) {
@@ -850,7 +869,7 @@ static void head_parsed(fw_conn *c, const char *buf, size_t len)
     switch (plan) {
     case FW_BODY_NONE:
         c->state = FW_C_APP;
-        c->app_active = 0;
+        c->x->app_active = 0;
         break;
     case FW_BODY_READ:
         body_start(c);
@@ -864,7 +883,7 @@ static enum drive http_head(fw_conn *c, const char *buf, size_t used)
 {
     size_t end;
     int stage;
-    c->x->req.headers = c->hdrs;
+    c->x->req.headers = c->x->hdrs;
     int rc = fw_reqread_head(buf, used, &c->x->head_scan, &c->srv->cfg.limits, &c->x->req, &end, &stage);
     if (rc == FW_HTTP_INCOMPLETE)
         return DRIVE_WAIT;
@@ -909,10 +928,10 @@ static enum drive step_head(fw_conn *c)
         if (rc == 0)
             return DRIVE_WAIT;
     }
-    size_t used = fw_buf_used(&c->in);
-    if (!c->lst->uwsgi && (!c->x || c->x->head_scan == 0) && used > 0) {
-        size_t k = fw_http_skip_crlf(fw_buf_head(&c->in), used);
-        fw_buf_consume(&c->in, k);
+    size_t used = in_used(c);
+    if (!c->lst->uwsgi && used > 0 && c->x->head_scan == 0) {
+        size_t k = fw_http_skip_crlf(fw_buf_head(&c->x->in), used);
+        fw_buf_consume(&c->x->in, k);
         used -= k;
     }
     if (used == 0)
@@ -925,10 +944,10 @@ static enum drive step_head(fw_conn *c)
         if (srv->cfg.stats)
             fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     }
-    const char *buf = fw_buf_head(&c->in);
+    const char *buf = fw_buf_head(&c->x->in);
     /* Its response will need a write buffer: a spare one, taken here on
      * the loop thread (an app thread frames the response). */
-    if (conn_exch(c) != 0 || (!c->hdrs && conn_headers(c) < 0) || conn_buf_take(c, &c->out) != 0) {
+    if (conn_exch(c) != 0 || (!c->x->hdrs && conn_headers(c) < 0) || conn_buf_take(c, &c->x->out) != 0) {
         conn_fail(c, 500);
         return DRIVE_ON;
     }
@@ -961,7 +980,7 @@ static void submit(fw_conn *c)
         return;
     }
     fw_balance_begin(&srv->bal, &c->place);
-    fw_pool_submit(srv->pool, &c->job);
+    fw_pool_submit(srv->pool, &c->x->job);
 }
 
 void fw_conn_dispatch(fw_conn *c)
@@ -991,9 +1010,9 @@ static enum drive app_returned(fw_conn *c, enum fw_app_rc rc)
         fw_conn_close(c);
         return DRIVE_WAIT;
     }
-    c->app_active = rc == FW_APP_WAIT;
-    if (!c->app_active)
-        c->app_state = NULL;
+    c->x->app_active = rc == FW_APP_WAIT;
+    if (!c->x->app_active)
+        c->x->app_state = NULL;
     c->state = FW_C_WRITE;
     fw_timer_start(&srv->t_write, &c->timer, srv->now);
     return DRIVE_ON;
@@ -1014,9 +1033,9 @@ int fw_conn_arm_ahead(fw_conn *c)
      * conn_between, step_head) is wait_for_input with nothing to write and
      * nothing read ahead. The server may begin to stop meanwhile: the loop
      * then closes or hands on an armed socket, as any idle one. */
-    if (c->pool_rc != FW_APP_DONE || c->state != FW_C_APP || c->dropping || fw_buf_used(&c->out) > 0 ||
-        c->ext_len > 0 || c->x->resp.sf_left > 0 || closes_after_response(c) ||
-        fw_buf_used(&c->in) > c->x->consume_at_end)
+    if (c->x->pool_rc != FW_APP_DONE || c->state != FW_C_APP || c->x->dropping || fw_buf_used(&c->x->out) > 0 ||
+        c->x->ext_len > 0 || c->x->resp.sf_left > 0 || closes_after_response(c) ||
+        fw_buf_used(&c->x->in) > c->x->consume_at_end)
         return 0;
     if (srv->cfg.access_log || srv->cfg.stats)
         c->x->written_ns = fw_now_ns();
@@ -1024,17 +1043,17 @@ int fw_conn_arm_ahead(fw_conn *c)
         return 1;
     /* As a failed re-arm on the loop: the loop logs it and closes the
      * connection after its response, which is out whole. */
-    c->arm_err = errno;
+    c->x->arm_err = errno;
     return 0;
 }
 
 void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc)
 {
-    c->thr = &c->srv->loop_thread;
-    if (c->arm_err) {
-        fw_server_log(c->srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(c->arm_err));
-        c->arm_err = 0;
-        c->must_close = 1;
+    c->x->thr = &c->srv->loop_thread;
+    if (c->x->arm_err) {
+        fw_server_log(c->srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(c->x->arm_err));
+        c->x->arm_err = 0;
+        c->x->must_close = 1;
     }
     if (app_returned(c, rc) == DRIVE_ON)
         conn_drive(c);
@@ -1064,7 +1083,7 @@ static enum drive step_body(fw_conn *c)
     int rc = fw_body_preread(c);
     if (rc == 0) {
         c->state = FW_C_APP;
-        c->app_active = 0;
+        c->x->app_active = 0;
         return DRIVE_ON;
     }
     if (rc != FW_HTTP_INCOMPLETE) {
@@ -1077,7 +1096,7 @@ static enum drive step_body(fw_conn *c)
          * too late to matter. Queued behind any responses owed. */
         b->continue_wanted = 0;
         if (!fw_body_arrived(c) && !c->x->resp.started &&
-            fw_buf_append(&c->out, CONTINUE_100, sizeof(CONTINUE_100) - 1) == 0)
+            fw_buf_append(&c->x->out, CONTINUE_100, sizeof(CONTINUE_100) - 1) == 0)
             b->continue_sent = 1;
     }
     return wait_for_input(c);
@@ -1086,15 +1105,15 @@ static enum drive step_body(fw_conn *c)
 int fw_conn_may_defer(const fw_conn *c)
 {
     const fw_server *srv = c->srv;
-    return srv->cfg.write_coalesce_us && !srv->pool && srv->loop.left > 0 && !c->no_defer &&
+    return srv->cfg.write_coalesce_us && !srv->pool && srv->loop.left > 0 && !c->x->no_defer &&
            srv->now >= srv->coalesce_off_until &&
-           c->ext_len == 0 && c->x->resp.sf_left == 0 && fw_buf_used(&c->out) <= FW_DEFER_MAX_BYTES &&
+           c->x->ext_len == 0 && c->x->resp.sf_left == 0 && fw_buf_used(&c->x->out) <= FW_DEFER_MAX_BYTES &&
            !closes_after_response(c) && !srv->stopping;
 }
 
 void fw_conn_write_deferred(fw_conn *c)
 {
-    c->no_defer = 1;
+    c->x->no_defer = 1;
     conn_drive(c);
 }
 
@@ -1103,13 +1122,13 @@ void fw_conn_write_deferred(fw_conn *c)
 static enum drive step_write(fw_conn *c)
 {
     fw_server *srv = c->srv;
-    if (c->state == FW_C_WRITE && !c->app_active && !c->parked && fw_conn_may_batch(c)) {
+    if (c->state == FW_C_WRITE && !c->x->app_active && !c->x->parked && fw_conn_may_batch(c)) {
         /* The next request is already here: its response joins this one. */
-        c->batched++;
+        c->x->batched++;
         request_end(c);
         return DRIVE_ON;
     }
-    if (c->state == FW_C_WRITE && !c->deferred && fw_buf_used(&c->out) > 0 && fw_conn_may_defer(c)) {
+    if (c->state == FW_C_WRITE && !c->x->deferred && fw_buf_used(&c->x->out) > 0 && fw_conn_may_defer(c)) {
         fw_server_defer(srv, c);
         return DRIVE_WAIT;
     }
@@ -1125,7 +1144,7 @@ static enum drive step_write(fw_conn *c)
          * has sent a good part of what it holds, which can be megabytes: a
          * slow reader may take longer than the write timeout to get there
          * while it reads all along. The timeout looks at this again. */
-        c->outq_mark = kernel_outq(c);
+        c->x->outq_mark = kernel_outq(c);
         conn_watch(c, EPOLLOUT);
         return DRIVE_WAIT;
     }
@@ -1133,20 +1152,20 @@ static enum drive step_write(fw_conn *c)
         fw_conn_close(c);
         return DRIVE_WAIT;
     }
-    c->batched = 0;
-    if (c->state == FW_C_WRITE && c->parked) {
+    c->x->batched = 0;
+    if (c->state == FW_C_WRITE && c->x->parked) {
         unpark(c, 0);               /* drained for write() */
         return DRIVE_WAIT;
     }
     if (c->state == FW_C_FLUSH) {
         /* Back to reading, its timeout starting now, as after any write. */
-        if (c->flush_then == FW_C_READ_BODY) {
+        if (c->x->flush_then == FW_C_READ_BODY) {
             c->state = FW_C_READ_BODY;
             fw_timer_start(&srv->t_body, &c->timer, srv->now);
         } else {
             conn_between(c);
         }
-    } else if (c->app_active) {
+    } else if (c->x->app_active) {
         c->state = FW_C_APP;
     } else {
         request_end(c);
@@ -1168,14 +1187,14 @@ static enum drive step_app(fw_conn *c)
         }
         /* It waits for a thread: the responses owed before it (a pipelined
          * batch) must not wait with it. */
-        if (fw_buf_used(&c->out) > 0) {
+        if (fw_buf_used(&c->x->out) > 0) {
             app_unlock(srv);
             int rc = fw_conn_flush(c);
             if (rc < 0) {
                 fw_conn_close(c);
                 return DRIVE_WAIT;
             }
-            c->batched = 0;
+            c->x->batched = 0;
             if (rc == FW_AGAIN)
                 conn_watch(c, EPOLLOUT);
             if (c->state == FW_C_CLOSED)
@@ -1191,7 +1210,7 @@ static enum drive step_app(fw_conn *c)
     if (srv->defer_head && fw_server_defer_due(srv))
         c->x->parse_stale = 1;
     uint64_t t0 = srv->cfg.write_coalesce_us ? fw_now_ns() : 0;
-    enum fw_app_rc rc = c->app_active ? srv->ops->on_writable(srv->app, c)
+    enum fw_app_rc rc = c->x->app_active ? srv->ops->on_writable(srv->app, c)
                                       : srv->ops->on_request(srv->app, c);
     if (t0)
         fw_server_app_took(srv, fw_now_ns() - t0);
@@ -1279,7 +1298,7 @@ static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events)
     case FW_C_READ_HEAD:
         if (!c->head_started)
             c->ready_at = srv->now;     /* its next request arrives: its place in line */
-        if (srv->pool && fw_buf_used(&c->in) == 0 && fw_buf_used(&c->out) == 0 && !srv->stopping) {
+        if (srv->pool && in_used(c) == 0 && out_used(c) == 0 && !srv->stopping) {
             /* A request arriving on an idle connection (kept alive, or new
              * and silent until now) may be better served by another worker:
              * see fw_balance_handoff. It goes there unread. A silent new one
@@ -1340,11 +1359,11 @@ void fw_conn_on_timeout(fw_conn *c)
         /* Bytes of a request arrived but not a whole head: 408. A connection
          * that sent nothing (or is idle between requests) just closes. Part
          * of a PROXY header is no request: it closes, said why. */
-        if (c->proxy == FW_PX_WAIT && fw_buf_used(&c->in) > 0) {
+        if (c->proxy == FW_PX_WAIT && in_used(c) > 0) {
             fw_peer_log(c, FW_LOG_INFO, 1, "PROXY protocol: header not complete within --header-timeout: "
                         "connection closed");
             fw_conn_close(c);
-        } else if (fw_buf_used(&c->in) > 0 && c->head_started) {
+        } else if (in_used(c) > 0 && c->head_started) {
             conn_fail(c, 408);
             conn_drive(c);
         } else {
@@ -1360,8 +1379,8 @@ void fw_conn_on_timeout(fw_conn *c)
         /* Progress the socket did not report (see step_write): bytes left
          * the kernel's queue since we last looked. */
         int q = kernel_outq(c);
-        if (q >= 0 && c->outq_mark >= 0 && q < c->outq_mark) {
-            c->outq_mark = q;
+        if (q >= 0 && c->x->outq_mark >= 0 && q < c->x->outq_mark) {
+            c->x->outq_mark = q;
             fw_timer_start(&srv->t_write, &c->timer, srv->now);
             return;
         }
@@ -1371,8 +1390,8 @@ void fw_conn_on_timeout(fw_conn *c)
         fw_peer_log(c, FW_LOG_INFO, 0, "client stopped reading for --write-timeout: closing");
         if (setsockopt(c->w.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) != 0)
             fw_server_log(srv, FW_LOG_DEBUG, "SO_LINGER: %s", strerror(errno));
-        if (c->parked) {
-            c->must_close = 1;          /* closes (with a reset) once the app returns */
+        if (c->x->parked) {
+            c->x->must_close = 1;          /* closes (with a reset) once the app returns */
             unpark(c, -ETIMEDOUT);
         } else {
             fw_conn_close(c);
@@ -1434,11 +1453,11 @@ void fw_conn_start_stop(fw_conn *c)
         if (c->unread)
             (void)pass_idle_on(c);
         else if (srv->ending_keepalive)
-            c->keep_alive = 0;
+            c->x->keep_alive = 0;
         return;
     case FW_C_READ_HEAD:
-        if (fw_buf_used(&c->in) > 0) {
-            c->keep_alive = 0;  /* a request half received: serve it, then close */
+        if (in_used(c) > 0) {
+            c->x->keep_alive = 0;  /* a request half received: serve it, then close */
             return;
         }
         /* Idle (kept alive, or new and silent). A retiring worker gives it,
@@ -1453,8 +1472,8 @@ void fw_conn_start_stop(fw_conn *c)
          * request in flight: it is served within the graceful timeout. */
         if ((c->requests > 0 || c->kept_alive) && !input_waiting(c))
             fw_conn_close(c);
-        else
-            c->keep_alive = 0;
+        /* Else its request is served: its head, parsed with the stop in
+         * view, says whether it may keep the connection. */
         return;
     case FW_C_LINGER:
         fw_conn_close(c);
@@ -1462,7 +1481,7 @@ void fw_conn_start_stop(fw_conn *c)
     default:
         /* Finish this response; then, unless handing on, close. */
         if (srv->ending_keepalive)
-            c->keep_alive = 0;
+            c->x->keep_alive = 0;
         return;
     }
 }
@@ -1484,7 +1503,7 @@ int fw_conn_give_away(fw_conn *c)
 
 int fw_conn_evict_idle(fw_conn *c)
 {
-    if (c->state != FW_C_READ_HEAD || c->head_started || fw_buf_used(&c->in) > 0 || fw_buf_used(&c->out) > 0 ||
+    if (c->state != FW_C_READ_HEAD || c->head_started || in_used(c) > 0 || out_used(c) > 0 ||
         input_waiting(c))
         return FW_AGAIN;
     fw_conn_close(c);

@@ -39,13 +39,13 @@
  * may write without blocking (fw_conn_send, fw_conn_flush); only the loop
  * waits on the socket.
  *
- * Buffers: `in` (raw bytes from the socket; the parsed head points into it
- * or into x->head_copy), `out` (bytes queued for the socket: the current
- * response, after those of ended pipelined requests still unwritten),
- * `x` (the request's state, fw_exch) and its `body.mem` (a pre-read body
- * that is not a plain span of `in`) are all owned here. A connection
- * without a request (new and silent, or idle a while) has no `x`, no
- * buffers and no header array: only its record. */
+ * Buffers, all in the request's state `x` (fw_exch) and owned there:
+ * `in` (raw bytes from the socket; the parsed head points into it or into
+ * head_copy), `out` (bytes queued for the socket: the current response,
+ * after those of ended pipelined requests still unwritten), `body.mem` (a
+ * pre-read body that is not a plain span of `in`), the header array. A
+ * connection without a request (new and silent, or idle between
+ * requests) has no `x`: only its record, 224 bytes. */
 #ifndef FW_CONN_H
 #define FW_CONN_H
 
@@ -125,13 +125,16 @@ typedef struct fw_resp {
     uint64_t sent;           /* body bytes framed for the wire (the access log's B) */
 } fw_resp;
 
-/* One request's state, from its first bytes to its end. A connection takes
- * one with a request's first bytes (conn_exch) and gives it back with its
- * buffers and header array as soon as it is idle (nothing read, nothing
- * owed): ten thousand clients, silent or between requests, cost their
- * connection records alone. Owner: the connection (fw_conn.x); the blocks
- * go round through the server's spare ones (srv->spare_exch, fw_spare.h),
- * so a kept-alive request takes and gives back warm blocks, no malloc. */
+/* A connection's request in progress: its state, its buffers, its thread.
+ * A connection takes one with a request's first bytes (conn_exch; or an
+ * answer to send before any came) and gives it back, with the buffers and
+ * header array, as soon as it is idle (nothing read, nothing owed): ten
+ * thousand clients, silent or between requests, cost their connection
+ * records alone. A connection without one reads as "nothing read, nothing
+ * owed, no app" (fw_conn.c's in_used, out_used). Owner: the connection
+ * (fw_conn.x); the blocks go round through the server's spare ones
+ * (srv->spare_exch, fw_spare.h), so a kept-alive request takes and gives
+ * back warm blocks, no malloc. */
 typedef struct fw_exch {
     fw_request req;
     const char *head;        /* where req's strings live: into in, or head_copy; NULL
@@ -159,6 +162,48 @@ typedef struct fw_exch {
                               * parse and the first app call: began_ns is not that
                               * call's start (fw_status_enter) */
     fw_buf log_headers;      /* owned: response headers the format shows (fw_alog_capture) */
+
+    fw_conn *conn;           /* whose it is (for the pool's job, below) */
+    fw_buf in;               /* owned: bytes read from the socket */
+    fw_buf out;              /* owned: bytes queued for the socket */
+    /* Body bytes of the app's that leave after `out` without being copied
+     * (fw_conn_send_borrowed): not owned; the app layer keeps them alive
+     * until its next on_writable or on_drop. Nothing is queued in `out`
+     * while they wait. */
+    const char *ext;
+    size_t ext_len;
+    size_t write_charged;    /* inline: bytes of `out` write() queued, counted in the
+                              * worker's srv->write_queued (fw_conn_charge_write) */
+    size_t ext_tail_len;
+    char ext_tail[2];        /* what follows them: a chunk's CRLF */
+    fw_header *hdrs;         /* owned, limits.max_headers entries (conn_headers) */
+    unsigned batched;        /* responses in `out` whose requests have ended (their
+                              * write deferred: pipelining); 0 once `out` is written */
+    int flush_then;          /* FW_C_FLUSH: the state to go back to */
+    int keep_alive;          /* this response may keep the connection */
+    int must_close;          /* the connection cannot carry another request (an
+                              * error answered, a write failed); fw_conn.c's alone */
+
+    void *app_state;         /* owned by the app layer while it holds the request */
+    int app_active;          /* on_writable wanted once out drains */
+    fw_thread *thr;          /* the thread serving it (loop_thread or a pool thread's) */
+    fw_pool_job job;         /* srv->pool's lists while a pool thread owns it */
+    enum fw_app_rc pool_rc;  /* what the app call returned, for the loop */
+    int arm_err;             /* errno of fw_conn_arm_ahead's failed epoll_ctl, for the
+                              * loop to log and close on, 0 if none */
+    int parked;              /* its app thread waits for the loop to drain `out` */
+    int dropping;            /* closed while the app held its request: an app thread
+                              * runs the app's cleanup (on_drop), then it closes */
+    int outq_mark;           /* bytes the kernel held to send when the loop last
+                              * waited for the socket to drain (SIOCOUTQ), -1: unknown */
+    int park_rc;             /* what the loop tells the parked thread: fw_conn_drain_wait's
+                              * return */
+
+    /* Inline: its finished response waits in `out` for the end of the loop
+     * pass (srv->defer_head's list), state WRITE. */
+    fw_conn *defer_next;
+    int deferred;
+    int no_defer;            /* written now: flushing the deferred ones */
 } fw_exch;
 
 /* A client's address: IPv4 or IPv6 (28 bytes, not a sockaddr_storage's
@@ -169,85 +214,43 @@ typedef union fw_peer_addr {
     struct sockaddr_in6 in6;
 } fw_peer_addr;
 
+/* A connection's record: what it needs while it has no request (new and
+ * silent, or idle between requests), kept small (224 bytes): with ten
+ * thousand clients it is most of what they cost. Everything a request
+ * needs, buffers included, is in `x`. */
 struct fw_conn {
     fw_watch w;                       /* the socket; owned, closed on close */
     fw_server *srv;
     fw_listener *lst;
     fw_conn *prev, *next;             /* srv->conns */
-    int state;
     fw_tnode timer;
+    fw_tnode aside;                   /* srv->t_grace while a new connection's first request has
+                                       * not come (ends place.pending) */
 
     fw_peer_addr peer;                /* the client: the socket's peer, or the one a PROXY
                                        * protocol header named (proxy == FW_PX_NAMED); an
                                        * AF_UNIX one is its family alone, its path in peer_text */
-    socklen_t peer_len;
+    uint8_t state;                    /* enum fw_conn_state */
+    uint8_t proxy;                    /* enum fw_conn_proxy */
+    uint8_t fwd_allowed;              /* the socket's peer is in --forwarded-allow-ips: the app
+                                       * layer may take the scheme from its headers */
+    uint8_t kept_alive;               /* handed over idle after serving elsewhere: waits for its
+                                       * next request under the idle timeout, not the header one */
     char *peer_text;                  /* owned: the client as text, "host\0port\0" (fw_conn_peer_text),
                                        * made when first asked; NULL before */
-    int proxy;                        /* enum fw_conn_proxy */
-    int fwd_allowed;                  /* the socket's peer is in --forwarded-allow-ips: the app
-                                       * layer may take the scheme from its headers */
 
-    fw_buf in;
-    fw_buf out;
-    /* Body bytes of the app's that leave after `out` without being copied
-     * (fw_conn_send_borrowed): not owned; the app layer keeps them alive
-     * until its next on_writable or on_drop. Nothing is queued in `out`
-     * while they wait. */
-    const char *ext;
-    size_t ext_len;
-    size_t write_charged;             /* inline: bytes of `out` write() queued, counted in the
-                                       * worker's srv->write_queued (fw_conn_charge_write) */
-    char ext_tail[2];                 /* what follows them: a chunk's CRLF */
-    size_t ext_tail_len;
-
-    /* Current request. */
-    fw_exch *x;                       /* owned: the request's state (above); NULL until a
-                                       * request's first bytes, and again once idle a while */
-    fw_header *hdrs;                  /* owned, limits.max_headers entries; NULL until the
-                                       * first request's first bytes (conn_headers) */
+    fw_exch *x;                       /* owned: the request's state and buffers (fw_exch); NULL
+                                       * while the connection has no request */
     int64_t head_started;             /* first byte of this request (ms) */
-    unsigned requests;                /* served on this connection */
-    unsigned batched;                 /* responses in `out` whose requests have ended (their
-                                       * write deferred: pipelining); 0 once `out` is written */
-    int flush_then;                   /* FW_C_FLUSH: the state to go back to */
-    int keep_alive;                   /* this response may keep the connection */
-    int must_close;                   /* the connection cannot carry another request (an
-                                       * error answered, a write failed); fw_conn.c's alone */
-
-    void *app_state;                  /* owned by the app layer while it holds the request */
-    int app_active;                   /* on_writable wanted once out drains */
-
-    fw_thread *thr;                   /* the thread serving it (loop_thread or a pool thread's) */
-    fw_pool_job job;                  /* srv->pool's lists while a pool thread owns it */
-    enum fw_app_rc pool_rc;           /* what the app call returned, for the loop */
-    int arm_err;                      /* errno of fw_conn_arm_ahead's failed epoll_ctl, for the
-                                       * loop to log and close on, 0 if none */
-    int parked;                       /* its app thread waits for the loop to drain `out` */
-    int dropping;                     /* closed while the app held its request: an app thread
-                                       * runs the app's cleanup (on_drop), then it closes */
-    int outq_mark;                    /* bytes the kernel held to send when the loop last
-                                       * waited for the socket to drain (SIOCOUTQ), -1: unknown */
-    int park_rc;                      /* what the loop tells the parked thread: fw_conn_drain_wait's
-                                       * return */
-    fw_balance_place place;           /* its place in this worker's count (fw_balance) */
-    fw_tnode aside;                   /* srv->t_grace while a new connection's first request has
-                                       * not come (ends place.pending) */
-    int kept_alive;                   /* handed over idle after serving elsewhere: waits for its
-                                       * next request under the idle timeout, not the header one */
     int64_t handed_in_at;             /* srv->now when a peer handed it here, else 0: it is not
                                        * handed on again for FW_HANDOFF_HOLD_MS */
-
-    /* Inline: its finished response waits in `out` for the end of the loop
-     * pass (srv->defer_head's list), state WRITE. */
-    fw_conn *defer_next;
-    int deferred;
-    int no_defer;                     /* written now: flushing the deferred ones */
+    fw_balance_place place;           /* its place in this worker's count (fw_balance) */
+    unsigned requests;                /* served on this connection */
+    uint8_t unread;                   /* QUEUED before anything of its request was read */
 
     /* The ready queue (srv->ready_head/tail), while QUEUED. */
     fw_conn *rq_prev, *rq_next;
     int64_t ready_at;                 /* when its request arrived (ms): the queue's order */
-    int unread;                       /* QUEUED before anything of its request was read */
-
 };
 
 /* A socket accepted here, or handed over by another worker (kept_alive:

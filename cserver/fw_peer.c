@@ -43,14 +43,25 @@ void fw_peer_set(fw_conn *c, const struct sockaddr *sa, socklen_t len)
         size_t off = offsetof(struct sockaddr_un, sun_path);
         size_t n = len > off ? strnlen(u->sun_path, len - off) : 0;
         c->peer.sa.sa_family = AF_UNIX;
-        c->peer_len = sizeof(sa_family_t);
         (void)peer_text_set(c, u->sun_path, n, "", 0);   /* none: made "" when asked */
         return;
     }
     if (len > sizeof(c->peer))
         len = sizeof(c->peer);
     memcpy(&c->peer, sa, len);
-    c->peer_len = len;
+}
+
+/* The length of c's client address, as a sockaddr. */
+static socklen_t peer_len(const fw_conn *c)
+{
+    switch (c->peer.sa.sa_family) {
+    case AF_INET:
+        return sizeof(c->peer.in);
+    case AF_INET6:
+        return sizeof(c->peer.in6);
+    default:
+        return sizeof(sa_family_t);
+    }
 }
 
 void fw_conn_peer_text(fw_conn *c, const char **host, const char **port)
@@ -89,8 +100,8 @@ void fw_conn_peer_text(fw_conn *c, const char **host, const char **port)
 static void input_start(const fw_conn *c, char shown[85])
 {
     size_t n = 0, i = 0;
-    const unsigned char *p = (const unsigned char *)fw_buf_head(&c->in);
-    size_t used = fw_buf_used(&c->in);
+    const unsigned char *p = c->x ? (const unsigned char *)fw_buf_head(&c->x->in) : NULL;
+    size_t used = c->x ? fw_buf_used(&c->x->in) : 0;
     for (; i < used && n + 4 < 81; i++) {
         if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\')
             shown[n++] = (char)p[i];
@@ -127,13 +138,13 @@ int fw_peer_start(fw_conn *c, fw_pass_client client)
     }
     /* A uwsgi packet says who the client is and how it came (REMOTE_ADDR,
      * HTTPS): only the proxies allowed to say so may connect. */
-    if (c->lst->uwsgi && !fw_netlist_match(cfg->uwsgi_allow, &c->peer.sa, c->peer_len)) {
+    if (c->lst->uwsgi && !fw_netlist_match(cfg->uwsgi_allow, &c->peer.sa, peer_len(c))) {
         fw_peer_log(c, FW_LOG_WARNING, 0, "uwsgi: peer not in --uwsgi-allow-from: connection closed");
         return -1;
     }
     if (!cfg->proxy_protocol)
         return 0;
-    if (!fw_netlist_match(cfg->proxy_allow, &c->peer.sa, c->peer_len)) {
+    if (!fw_netlist_match(cfg->proxy_allow, &c->peer.sa, peer_len(c))) {
         fw_peer_log(c, FW_LOG_INFO, 0, "PROXY protocol: peer not in --proxy-allow-from: connection closed");
         return -1;
     }
@@ -144,14 +155,16 @@ int fw_peer_start(fw_conn *c, fw_pass_client client)
 int fw_peer_read_proxy(fw_conn *c)
 {
     fw_proxy_hdr h;
-    long n = fw_proxy_parse(fw_buf_head(&c->in), fw_buf_used(&c->in), c->srv->cfg.proxy_protocol, &h);
+    if (!c->x)
+        return 0;       /* nothing read yet */
+    long n = fw_proxy_parse(fw_buf_head(&c->x->in), fw_buf_used(&c->x->in), c->srv->cfg.proxy_protocol, &h);
     if (n == FW_PROXY_INCOMPLETE)
         return 0;
     if (n < 0) {
         fw_peer_log(c, FW_LOG_INFO, 1, "PROXY protocol: %s: connection closed", h.why);
         return -1;
     }
-    fw_buf_consume(&c->in, (size_t)n);
+    fw_buf_consume(&c->x->in, (size_t)n);
     c->proxy = h.local ? FW_PX_READ : FW_PX_NAMED;
     if (!h.local)
         fw_peer_set(c, (const struct sockaddr *)&h.client, h.client_len);
@@ -182,7 +195,7 @@ fw_pass_client fw_peer_passed(const fw_conn *c)
 {
     static const struct sockaddr unspec = { .sa_family = AF_UNSPEC };
     if (c->proxy == FW_PX_NAMED)
-        return (fw_pass_client){ &c->peer.sa, c->peer_len };
+        return (fw_pass_client){ &c->peer.sa, peer_len(c) };
     if (c->proxy == FW_PX_READ)
         return (fw_pass_client){ &unspec, sizeof(unspec) };
     return (fw_pass_client){ NULL, 0 };

@@ -42,9 +42,9 @@ static int append_str(fw_buf *b, const char *s)
  * -ENOMEM. */
 static int append_date(fw_conn *c)
 {
-    fw_date *d = &c->thr->date;
+    fw_date *d = &c->x->thr->date;
     fw_date_refresh(d);
-    return fw_buf_append(&c->out, d->buf, d->len) == 0 ? 0 : -ENOMEM;
+    return fw_buf_append(&c->x->out, d->buf, d->len) == 0 ? 0 : -ENOMEM;
 }
 
 void fw_resp_error_head(fw_conn *c, int status)
@@ -56,18 +56,18 @@ void fw_resp_error_head(fw_conn *c, int status)
                      "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n", status, r, blen);
     if (c->x->resp.head_open)
-        c->out.len = c->out.off + c->x->resp.head_start;    /* drop a half-built head */
+        c->x->out.len = c->x->out.off + c->x->resp.head_start;    /* drop a half-built head */
     c->x->resp.head_open = 0;
     /* What is queued before it (responses of pipelined requests) stays. */
-    size_t mark = fw_buf_used(&c->out);
-    if (fw_buf_append(&c->out, head, (size_t)n) != 0 ||
-        fw_buf_append(&c->out, SERVER, sizeof(SERVER) - 1) != 0 ||
+    size_t mark = fw_buf_used(&c->x->out);
+    if (fw_buf_append(&c->x->out, head, (size_t)n) != 0 ||
+        fw_buf_append(&c->x->out, SERVER, sizeof(SERVER) - 1) != 0 ||
         append_date(c) != 0 ||
-        append_str(&c->out, "\r\n") != 0 || append_str(&c->out, r) != 0 ||
-        append_str(&c->out, "\n") != 0)
-        c->out.len = c->out.off + mark;               /* out of memory: just close */
-    if (c->x->req.is_head && c->out.len > c->out.off + mark)
-        c->out.len -= blen;                           /* HEAD: no body */
+        append_str(&c->x->out, "\r\n") != 0 || append_str(&c->x->out, r) != 0 ||
+        append_str(&c->x->out, "\n") != 0)
+        c->x->out.len = c->x->out.off + mark;               /* out of memory: just close */
+    if (c->x->req.is_head && c->x->out.len > c->x->out.off + mark)
+        c->x->out.len -= blen;                           /* HEAD: no body */
     c->x->resp.started = 1;
     c->x->resp.status = status;
     c->x->resp.no_body = 1;
@@ -81,15 +81,15 @@ int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
     int code = 0;
     for (size_t i = 0; i < 3 && i < status_len; i++)
         code = code * 10 + (status_line[i] - '0');
-    r->head_start = fw_buf_used(&c->out);
+    r->head_start = fw_buf_used(&c->x->out);
     r->head_open = 1;
     r->status = code;
     r->no_body = c->x->req.is_head || code < 200 || code == 204 || code == 304;
     r->fixed = r->chunked = r->app_close = r->app_date = r->app_server = r->close = 0;
     r->left = 0;
-    if (fw_buf_append(&c->out, "HTTP/1.1 ", 9) != 0 ||
-        fw_buf_append(&c->out, status_line, status_len) != 0 ||
-        fw_buf_append(&c->out, "\r\n", 2) != 0)
+    if (fw_buf_append(&c->x->out, "HTTP/1.1 ", 9) != 0 ||
+        fw_buf_append(&c->x->out, status_line, status_len) != 0 ||
+        fw_buf_append(&c->x->out, "\r\n", 2) != 0)
         return -ENOMEM;
     return 0;
 }
@@ -97,7 +97,7 @@ int fw_resp_begin(fw_conn *c, const char *status_line, size_t status_len)
 void fw_resp_abort_head(fw_conn *c)
 {
     if (c->x->resp.head_open)
-        c->out.len = c->out.off + c->x->resp.head_start;
+        c->x->out.len = c->x->out.off + c->x->resp.head_start;
     c->x->resp.head_open = 0;
     fw_buf_reset(&c->x->log_headers, 0);
 }
@@ -170,12 +170,12 @@ int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char
     default:
         break;
     }
-    if (fw_buf_reserve(&c->out, nlen + vlen + 4) != 0)
+    if (fw_buf_reserve(&c->x->out, nlen + vlen + 4) != 0)
         return -ENOMEM;
-    fw_buf_append(&c->out, name, nlen);
-    fw_buf_append(&c->out, ": ", 2);
-    fw_buf_append(&c->out, value, vlen);
-    fw_buf_append(&c->out, "\r\n", 2);
+    fw_buf_append(&c->x->out, name, nlen);
+    fw_buf_append(&c->x->out, ": ", 2);
+    fw_buf_append(&c->x->out, value, vlen);
+    fw_buf_append(&c->x->out, "\r\n", 2);
     return 0;
 }
 
@@ -184,7 +184,7 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     fw_resp *r = &c->x->resp;
     fw_server *srv = c->srv;
     char line[64];
-    int keep = c->keep_alive && !r->app_close && !c->must_close && !c->x->body.error &&
+    int keep = c->x->keep_alive && !r->app_close && !c->x->must_close && !c->x->body.error &&
                !fw_server_ends_keepalive(srv);
 
     if (r->status < 200)
@@ -195,20 +195,20 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
          * an empty iterable) even when the GET streams. */
         if (!r->fixed && known_len > 0 && c->x->req.is_head && r->status != 204 && r->status >= 200) {
             int n = snprintf(line, sizeof(line), "Content-Length: %lld\r\n", (long long)known_len);
-            if (fw_buf_append(&c->out, line, (size_t)n) != 0)
+            if (fw_buf_append(&c->x->out, line, (size_t)n) != 0)
                 return -ENOMEM;
         }
     } else if (r->fixed) {
         /* the app's Content-Length, already queued */
     } else if (known_len >= 0) {
         int n = snprintf(line, sizeof(line), "Content-Length: %lld\r\n", (long long)known_len);
-        if (fw_buf_append(&c->out, line, (size_t)n) != 0)
+        if (fw_buf_append(&c->x->out, line, (size_t)n) != 0)
             return -ENOMEM;
         r->fixed = 1;
         r->left = (uint64_t)known_len;
     } else if (c->x->req.minor == 1 && !c->x->req.uwsgi) {
         /* (A uwsgi proxy reads the body until the close, as from HTTP/1.0.) */
-        if (append_str(&c->out, "Transfer-Encoding: chunked\r\n") != 0)
+        if (append_str(&c->x->out, "Transfer-Encoding: chunked\r\n") != 0)
             return -ENOMEM;
         r->chunked = 1;
     } else {
@@ -216,12 +216,12 @@ int fw_resp_end_head(fw_conn *c, int64_t known_len)
     }
     const char *conn = keep ? (c->x->req.minor == 0 ? "Connection: keep-alive\r\n" : "")
                             : "Connection: close\r\n";
-    if (append_str(&c->out, conn) != 0 ||
+    if (append_str(&c->x->out, conn) != 0 ||
         /* Behind uwsgi_pass nginx passes an upstream's Server on, and
          * server_tokens would no longer decide: none, as uWSGI sends. */
-        (!r->app_server && !c->x->req.uwsgi && fw_buf_append(&c->out, SERVER, sizeof(SERVER) - 1) != 0) ||
+        (!r->app_server && !c->x->req.uwsgi && fw_buf_append(&c->x->out, SERVER, sizeof(SERVER) - 1) != 0) ||
         (!r->app_date && append_date(c) != 0) ||
-        fw_buf_append(&c->out, "\r\n", 2) != 0)
+        fw_buf_append(&c->x->out, "\r\n", 2) != 0)
         return -ENOMEM;
     if (!keep)
         r->close = 1;
@@ -251,7 +251,7 @@ size_t fw_resp_frame(fw_conn *c, size_t len, const char **tail, size_t *tail_len
          * a client may wait for that CRLF before it hands the chunk on. */
         char hdr[24];
         int n = snprintf(hdr, sizeof(hdr), "%zx\r\n", len);
-        if (fw_buf_append(&c->out, hdr, (size_t)n) != 0) {
+        if (fw_buf_append(&c->x->out, hdr, (size_t)n) != 0) {
             r->close = 1;
             return 0;
         }
@@ -267,7 +267,7 @@ int fw_resp_queue(fw_conn *c, const char *data, size_t len)
     const char *tail;
     size_t tail_len;
     len = fw_resp_frame(c, len, &tail, &tail_len);
-    if (len && (fw_buf_append(&c->out, data, len) != 0 || fw_buf_append(&c->out, tail, tail_len) != 0))
+    if (len && (fw_buf_append(&c->x->out, data, len) != 0 || fw_buf_append(&c->x->out, tail, tail_len) != 0))
         return -ENOMEM;
     return 0;
 }
@@ -299,7 +299,7 @@ void fw_resp_finish(fw_conn *c)
     if (r->no_body)
         return;
     if (r->chunked) {
-        if (append_str(&c->out, "0\r\n\r\n") != 0)
+        if (append_str(&c->x->out, "0\r\n\r\n") != 0)
             r->close = 1;
     } else if (r->fixed && r->left > 0) {
         r->close = 1;                    /* shorter than its Content-Length */

@@ -679,7 +679,8 @@ static void pass_on_idle(fw_server *srv)
     fw_conn *c = srv->conns;
     while (c) {
         fw_conn *next = c->next;
-        if ((c->state == FW_C_READ_HEAD && fw_buf_used(&c->in) == 0) || (c->state == FW_C_QUEUED && c->unread))
+        if ((c->state == FW_C_READ_HEAD && (!c->x || fw_buf_used(&c->x->in) == 0)) ||
+            (c->state == FW_C_QUEUED && c->unread))
             fw_conn_start_stop(c);
         c = next;
     }
@@ -729,7 +730,7 @@ static void close_all(fw_server *srv)
 
 /* ---- the app threads (fw_pool's callbacks) ---------------------------- */
 
-#define CONN_OF_JOB(j) ((fw_conn *)((char *)(j) - offsetof(fw_conn, job)))
+#define CONN_OF_JOB(j) (((fw_exch *)((char *)(j) - offsetof(fw_exch, job)))->conn)
 
 static void pool_thread_start(void *ctx, int index)
 {
@@ -750,26 +751,26 @@ static void pool_run(void *ctx, int index, fw_pool_job *job)
 {
     fw_server *srv = ctx;
     fw_conn *c = CONN_OF_JOB(job);
-    c->thr = &srv->threads[index];
-    if (c->dropping) {
+    c->x->thr = &srv->threads[index];
+    if (c->x->dropping) {
         srv->ops->on_drop(srv->app, c);         /* then the loop closes it */
-        c->pool_rc = FW_APP_CLOSE;
+        c->x->pool_rc = FW_APP_CLOSE;
         return;
     }
-    enum fw_app_rc rc = c->app_active ? srv->ops->on_writable(srv->app, c)
+    enum fw_app_rc rc = c->x->app_active ? srv->ops->on_writable(srv->app, c)
                                       : srv->ops->on_request(srv->app, c);
     /* The thread is free from here on: say so before the response is
      * written, or the client's next connection can see a stale count. */
     fw_balance_end(&srv->bal, &c->place);
     fw_conn_app_returning(c, rc);
-    c->pool_rc = rc;
+    c->x->pool_rc = rc;
 }
 
 static void pool_done(void *ctx, fw_pool_job *job)
 {
     fw_server *srv = ctx;
     fw_conn *c = CONN_OF_JOB(job);
-    fw_conn_app_done(c, c->pool_rc);
+    fw_conn_app_done(c, c->x->pool_rc);
     /* A thread is free: the oldest request that waits for one gets it. */
     if (!srv->closing)
         serve_ready(srv);

@@ -29,7 +29,7 @@ int fw_request_init(void)
 
 static char *status_slot(fw_glue *s, fw_conn *c)
 {
-    Py_ssize_t off = (Py_ssize_t)c->thr->index * FW_STATUS_SIZE;
+    Py_ssize_t off = (Py_ssize_t)c->x->thr->index * FW_STATUS_SIZE;
     if (!s->status.buf || off + FW_STATUS_SIZE > s->status.len)
         return NULL;
     return (char *)s->status.buf + off;
@@ -126,7 +126,7 @@ int fw_status_read(const void *entry, uint64_t *began, uint64_t *calls, char *li
  * (made in thread_start), or the one serve() saved on the loop thread. */
 static PyThreadState *thread_state(fw_glue *s, fw_conn *c)
 {
-    return c->thr->app_ctx ? (PyThreadState *)c->thr->app_ctx : s->tstate;
+    return c->x->thr->app_ctx ? (PyThreadState *)c->x->thr->app_ctx : s->tstate;
 }
 
 /* Take the GIL for a call into the app. Inline (on the loop thread), it
@@ -137,7 +137,7 @@ static PyThreadState *thread_state(fw_glue *s, fw_conn *c)
  * pool thread takes and drops it per call. */
 static void gil_take(fw_glue *s, fw_conn *c)
 {
-    if (c->thr->app_ctx) {
+    if (c->x->thr->app_ctx) {
         PyEval_RestoreThread(thread_state(s, c));     /* a pool thread */
         return;
     }
@@ -148,7 +148,7 @@ static void gil_take(fw_glue *s, fw_conn *c)
 
 static void gil_leave(fw_glue *s, fw_conn *c)
 {
-    if (c->thr->app_ctx)
+    if (c->x->thr->app_ctx)
         PyEval_SaveThread();
     else
         s->gil_kept = 1;
@@ -265,7 +265,7 @@ static void req_release(fw_req *r)
         Py_CLEAR(r->input);
     }
     Py_CLEAR(r->environ);
-    r->conn->app_state = NULL;
+    r->conn->x->app_state = NULL;
     req_free(r);
 }
 
@@ -379,7 +379,7 @@ static enum fw_app_rc iterate(fw_req *r)
              * writes them in one go. */
             rc = fw_resp_queue(c, PyBytes_AS_STRING(chunk), (size_t)n);
             Py_DECREF(chunk);
-            if (rc == 0 && fw_buf_used(&c->out) < QUEUE_HIGH)
+            if (rc == 0 && fw_buf_used(&c->x->out) < QUEUE_HIGH)
                 continue;
             if (rc == 0) {
                 Py_BEGIN_ALLOW_THREADS
@@ -490,7 +490,7 @@ static enum fw_app_rc on_request(void *app, fw_conn *c)
     }
     r->server = s;
     r->conn = c;
-    c->app_state = r;
+    c->x->app_state = r;
     r->sr = fw_start_response_new(r);
     r->input = fw_input_new(c);
     int status = 0;
@@ -541,7 +541,7 @@ static enum fw_app_rc on_writable(void *app, fw_conn *c)
     fw_glue *s = app;
     uint64_t began = fw_status_enter(s, c, 0);
     gil_take(s, c);
-    enum fw_app_rc rc = iterate(c->app_state);
+    enum fw_app_rc rc = iterate(c->x->app_state);
     gil_leave(s, c);
     fw_status_leave(s, c, began);
     return rc;
@@ -555,7 +555,7 @@ static void on_drop(void *app, fw_conn *c)
     fw_glue *s = app;
     uint64_t began = fw_status_enter(s, c, 0);
     PyGILState_STATE g = PyGILState_Ensure();     /* (inline, it may be held already: a batch's) */
-    req_release(c->app_state);
+    req_release(c->x->app_state);
     PyGILState_Release(g);
     fw_status_leave(s, c, began);
 }

@@ -224,7 +224,7 @@ static PyObject *sr_write(PyObject *self_, PyObject *arg)
     rc = fw_conn_send(c, view.buf, (size_t)view.len);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (rc == FW_AGAIN && c->srv->pool && fw_buf_used(&c->out) > WRITE_BUFFER) {
+    if (rc == FW_AGAIN && c->srv->pool && fw_buf_used(&c->x->out) > WRITE_BUFFER) {
         fw_pause pause;
         fw_status_pause(r->server, c, &pause);
         Py_BEGIN_ALLOW_THREADS
@@ -233,10 +233,10 @@ static PyObject *sr_write(PyObject *self_, PyObject *arg)
         fw_status_resume(r->server, c, &pause);
     } else if (rc == FW_AGAIN) {
         size_t all = c->srv->pool ? 0 : fw_conn_charge_write(c);
-        if (!c->srv->pool && (fw_buf_used(&c->out) > INLINE_WRITE_MAX || all > INLINE_WRITE_BUDGET)) {
+        if (!c->srv->pool && (fw_buf_used(&c->x->out) > INLINE_WRITE_MAX || all > INLINE_WRITE_BUDGET)) {
             PyErr_Format(PyExc_OSError, "clients are not reading: %zu MiB of write() output queued for this "
                          "one, %zu MiB for all (with --threads 1 the loop cannot wait for a client; with app "
-                         "threads write() waits)", fw_buf_used(&c->out) >> 20, all >> 20);
+                         "threads write() waits)", fw_buf_used(&c->x->out) >> 20, all >> 20);
             return NULL;
         }
         rc = 0;
