@@ -214,6 +214,21 @@ def test_max_rss_recycles_a_growing_worker(make_server):
     assert "> --max-rss 120: recycling it" in s.log()
 
 
+def test_max_rss_below_a_fresh_workers_size_says_so_and_forks_no_storm(make_server):
+    """--max-rss 1: every worker is over it from the start, so recycling
+    one made another just as large: 1,994 boots in 6 s, the server busy
+    forking. Now a worker over the limit as it becomes ready is kept (said
+    once, with the figure to raise it to) and the workers serve on."""
+    s = make_server("apps:hello", "--workers", "2", "--max-rss", "1")
+    assert s.get("/").status == 200
+    time.sleep(3)                                # three turns of the master's checks
+    log = s.log()
+    assert log.count("Booted worker") == 2, log[-3000:]
+    assert log.count("over --max-rss 1: a new worker would too") == 1, log[-3000:]
+    assert "recycling it" not in log, log[-3000:]
+    assert s.get("/").status == 200
+
+
 def test_timeout_does_not_count_a_slow_upload(make_server):
     """--timeout is time in the app: a body that took long to come is not.
     (The master samples the status entry about once a second: the app's

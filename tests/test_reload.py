@@ -251,14 +251,30 @@ def test_a_reload_whose_new_image_cannot_import_never_drains_the_server(tmp_path
         s.stop()
 
 
+# deployed.py's app, with /grow making the worker hold 200 MiB (over --max-rss 150).
+GROW = """
+import deployed
+HOG = []
+def app(environ, start_response):
+    if environ["PATH_INFO"] == "/grow":
+        HOG.append(bytearray(200 << 20))
+    return deployed.app(environ, start_response)
+"""
+
+
 def test_max_rss_waits_for_an_app_to_fork_from(tmp_path):
     """...and --max-rss does not recycle a worker no new one can replace."""
-    s = start_flaky(tmp_path, "--max-rss", "1")
+    (tmp_path / "grow_deployed.py").write_text(GROW)
+    s = start_flaky(tmp_path, "--max-rss", "150", app="grow_deployed:app")
     try:
-        assert wait_for(lambda: "--max-rss 1: recycling it" in s.log(), 20)
+        with Conn(s.port) as c:
+            ask(c, "/grow")
+        assert wait_for(lambda: "--max-rss 150: recycling it" in s.log(), 20), s.log()[-3000:]
         open(os.path.join(str(tmp_path), "flaky"), "w").close()
         s.signal(signal.SIGHUP)
         assert wait_for(lambda: "reload: the app does not import" in s.log(), 30), s.log()
+        with Conn(s.port) as c:
+            ask(c, "/grow")
         assert wait_for(lambda: "but the app does not import: it serves on" in s.log(), 10), s.log()[-3000:]
         booted, recycled = s.log().count("Booted worker"), s.log().count("recycling it")
         time.sleep(2.5)                     # (the children now are the workers and the import's retries)

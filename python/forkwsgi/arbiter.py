@@ -93,6 +93,7 @@ class Arbiter(StartUp, WorkerLifecycle, WorkerChecks, HeldImport, reexec.InPlace
         self.offload = None          # the sibling's Supervisor (offload/), with its queue
         self.no_app = None           # why a reloaded master has no app to fork (workers serve on)
         self.served = False          # a worker has served: a failed import no longer stops the server
+        self.rss_unreachable_said = False    # workers start over --max-rss: said once (check_memory)
         self.import_check = None     # while no_app: the child trying the import again (reexec.Preflight)
         self.import_retry_at = 0.0
         self.import_delay = 1.0      # doubles up to IMPORT_RETRY_MAX between tries

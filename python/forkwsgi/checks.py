@@ -9,6 +9,15 @@ import signal
 import time
 
 
+def rss_mib(pid):
+    """Process pid's resident memory in MiB, or None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class WorkerChecks:
     """Uses the arbiter's workers, slots, cfg and retire/kill (lifecycle.py)."""
 
@@ -135,29 +144,36 @@ class WorkerChecks:
         limit = self.cfg["max_rss"]
         if not limit:
             return
-        page = os.sysconf("SC_PAGE_SIZE")
         for w in list(self.workers.values()):
-            if w.retiring or not w.ready or w.due:
+            if w.retiring or not w.ready or w.due or w.rss_born_over:
                 continue
-            try:
-                with open(f"/proc/{w.pid}/statm") as f:
-                    rss_mib = int(f.read().split()[1]) * page / (1 << 20)
-            except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+            rss = rss_mib(w.pid)
+            if rss is None or rss <= limit:
                 continue
-            if rss_mib > limit and self.no_app:
+            if w.rss_at_ready is not None and w.rss_at_ready > limit:
+                # Over it from the start: its replacement would be too, and
+                # recycling would fork without end (a worker a tick).
+                w.rss_born_over = True
+                if not self.rss_unreachable_said:
+                    self.rss_unreachable_said = True
+                    self.log.warning("Worker %d (pid %d) used %.0f MiB as it became ready, over --max-rss %d: "
+                                     "a new worker would too, so workers that start over the limit are not "
+                                     "recycled for memory; raise --max-rss above what a worker needs",
+                                     w.index, w.pid, w.rss_at_ready, limit)
+            elif self.no_app:
                 if not w.rss_held:
                     w.rss_held = True
                     self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d, but the app does not "
                                      "import: it serves on until a new worker can replace it", w.index, w.pid,
-                                     rss_mib, limit)
-            elif rss_mib > limit and self.lazy:
+                                     rss, limit)
+            elif self.lazy:
                 # A replacement imports the app first, which takes a while:
                 # retired now, its kept-alive clients would have no worker
                 # to go to (--workers 1). It serves until that one does.
                 self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d: starting its replacement; it "
-                                 "retires once that one serves", w.index, w.pid, rss_mib, limit)
+                                 "retires once that one serves", w.index, w.pid, rss, limit)
                 w.due, w.old = "max_rss", True
-            elif rss_mib > limit:
+            else:
                 self.log.warning("Worker %d (pid %d) uses %.0f MiB > --max-rss %d: recycling it",
-                                 w.index, w.pid, rss_mib, limit)
+                                 w.index, w.pid, rss, limit)
                 self.retire(w, "max_rss")

@@ -9,6 +9,7 @@ import signal
 import time
 
 from . import binding, hooks, process, worker
+from .checks import rss_mib
 
 
 class HaltServer(Exception):
@@ -36,6 +37,8 @@ class WorkerInfo:
         self.frozen_seen = None      # its beat when the heartbeat check last found it frozen
         self.killed = False          # SIGKILLed for not stopping in time
         self.rss_held = False        # over --max-rss, kept because no replacement can start
+        self.rss_at_ready = None     # its RSS (MiB) when it said it was ready (--max-rss)
+        self.rss_born_over = False   # over --max-rss from the start: not recycled for memory
         self.timeout_held = False    # past --timeout, kept because no replacement can start
         self.max_requests = 0        # its own --max-requests (jitter included)
         self.due = False             # --lazy-apps: past --max-requests or --max-rss (the reason), replaced
@@ -60,6 +63,8 @@ class WorkerLifecycle:
         if data:
             w.ready = True
             w.ready_at = time.monotonic()
+            if self.cfg["max_rss"]:
+                w.rss_at_ready = rss_mib(w.pid)
             self.served = True
             self.log.debug("worker %d (pid %d) ready", w.index, w.pid)
         return w.ready
