@@ -80,9 +80,12 @@ def test_lazy_apps_max_requests_after_the_code_broke_on_disk_keeps_the_server(tm
     replacement cannot import the code now on disk."""
     write_app(str(tmp_path), "v1")
     s = ServerProc("deployed:app", "--pythonpath", str(tmp_path), "--workers", "2", "--lazy-apps",
-                   "--max-requests", "20")
+                   "--max-requests", "20", "--log-level", "debug")
     try:
-        assert wait_for(lambda: len(workers(s)) == 2)
+        # Both serve v1 first: a lazy worker still importing would import
+        # the broken code below, and a server none of whose workers ever
+        # served stops (the first request was reset: 1 run in 20 under load).
+        assert wait_for(lambda: len(ready_workers(s)) == 2)
         write_app(str(tmp_path), "v2", broken=True)
         deadline = time.monotonic() + 20
         while "could not import the app" not in s.log() and time.monotonic() < deadline:
