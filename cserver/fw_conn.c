@@ -728,6 +728,7 @@ static void conn_between(fw_conn *c)
     if (srv->cfg.stats)
         fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     if (fw_buf_used(&c->x->in) == 0 && fw_buf_used(&c->x->out) == 0) {
+        uncharge(c, 0);         /* (0 already: `out` is empty) its count leaves with it */
         conn_give_buffers(c);
         if (srv->stopping)
             fw_conn_start_stop(c);      /* idle now: hand it on while retiring */
