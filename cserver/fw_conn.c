@@ -935,8 +935,14 @@ static enum drive step_head(fw_conn *c)
         fw_buf_consume(&c->x->in, k);
         used -= k;
     }
-    if (used == 0)
+    if (used == 0) {
+        /* What came was no request (a PROXY header, CRLFs): idle again, as
+         * silent (a load balancer's pre-opened connections, thousands of
+         * them, each sent its PROXY header and waits). */
+        if (c->x && out_used(c) == 0)
+            conn_give_buffers(c);
         return DRIVE_WAIT;
+    }
     if (!c->head_started) {
         /* First byte of a request on a kept-alive connection: the idle
          * timer gives way to the header timer. */
