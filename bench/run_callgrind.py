@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""User-space instructions per request, counted by valgrind's callgrind:
+forkwsgi against bjoern (and, with --rev, an older forkwsgi) on one app.
+
+    python3 bench/run_callgrind.py [--app framework_apps:django_app --path /user/7]
+                                   [--requests 300,1300] [--rev 3127d43] [--no-write]
+
+Why: this machine has no hardware counters (a VM: `perf stat` says
+"not supported") and its timings wander by 10 % from one run to the next,
+so a difference of a few hundred nanoseconds a request, or a server's share
+of a framework's request, cannot be seen with wrk. Callgrind counts the
+instructions a process runs, the same on every run (give or take the
+interpreter's hash seeds and the garbage collector's timing): the count
+per request is the difference between two runs of N1 and N2 requests over
+one kept-alive connection, divided by N2 - N1 (start-up and shutdown
+cancel out). Kernel work (the system calls) is not counted: it is the
+same three calls a request for forkwsgi (epoll_wait, read, sendmsg) and
+bjoern (epoll_wait, read, write).
+
+Reported per server: instructions per request in all, in the server's own C
+code (forkwsgi: cserver/ and src/; bjoern: bjoern/, http_parser, libev),
+in the garbage collector (gcmodule.c and the *_traverse functions), and
+the ratio of the whole to bjoern's. Each server runs alone under callgrind
+(1 process x 1 thread; forkwsgi's worker is the process counted), the
+client is a plain socket loop in this process: nothing runs at once but
+these two. Slow: each request costs ~50x its native time.
+"""
+import argparse
+import glob
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import (BENCH, FRAMEWORKS, OUT, RESULTS, ROOT, free_port, git_head, invocation, log,  # noqa: E402
+                    peers_ready, write_section)
+
+VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
+TITLE = "## Instructions per request (callgrind)"     # + ": APP", one section per app
+OWN = {"forkwsgi": lambda f: f.startswith(("cserver/", "src/")),
+       "bjoern": lambda f: "bjoern" in f or "http_parser" in f or f.startswith("???:ev_")}
+
+
+def is_gc(f):
+    return "gcmodule.c" in f or "_traverse" in f
+
+
+def server_argv(server, spec, port, checkout):
+    module, name = spec.split(":")
+    if server == "bjoern":
+        return [VENV_PY, "-c", f"from {module} import {name}; import bjoern; bjoern.run({name}, '127.0.0.1', {port})"]
+    return [sys.executable, "-m", "forkwsgi", spec, "--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
+
+
+def drive(port, path, n, deadline):
+    """n GET requests over one kept-alive connection, each read whole."""
+    while True:
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=60)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server did not listen")
+            time.sleep(0.3)
+    req = f"GET {path} HTTP/1.1\r\nHost: bench\r\nUser-Agent: run_callgrind\r\nAccept: */*\r\n\r\n".encode()
+    with s:
+        for _ in range(n):
+            s.sendall(req)
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                got = s.recv(65536)
+                if not got:
+                    raise RuntimeError("the server closed the connection")
+                buf += got
+            head, _, body = buf.partition(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"answer: {head[:80]!r}")
+            length = next(int(ln.split(b":")[1]) for ln in head.split(b"\r\n")
+                          if ln.lower().startswith(b"content-length:"))
+            while len(body) < length:
+                body += s.recv(65536)
+
+
+def profile(out_file, checkout):
+    """{function: self instructions} from callgrind_annotate, the
+    checkout's files named relative to it (others keep their paths)."""
+    text = subprocess.run(["callgrind_annotate", "--threshold=100", "--inclusive=no", out_file],
+                          capture_output=True, text=True, check=True).stdout
+    prof = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*)$", line)
+        if not m or ":" not in m.group(2) or "=>" in m.group(2):
+            continue
+        key = m.group(2).split(" [")[0].replace(os.path.realpath(checkout) + "/", "")
+        prof[key] = prof.get(key, 0) + int(m.group(1).replace(",", ""))
+    return prof
+
+
+def run_once(server, spec, path, n, checkout, tmp):
+    """Serve n requests under callgrind; the profile of the process that
+    served them."""
+    port = free_port()
+    prefix = os.path.join(tmp, f"{server}-{n}")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([BENCH, os.path.join(checkout, "python")]))
+    argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}.%p"] + server_argv(server, spec, port,
+                                                                                                 checkout)
+    with open(prefix + ".log", "w") as logf:
+        p = subprocess.Popen(argv, cwd=BENCH, env=env, stdout=logf, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        drive(port, path, n, time.monotonic() + 120)
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    profiles = [profile(f, checkout) for f in glob.glob(prefix + ".*") if not f.endswith(".log")]
+    if not profiles:
+        raise RuntimeError(f"{server}: no callgrind output (see {prefix}.log)")
+    # forkwsgi: its worker, the process whose event loop ran (fw_server_run);
+    # bjoern: its one process.
+    serving = [pr for pr in profiles if any(k.endswith(":fw_server_run") for k in pr)] or profiles
+    return max(serving, key=lambda pr: sum(pr.values()))
+
+
+def per_request(server, spec, path, n1, n2, checkout, tmp):
+    a = run_once(server, spec, path, n1, checkout, tmp)
+    b = run_once(server, spec, path, n2, checkout, tmp)
+    diff = {k: (b.get(k, 0) - a.get(k, 0)) / (n2 - n1) for k in set(a) | set(b)}
+    own = OWN["bjoern" if server == "bjoern" else "forkwsgi"]
+    return {"total": sum(diff.values()), "own": sum(v for k, v in diff.items() if own(k)),
+            "gc": sum(v for k, v in diff.items() if is_gc(k)),
+            "top_own": sorted(((v, k) for k, v in diff.items() if own(k)), reverse=True)[:8]}
+
+
+def build_rev(rev, where):
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", where, rev], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=where, check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--app", default="framework_apps:django_app", help="MODULE:NAME in bench/")
+    ap.add_argument("--path", default="/user/7")
+    ap.add_argument("--requests", default="300,1300", help="N1,N2: the two runs' request counts")
+    ap.add_argument("--rev", help="also an older forkwsgi (a git revision, built in a temporary worktree)")
+    ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
+    args = ap.parse_args()
+    n1, n2 = (int(x) for x in args.requests.split(","))
+    if not shutil.which("valgrind"):
+        sys.exit("run_callgrind: valgrind is not installed (apt-get install valgrind)")
+    missing = peers_ready(["bjoern"], FRAMEWORKS)
+    if missing:
+        sys.exit(f"run_callgrind: not available: {missing}")
+    os.makedirs(OUT, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="callgrind-", dir=OUT)
+    servers = [("forkwsgi", "forkwsgi", ROOT), ("bjoern", "bjoern", ROOT)]
+    wt = None
+    try:
+        if args.rev:
+            wt = os.path.join(tempfile.gettempdir(), f"forkwsgi-callgrind-{os.getpid()}")
+            build_rev(args.rev, wt)
+            servers.append((f"forkwsgi {args.rev}", "forkwsgi", wt))
+        results = {}
+        for label, server, checkout in servers:
+            log(f"{label}: {n1} and {n2} requests under callgrind")
+            results[label] = per_request(server, args.app, args.path, n1, n2, checkout, tmp)
+    finally:
+        if wt:
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", wt],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ref = results["bjoern"]["total"]
+    title = f"{TITLE}: {args.app}"
+    lines = [title, "",
+             f"Run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{invocation()}` at {git_head()}: "
+             f"app {args.app} (GET {args.path}), each server 1 process x 1 thread under valgrind's callgrind, "
+             f"one kept-alive connection; per request = (run of {n2:,} requests - run of {n1:,}) / {n2 - n1:,}. "
+             "User-space instructions only (no hardware counters here); the kernel's share is three system "
+             "calls a request for each.", "",
+             "| server | instructions per request | x bjoern | the server's own C code | garbage collector |",
+             "|---|---:|---:|---:|---:|"]
+    for label, r in results.items():
+        lines.append(f"| {label} | {r['total']:,.0f} | {r['total'] / ref:.3f} | {r['own']:,.0f} | {r['gc']:,.0f} |")
+    lines += ["", "forkwsgi's own code, the most instructions per request: " +
+              ", ".join(f"`{k.split(':')[-1]}` {v:,.0f}" for v, k in results["forkwsgi"]["top_own"]) + ".", ""]
+    section = "\n".join(lines)
+    print(section)
+    if not args.no_write:
+        write_section(RESULTS, title, section)
+
+
+if __name__ == "__main__":
+    main()
