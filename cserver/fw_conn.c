@@ -42,7 +42,7 @@ static void conn_drive(fw_conn *c);
 static void read_and_drive(fw_conn *c);
 static void app_unlock(fw_server *srv);
 
-/* Entries of a connection's header array (fw_conn.hdrs): the header
+/* Entries of a connection's header array (fw_exch.hdrs): the header
  * fields of an HTTP request, the variables of a uwsgi one (its CGI
  * variables beside the headers). */
 static size_t max_vars(const fw_server *srv, const fw_listener *lst)
@@ -51,10 +51,9 @@ static size_t max_vars(const fw_server *srv, const fw_listener *lst)
     return lst->uwsgi ? n + FW_UWSGI_EXTRA_VARS : n;
 }
 
-/* The header array, made with the first request's first bytes (c->x->hdrs
- * NULL before): a connection that never sends holds none (thousands of
- * idle clients). Filled by the parser before any read: not zeroed.
- * 0, or -ENOMEM. */
+/* The header array of c's request, made with its first bytes (c->x->hdrs
+ * NULL before) and given back with the request state. Filled by the parser
+ * before any read: not zeroed. 0, or -ENOMEM. */
 static int conn_headers(fw_conn *c)
 {
     /* An HTTP one is the size of the server's spare ones; a uwsgi one is larger. */

@@ -214,7 +214,7 @@ enum fw_run_end {
 
 /* ---- coalesced writes (fw_coalesce.c) ---- */
 
-/* Inline: c's finished response (in c->out, state WRITE) is written at the
+/* Inline: c's finished response (in c->x->out, state WRITE) is written at the
  * end of this loop pass, with the others of the pass, or before the next app
  * call once the oldest has waited cfg.write_coalesce_us. */
 void fw_server_defer(fw_server *srv, fw_conn *c);
