@@ -155,10 +155,19 @@ def test_a_graceful_stop_serves_held_and_queued_requests(serve, tmp_path):
     with Connection: close, and the server exits 0."""
     s = serve("--workers", "1", "--threads", "2", "--graceful-timeout", "20")
     gate = Gate(tmp_path)
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    idle = Conn(s.port, timeout=20)        # a kept-alive connection with nothing in flight
+    idle.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert idle.read_response().status == 200
     conns = hold_two_of(s, gate, 4)        # two in the app; the other two sent, waiting for a thread
     assert sum(gate.entered(i) for i in range(1, 5)) == 2
     s.signal(signal.SIGTERM)
-    assert wait_for(lambda: "Received SIGTERM" in s.log())
+    # The master's "Received SIGTERM" comes before the worker has the
+    # signal: a response whose head is made before the worker begins its
+    # stop keeps the connection alive (and it closes once idle). The idle
+    # connection closing says the worker's stop has begun.
+    assert idle.is_closed(10)
+    idle.close()
     gate.open()
     for c in conns:
         r = c.read_response()
