@@ -468,8 +468,12 @@ def test_kept_alive_saturation_leaves_the_listeners_alone(make_server):
         changes1, kicks1 = _balancer_counts(mport)
         n = sum(counts)
         # Before, more than one per request; a backstop re-check or a
-        # scrape's timing may add a few.
-        assert changes1 - changes0 <= 20 and kicks1 - kicks0 <= n / 4, (changes1 - changes0, kicks1 - kicks0, n)
+        # scrape's timing may add a few changes. The kicks left are a free
+        # thread asking the peer with requests waiting to hand one over:
+        # how often that happens follows the scheduling (0.10 to 0.23 per
+        # request in 15 runs on an idle machine, 0.28 once in a loaded CI),
+        # far from the 2.4 per request this guards against.
+        assert changes1 - changes0 <= 20 and kicks1 - kicks0 <= n / 2, (changes1 - changes0, kicks1 - kicks0, n)
         # A new connection while they saturate: served, and by a worker
         # that had a thread for it (it did not wait for the clients' end).
         def fresh():
