@@ -118,15 +118,20 @@ static void conn_buf_give(fw_conn *c, fw_buf *b)
     fw_buf_free(b);
 }
 
+static void uncharge(fw_conn *c, size_t still);
+
 /* Loop thread: give back the request state with its read and write
  * buffers, the access log's capture and the header array (a closing or
  * idle connection: nothing of a request is left in them, request_end
- * reset it). c->x is NULL after. */
+ * reset it), and uncharge what write() had queued (0 with `out` empty, as
+ * the flush leaves it; the count must not leave with the state). c->x is
+ * NULL after. */
 static void conn_give_buffers(fw_conn *c)
 {
     fw_exch *x = c->x;
     if (!x)
         return;
+    uncharge(c, 0);
     conn_buf_give(c, &x->in);
     conn_buf_give(c, &x->out);
     conn_headers_give(c);
@@ -212,7 +217,6 @@ void fw_conn_free(fw_conn *c)
 }
 
 static void unpark(fw_conn *c, int rc);
-static void uncharge(fw_conn *c, size_t still);
 
 void fw_conn_close(fw_conn *c)
 {
@@ -223,7 +227,7 @@ void fw_conn_close(fw_conn *c)
     if (x && x->parked) {
         /* Never under its thread, which sleeps holding it: the thread is
          * told, and the connection closes when the app returns. */
-        c->x->must_close = 1;
+        x->must_close = 1;
         unpark(c, -ECONNABORTED);
         return;
     }
@@ -242,9 +246,9 @@ void fw_conn_close(fw_conn *c)
             fw_server_log(srv, FW_LOG_ERROR, "epoll_ctl(%d): %s", c->w.fd, strerror(errno));
         fw_timer_stop(&c->timer);
         fw_timer_stop(&c->aside);
-        c->x->dropping = 1;
+        x->dropping = 1;
         c->state = FW_C_APP;
-        fw_pool_submit(srv->pool, &c->x->job);
+        fw_pool_submit(srv->pool, &x->job);
         return;
     }
     if (x && x->app_state && srv->ops->on_drop)
@@ -727,7 +731,6 @@ static void conn_between(fw_conn *c)
     if (srv->cfg.stats)
         fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     if (fw_buf_used(&c->x->in) == 0 && fw_buf_used(&c->x->out) == 0) {
-        uncharge(c, 0);         /* (0 already: `out` is empty) its count leaves with it */
         conn_give_buffers(c);
         if (srv->stopping)
             fw_conn_start_stop(c);      /* idle now: hand it on while retiring */
@@ -951,9 +954,10 @@ static enum drive step_head(fw_conn *c)
             fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     }
     const char *buf = fw_buf_head(&c->x->in);
-    /* Its response will need a write buffer: a spare one, taken here on
-     * the loop thread (an app thread frames the response). */
-    if (conn_exch(c) != 0 || (!c->x->hdrs && conn_headers(c) < 0) || conn_buf_take(c, &c->x->out) != 0) {
+    /* Bytes came (c->x holds them). Its response will need a write buffer:
+     * a spare one, taken here on the loop thread (an app thread frames the
+     * response). */
+    if ((!c->x->hdrs && conn_headers(c) < 0) || conn_buf_take(c, &c->x->out) != 0) {
         conn_fail(c, 500);
         return DRIVE_ON;
     }

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/un.h>
 
+#define PORT_TEXT_CAP 8         /* a port as text: "65535" and its NUL, with room */
+
 /* The text of c's client, "host\0port\0", as fw_conn_peer_text gives it
  * (replacing any made before). 0, or -ENOMEM (c keeps none then). */
 static int peer_text_set(fw_conn *c, const char *host, size_t hlen, const char *port, size_t plen)
@@ -67,7 +69,7 @@ static socklen_t peer_len(const fw_conn *c)
 void fw_conn_peer_text(fw_conn *c, const char **host, const char **port)
 {
     if (!c->peer_text) {
-        char h[INET6_ADDRSTRLEN] = "", p[8] = "";
+        char h[INET6_ADDRSTRLEN] = "", p[PORT_TEXT_CAP] = "";
         unsigned pn = 0;
         int ip = 1;
         if (c->peer.sa.sa_family == AF_INET) {
@@ -184,7 +186,7 @@ void fw_peer_from_uwsgi(fw_conn *c)
     /* Text that is no IP address (it would go into log lines) is not taken. */
     if (inet_pton(AF_INET, host, bin) != 1 && inet_pton(AF_INET6, host, bin) != 1)
         return;
-    size_t plen = port && port->value_len < 8 ? port->value_len : 0;
+    size_t plen = port && port->value_len < PORT_TEXT_CAP ? port->value_len : 0;
     for (size_t i = 0; i < plen; i++)
         if (port->value[i] < '0' || port->value[i] > '9')
             plen = 0;
