@@ -20,6 +20,15 @@ cell a discarded warm-up then a measured wrk run; tables give medians over
 the rounds, and the per-round ratios show how stable they are. Raw wrk output
 and server logs go to bench/out/ (gitignored); the summary goes to the
 terminal and to the "Core" section of bench/RESULTS.md.
+
+forkwsgi's CPU above the floor: in every round, after the cells, the CPython
+floor of the keep-alive hello, 4k and post-1k requests is timed on the
+server's CPU (`run_floor.py --json`: the least environ, the app, its body;
+no server around it), and the report gives forkwsgi's CPU per request less
+the reference's less that floor, per round and as the median: what
+forkwsgi's own work costs beyond what any WSGI server on this CPython and
+kernel must spend. The floor is taken in the same run because this
+machine's speed moves from day to day.
 """
 import argparse
 import collections
@@ -402,6 +411,61 @@ def run_round(rnd, names, workloads, args, unavailable):
     return results, facts
 
 
+FLOOR_WORKLOADS = ("keepalive-hello", "keepalive-4k", "post-1k")     # run_floor.py --json's
+FLOOR_CALLS, FLOOR_REPEAT = 100_000, 5
+
+
+def measure_floor(workloads, quiet_wait):
+    """This round's CPython floor of the workloads run_floor.py knows, in
+    ns per request, timed on the server's CPU: {workload: ns}, or {}."""
+    if not any(w in FLOOR_WORKLOADS for w in workloads):
+        return {}
+    wait_until_quiet(quiet_wait)
+    p = run_quiet([sys.executable, os.path.join(BENCH, "run_floor.py"), "--json", "--cpu", SERVER_CPU,
+                   "--number", str(FLOOR_CALLS), "--repeat", str(FLOOR_REPEAT)], timeout=300)
+    if p.returncode != 0:
+        log(f"run_floor.py failed: {p.stdout[-500:]}")
+        return {}
+    floors = json.loads(p.stdout.strip().splitlines()[-1])
+    log("floor (ns per request): " + ", ".join(f"{w} {floors[w]:.0f}" for w in workloads if w in floors))
+    return {w: v for w, v in floors.items() if w in workloads}
+
+
+def above_floor(results, floors_by_round):
+    """Per floor workload: forkwsgi's CPU per request less the reference's
+    less the round's floor, in ns, per round where all three were taken."""
+    cpu = {(r["workload"], r["server"], r["round"]): r["cpu_us_per_req"] for r in results if "cpu_us_per_req" in r}
+    rows = []
+    for w in FLOOR_WORKLOADS:
+        per = {}
+        for rnd, floors in enumerate(floors_by_round):
+            fw, ref = cpu.get((w, "forkwsgi", rnd)), cpu.get((w, "reference", rnd))
+            if fw is not None and ref is not None and w in floors:
+                per[rnd] = {"fw": fw * 1000, "ref": ref * 1000, "floor": floors[w],
+                            "over": fw * 1000 - ref * 1000 - floors[w],
+                            "best": ref * 1000 / (ref * 1000 + floors[w]), "ratio": ref / fw}
+        if per:
+            rows.append((w, per))
+    return rows
+
+
+def fmt_above_floor(rows, rounds):
+    lines = ["| workload | forkwsgi CPU ns/req | reference | CPython floor | **above the floor (ns)** | "
+             "range over rounds | forkwsgi × reference | best possible × reference |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for w, per in rows:
+        m = {k: median([v[k] for v in per.values()]) for k in ("fw", "ref", "floor", "over", "best", "ratio")}
+        overs = [v["over"] for v in per.values()]
+        lines.append(f"| {w} | {m['fw']:,.0f} | {m['ref']:,.0f} | {m['floor']:,.0f} | **{m['over']:,.0f}** | "
+                     f"{min(overs):,.0f} – {max(overs):,.0f} | {m['ratio']:.3f} | {m['best']:.3f} |")
+    cols = " | ".join(f"round {i + 1}" for i in range(rounds))
+    lines += ["", f"| above the floor, ns per request | {cols} |", "|---|" + "---:|" * rounds]
+    for w, per in rows:
+        lines.append(f"| {w} | " + " | ".join(f"{per[i]['over']:,.0f}" if i in per else "—"
+                                              for i in range(rounds)) + " |")
+    return "\n".join(lines)
+
+
 def log_cell(r, rounds):
     where = f"[round {r['round'] + 1}/{rounds}] {r['workload']:16} {r['server']:16}"
     if "skipped" in r:
@@ -623,7 +687,7 @@ def problems_seen(results, facts_by_round):
     return problems
 
 
-def write_results(rows, results, facts_by_round, setup, args, started, elapsed):
+def write_results(rows, results, facts_by_round, setup, args, started, elapsed, floor_table):
     versions, unavailable, meinheld, facts = setup
     names = sorted({r["server"] for r in results}, key=SERVERS.index)
     workloads = [w for w in WORKLOADS if any(r["workload"] == w for r in results)]
@@ -696,6 +760,18 @@ ratio to it, taken within a round, is what should hold still. Spread = (max − 
 
 {fmt_stability(rows, args.rounds)}
 
+### forkwsgi's CPU above the floor
+
+forkwsgi's CPU per request less the reference's (the kernel's and a C server's share) less the
+CPython floor of the same request, timed on the server's CPU after each round's cells by
+`python3 bench/run_floor.py --json --number {FLOOR_CALLS:,} --repeat {FLOOR_REPEAT}` (the least
+environ, the app, iterating its body, with no server around them): what forkwsgi's own work costs
+beyond what any WSGI server must spend on this CPython and this kernel. Medians over rounds, each
+round's figure from that round's three measurements. "Best possible" is reference ÷ (reference +
+floor): a server whose only cost above the reference were the floor.
+
+{floor_table}
+
 ### Response heads (`GET / HTTP/1.1`)
 
 """ + "\n".join(f"- {s}: {p['head_bytes']} bytes — `{p['head'].replace(chr(13) + chr(10), ' ⏎ ')}`"
@@ -764,21 +840,25 @@ def main():
     log(f"{args.rounds} round(s) of {cells} cells, at most about "
         f"{args.rounds * (cells * per_cell + 3 * len(names)) / 60:.1f} min (cells a probe rules out are skipped)")
 
-    results, facts_by_round = [], []
+    results, facts_by_round, floors_by_round = [], [], []
     for rnd in range(args.rounds):
         round_results, round_facts = run_round(rnd, names, workloads, args, unavailable)
         results += round_results
         facts_by_round.append(round_facts)
+        floors_by_round.append(measure_floor(workloads, args.quiet_wait) if "forkwsgi" in names else {})
     elapsed = time.monotonic() - t_start
 
     with open(os.path.join(OUT, "core-results.json"), "w") as f:
         json.dump({"facts": facts, "versions": versions, "unavailable": unavailable,
-                   "meinheld": meinheld, "rounds": facts_by_round, "results": results}, f, indent=1)
+                   "meinheld": meinheld, "rounds": facts_by_round, "results": results,
+                   "floors": floors_by_round}, f, indent=1)
     rows = summarize(results, names, workloads)
-    log("\n" + fmt_table(rows) + "\n\n" + fmt_stability(rows, args.rounds) + "\n\n" + meinheld)
+    floor_table = fmt_above_floor(above_floor(results, floors_by_round), args.rounds)
+    log("\n" + fmt_table(rows) + "\n\n" + fmt_stability(rows, args.rounds) + "\n\n" + floor_table +
+        "\n\n" + meinheld)
     if not args.no_write:
         write_results(rows, results, facts_by_round, (versions, unavailable, meinheld, facts),
-                      args, started, elapsed)
+                      args, started, elapsed, floor_table)
         log(f"\nwrote {RESULTS}")
 
 

@@ -26,6 +26,13 @@ process, pinned to one CPU, with no server around it:
     body     iterating the returned list and taking each item's length
     request  the three together
 
+With --json it prints instead the floor of each run_core.py workload that
+forkwsgi's "CPU above the floor" is taken from (run_core.py calls it so in
+every round, pinned to the server's CPU): keepalive-hello (the request
+above), keepalive-4k (the same for /4k) and post-1k (a POST environ with
+CONTENT_TYPE, CONTENT_LENGTH and a new io.BytesIO of the 1 KiB body as
+wsgi.input, which the app reads).
+
 Each is the median of --repeat timings of --number calls, less the same
 loop run empty. The figures are lower than any server's: real servers also
 build the str values, check the app's headers, and hold the GIL's hand-offs.
@@ -34,6 +41,7 @@ floor ..." of bench/RESULTS.md.
 """
 import argparse
 import io
+import json
 import os
 import re
 import statistics
@@ -116,6 +124,57 @@ def make_cases():
     return {"app": app, "environ": environ, "body": body_, "request": request}
 
 
+POST_BODY = b'{"pad":"' + b"p" * (1024 - 10) + b'"}'     # run_core.py's probe body: 1 KiB
+
+
+def make_workload_cases():
+    """{run_core.py workload: loop of n whole requests}: the least environ
+    of that request, the app, iterating its body."""
+    const = {"SCRIPT_NAME": "", "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "wsgi.version": (1, 0),
+             "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr, "wsgi.multithread": False,
+             "wsgi.multiprocess": True, "wsgi.run_once": False}
+    route, sr = apps.route, slice
+    proto, host, query, empty = "HTTP/1.1", "127.0.0.1:8000", "", io.BytesIO()
+
+    def get(path):
+        def loop(n):
+            for _ in range(n):
+                e = const.copy()
+                e["REQUEST_METHOD"] = "GET"
+                e["PATH_INFO"] = path
+                e["QUERY_STRING"] = query
+                e["SERVER_PROTOCOL"] = proto
+                e["HTTP_HOST"] = host
+                e["wsgi.input"] = empty
+                for chunk in route(e, sr):
+                    len(chunk)
+        return loop
+
+    def post(n):
+        body, length, ctype = POST_BODY, str(len(POST_BODY)), "application/json"
+        for _ in range(n):
+            e = const.copy()
+            e["REQUEST_METHOD"] = "POST"
+            e["PATH_INFO"] = "/post"
+            e["QUERY_STRING"] = query
+            e["SERVER_PROTOCOL"] = proto
+            e["HTTP_HOST"] = host
+            e["CONTENT_TYPE"] = ctype
+            e["CONTENT_LENGTH"] = length
+            e["wsgi.input"] = io.BytesIO(body)
+            for chunk in route(e, sr):
+                len(chunk)
+
+    assert b"".join(route(dict(const, REQUEST_METHOD="POST", PATH_INFO="/post", CONTENT_LENGTH=str(len(POST_BODY)),
+                                 **{"wsgi.input": io.BytesIO(POST_BODY)}), sr)) == apps.HELLO
+    return {"keepalive-hello": get("/"), "keepalive-4k": get("/4k"), "post-1k": post}
+
+
+def workload_floors(number, repeat):
+    """{run_core.py workload: ns per request of its CPython floor}."""
+    return {name: per_call_ns(fn, number, repeat) for name, fn in make_workload_cases().items()}
+
+
 def reference_us():
     """The C reference's CPU µs per keep-alive hello request, from a short
     run_core.py (reference only, 3 rounds of 4 s)."""
@@ -165,7 +224,13 @@ def main():
     ap.add_argument("--repeat", type=int, default=7, help="timings per case (the median is kept)")
     ap.add_argument("--cpu", type=int, default=int(SERVER_CPU), help="the CPU to pin to")
     ap.add_argument("--no-write", action="store_true", help="print only; leave bench/RESULTS.md as it is")
+    ap.add_argument("--json", action="store_true",
+                    help="print the floor of each run_core.py workload as JSON (ns per request), nothing else")
     args = ap.parse_args()
+    if args.json:
+        pin_self(args.cpu)
+        print(json.dumps(workload_floors(args.number, args.repeat)))
+        return
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     ref = args.ref_us if args.ref_us else reference_us()
     pin_self(args.cpu)
