@@ -23,7 +23,7 @@ void fw_server_defer(fw_server *srv, fw_conn *c)
         srv->defer_tail->x->defer_next = c;
     } else {
         srv->defer_head = c;
-        srv->defer_since_ns = fw_now_ns();
+        srv->defer_since_ns = srv->clock_ns;
     }
     srv->defer_tail = c;
 }
@@ -59,9 +59,10 @@ void fw_server_flush_deferred(fw_server *srv)
         c->x->deferred = 0;
         /* A failure is met again, and acted on, below. A response written
          * whole is timed now, not when its request ends below, after app
-         * code of the connections before it (record_response). */
+         * code of the connections before it (record_response): at the
+         * loop's last clock reading, after the pass's last app call. */
         if (fw_conn_flush(c) == 0 && timed && !c->x->app_active)
-            c->x->written_ns = fw_now_ns();
+            c->x->written_ns = srv->clock_ns;
     }
     for (fw_conn *c = list, *next; c; c = next) {
         next = c->x->defer_next;
@@ -72,12 +73,12 @@ void fw_server_flush_deferred(fw_server *srv)
 void fw_server_app_took(fw_server *srv, uint64_t ns)
 {
     if (ns > (uint64_t)srv->cfg.write_coalesce_us * 1000u * FW_COALESCE_SLOW)
-        srv->coalesce_off_until = fw_now_ms() + FW_COALESCE_PAUSE_MS;
+        srv->coalesce_off_until = (int64_t)(srv->clock_ns / 1000000u) + FW_COALESCE_PAUSE_MS;
 }
 
 int fw_server_defer_due(fw_server *srv)
 {
-    if (fw_now_ns() - srv->defer_since_ns < (uint64_t)srv->cfg.write_coalesce_us * 1000u)
+    if (srv->clock_ns - srv->defer_since_ns < (uint64_t)srv->cfg.write_coalesce_us * 1000u)
         return 0;
     fw_server_flush_deferred(srv);
     return 1;

@@ -251,8 +251,11 @@ void fw_conn_close(fw_conn *c)
         fw_pool_submit(srv->pool, &x->job);
         return;
     }
-    if (x && x->app_state && srv->ops->on_drop)
+    if (x && x->app_state && srv->ops->on_drop) {
         srv->ops->on_drop(srv->app, c);
+        if (!srv->pool)
+            srv->clock_ns = fw_now_ns();    /* app code ran on the loop thread (fw_clock_ns) */
+    }
     if (x) {
         x->app_state = NULL;
         uncharge(c, 0);
@@ -707,7 +710,7 @@ static void record_response(fw_conn *c)
     /* A response still queued (a pipelined batch) was done when the app
      * returned: the app layer's clock reading then serves. */
     uint64_t now = c->x->written_ns ? c->x->written_ns     /* a deferred one, written then */
-                 : c->x->app_done_ns && fw_buf_used(&c->x->out) > 0 ? c->x->app_done_ns : fw_now_ns();
+                 : c->x->app_done_ns && fw_buf_used(&c->x->out) > 0 ? c->x->app_done_ns : fw_clock_ns(srv);
     int64_t micros = c->x->began_ns && now > c->x->began_ns ? (int64_t)((now - c->x->began_ns) / 1000) : 0;
     c->x->began_ns = c->x->app_done_ns = c->x->written_ns = 0;
     if (srv->cfg.stats)
@@ -858,7 +861,7 @@ static void head_parsed(fw_conn *c, const char *buf, size_t len)
     c->x->head_scan = 0;
     c->x->parse_stale = 0;
     if (srv->cfg.access_log || srv->cfg.stats)
-        c->x->began_ns = fw_now_ns();
+        c->x->began_ns = fw_clock_ns(srv);
     /* A 2xx to CONNECT turns the connection into a tunnel for a proxy in
      * front (RFC 9110 9.3.6); whatever the app answers, it is the last
      * response on this connection. */
@@ -1219,11 +1222,17 @@ static enum drive step_app(fw_conn *c)
      * state are ignored by conn_cb). */
     if (srv->defer_head && fw_server_defer_due(srv))
         c->x->parse_stale = 1;
-    uint64_t t0 = srv->cfg.write_coalesce_us ? fw_now_ns() : 0;
+    /* The loop's clock is read once after the call: the app layer's
+     * reading when it took one (request.c, --stats), else here. */
+    uint64_t t0 = srv->clock_ns;
     enum fw_app_rc rc = c->x->app_active ? srv->ops->on_writable(srv->app, c)
                                       : srv->ops->on_request(srv->app, c);
-    if (t0)
-        fw_server_app_took(srv, fw_now_ns() - t0);
+    if (srv->cfg.write_coalesce_us || srv->cfg.access_log || srv->cfg.stats) {
+        if (srv->clock_ns == t0)
+            srv->clock_ns = fw_now_ns();
+        if (srv->cfg.write_coalesce_us)
+            fw_server_app_took(srv, srv->clock_ns - t0);
+    }
     return app_returned(c, rc);
 }
 

@@ -537,7 +537,7 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     fw_spare_init(&srv->spare_buf, FW_BUF_FIRST_CAP);
     fw_spare_init(&srv->spare_hdrs, srv->cfg.limits.max_headers * sizeof(fw_header));
     fw_spare_init(&srv->spare_exch, sizeof(fw_exch));
-    srv->now = fw_now_ms();
+    fw_server_tick(srv);
     if (fw_balance_init(&srv->bal, &cfg->balance, cfg->threads, srv->nlisteners, &srv->loop, &balance_ops,
                         srv) != 0)
         goto fail;
@@ -848,7 +848,7 @@ static void drain_pool(fw_server *srv)
         fw_server_log(srv, FW_LOG_INFO, "waiting for %d request(s) still in the app", p->busy);
     while (p->busy > 0) {
         int n = fw_loop_wait(&srv->loop, 1000);
-        srv->now = fw_now_ms();
+        fw_server_tick(srv);
         fw_balance_beat(&srv->bal, srv->now);
         if (n < 0 && errno != EINTR)
             break;
@@ -931,7 +931,7 @@ static void end_run(fw_server *srv)
 enum fw_run_end fw_server_run(fw_server *srv)
 {
     enum fw_run_end rc = FW_RUN_STOPPED;
-    srv->now = fw_now_ms();
+    fw_server_tick(srv);
     srv->stopping = 0;
     srv->ending_keepalive = 0;
     srv->handing_on = 0;
@@ -955,7 +955,7 @@ enum fw_run_end fw_server_run(fw_server *srv)
         int wait_ms = next_timeout(srv);
         fw_balance_beat(&srv->bal, fw_now_ms());
         int n = fw_loop_wait(&srv->loop, wait_ms);
-        srv->now = fw_now_ms();
+        fw_server_tick(srv);
         fw_balance_beat(&srv->bal, srv->now);
         if (n < 0) {
             if (errno == EINTR) {

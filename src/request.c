@@ -80,6 +80,8 @@ void fw_status_leave(fw_glue *s, fw_conn *c, uint64_t began_ns)
         uint64_t now = fw_now_ns();
         uint64_t spent = now - began_ns;
         c->x->app_done_ns = now;           /* the core's "queued" time of a batched response */
+        if (!c->srv->pool)
+            c->srv->clock_ns = now;        /* inline: the loop's reading after the call (fw_conn.c) */
         fw_stats_app_call(c->srv->cfg.stats, (spent > c->x->app_waited_ns ? spent - c->x->app_waited_ns : 0) / 1000,
                           !c->srv->pool);
     }
