@@ -21,6 +21,8 @@ the rounds, and the per-round ratios show how stable they are. Raw wrk output
 and server logs go to bench/out/ (gitignored); the summary goes to the
 terminal and to the "Core" section of bench/RESULTS.md.
 
+    python3 bench/run_core.py --floor-only   # forkwsgi's CPU above the floor only, about 4 minutes
+
 forkwsgi's CPU above the floor: in every round, after the cells, the CPython
 floor of the keep-alive hello, 4k and post-1k requests is timed on the
 server's CPU (`run_floor.py --json`: the least environ, the app, its body;
@@ -28,7 +30,8 @@ no server around it), and the report gives forkwsgi's CPU per request less
 the reference's less that floor, per round and as the median: what
 forkwsgi's own work costs beyond what any WSGI server on this CPython and
 kernel must spend. The floor is taken in the same run because this
-machine's speed moves from day to day.
+machine's speed moves from day to day. It has its own section of
+bench/RESULTS.md, "Core: forkwsgi's CPU above the floor".
 """
 import argparse
 import collections
@@ -52,6 +55,7 @@ from common import (BENCH, CLIENT_CPU, HOST, OUT, PINS, RESULTS, SERVER_CPU, Cpu
 VENV = os.path.join(BENCH, ".venv")
 VENV_PY = os.path.join(VENV, "bin", "python")
 SECTION = "## Core: single process vs a C reference and the fastest WSGI servers"
+FLOOR_SECTION = "## Core: forkwsgi's CPU above the floor"
 OLD_SECTIONS = ["## Core: single process vs bjoern, gunicorn"]   # replaced by SECTION
 REFSERVER_SRC = os.path.join(BENCH, "refserver.c")
 REFSERVER_BIN = os.path.join(OUT, "refserver")
@@ -687,7 +691,27 @@ def problems_seen(results, facts_by_round):
     return problems
 
 
-def write_results(rows, results, facts_by_round, setup, args, started, elapsed, floor_table):
+def write_floor_section(floor_table, args, started, elapsed):
+    section = f"""{FLOOR_SECTION}
+
+Run on {started:%Y-%m-%d %H:%M} UTC by `{invocation()}` at {git_head()} (took {elapsed / 60:.1f} min;
+{args.rounds} round(s), {args.duration} s measured per cell after a {args.warmup} s warm-up; the cells are
+the "Core" section's, server on CPU {SERVER_CPU}, wrk on CPU {CLIENT_CPU}).
+
+forkwsgi's CPU per request less the reference's (the kernel's and a C server's share) less the
+CPython floor of the same request, timed on the server's CPU after each round's cells by
+`python3 bench/run_floor.py --json --number {FLOOR_CALLS:,} --repeat {FLOOR_REPEAT}` (the least
+environ, the app, iterating its body, with no server around them): what forkwsgi's own work costs
+beyond what any WSGI server must spend on this CPython and this kernel. Medians over rounds, each
+round's figure from that round's three measurements. "Best possible" is reference ÷ (reference +
+floor): a server whose only cost above the reference were the floor.
+
+{floor_table}
+"""
+    write_section(RESULTS, FLOOR_SECTION, section)
+
+
+def write_results(rows, results, facts_by_round, setup, args, started, elapsed):
     versions, unavailable, meinheld, facts = setup
     names = sorted({r["server"] for r in results}, key=SERVERS.index)
     workloads = [w for w in WORKLOADS if any(r["workload"] == w for r in results)]
@@ -760,18 +784,6 @@ ratio to it, taken within a round, is what should hold still. Spread = (max − 
 
 {fmt_stability(rows, args.rounds)}
 
-### forkwsgi's CPU above the floor
-
-forkwsgi's CPU per request less the reference's (the kernel's and a C server's share) less the
-CPython floor of the same request, timed on the server's CPU after each round's cells by
-`python3 bench/run_floor.py --json --number {FLOOR_CALLS:,} --repeat {FLOOR_REPEAT}` (the least
-environ, the app, iterating its body, with no server around them): what forkwsgi's own work costs
-beyond what any WSGI server must spend on this CPython and this kernel. Medians over rounds, each
-round's figure from that round's three measurements. "Best possible" is reference ÷ (reference +
-floor): a server whose only cost above the reference were the floor.
-
-{floor_table}
-
 ### Response heads (`GET / HTTP/1.1`)
 
 """ + "\n".join(f"- {s}: {p['head_bytes']} bytes — `{p['head'].replace(chr(13) + chr(10), ' ⏎ ')}`"
@@ -812,10 +824,15 @@ def main():
                          f"denominator); of {', '.join(SERVERS)}")
     ap.add_argument("--workloads", metavar="W[,..]", help=f"of {', '.join(WORKLOADS)}")
     ap.add_argument("--quick", action="store_true", help="1 round of 2 s cells (smoke test)")
+    ap.add_argument("--floor-only", action="store_true",
+                    help="only the reference and forkwsgi on keep-alive hello, 4k and post-1k: the section "
+                         "\"CPU above the floor\", the \"Core\" section left as it is")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.duration, args.warmup = 1, 2, 1
+    if args.floor_only:
+        args.only, args.workloads = "reference,forkwsgi", ",".join(FLOOR_WORKLOADS)
     names = pick("--only", args.only, SERVERS)
     if "reference" not in names:
         names.insert(0, "reference")
@@ -857,8 +874,11 @@ def main():
     log("\n" + fmt_table(rows) + "\n\n" + fmt_stability(rows, args.rounds) + "\n\n" + floor_table +
         "\n\n" + meinheld)
     if not args.no_write:
-        write_results(rows, results, facts_by_round, (versions, unavailable, meinheld, facts),
-                      args, started, elapsed, floor_table)
+        if not args.floor_only:
+            write_results(rows, results, facts_by_round, (versions, unavailable, meinheld, facts),
+                          args, started, elapsed)
+        if any(floors_by_round):
+            write_floor_section(floor_table, args, started, elapsed)
         log(f"\nwrote {RESULTS}")
 
 

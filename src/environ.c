@@ -130,6 +130,13 @@ static int set_remote(PyObject *env, fw_conn *c)
     return set_new(env, k_remote_port, cached(port, strlen(port)));
 }
 
+/* One character of a header name as PEP 3333 spells it in the environ key
+ * (HTTP_ + the name upper-cased, '-' as '_'). */
+static inline Py_UCS1 env_key_char(char ch)
+{
+    return (Py_UCS1)(ch == '-' ? '_' : ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
+}
+
 /* The environ key of a header name: CONTENT_TYPE, CONTENT_LENGTH, or
  * HTTP_ and the name upper-cased with '-' as '_' (PEP 3333). */
 static PyObject *make_key(const char *name, size_t n)
@@ -144,7 +151,7 @@ static PyObject *make_key(const char *name, size_t n)
     Py_UCS1 *key = PyUnicode_1BYTE_DATA(s);
     memcpy(key, "HTTP_", 5);
     for (size_t k = 0; k < n; k++)
-        key[5 + k] = fw_env_key_char(name[k]);
+        key[5 + k] = env_key_char(name[k]);
     return s;
 }
 

@@ -152,14 +152,6 @@ static inline PyObject *fw_freelist_new(fw_freelist *f, PyTypeObject *t)
     return PyObject_Init((PyObject *)mem, t);
 }
 
-/* One character of a header name as PEP 3333 spells it in the environ key
- * (HTTP_ + the name upper-cased, '-' as '_'): environ.c builds keys with it,
- * strcache.c compares cached keys with it. */
-static inline Py_UCS1 fw_env_key_char(char ch)
-{
-    return (Py_UCS1)(ch == '-' ? '_' : ch >= 'a' && ch <= 'z' ? ch - 32 : ch);
-}
-
 /* strcache.c: short latin-1 strs kept from one request to the next (see
  * there). fw_strcache_get returns a new reference to the str of p[0..n):
  * the cached one when the bytes match, else make(p, n), cached when n <=
@@ -176,6 +168,10 @@ typedef struct fw_strcache {
     fw_strcache_slot slots[FW_STRCACHE_SLOTS];
     int env_keys;               /* 0: value is the bytes as latin-1; 1: value is the environ
                                  * key of a header name (upper case, '-' as '_') */
+    /* env_keys: the name bytes each slot's key was made from, compared as
+     * they are (the key differs from them). Static storage: the values
+     * cache never touches its pages. */
+    char raw[FW_STRCACHE_SLOTS][FW_STRCACHE_MAX];
 } fw_strcache;
 PyObject *fw_strcache_get(fw_strcache *sc, const char *p, size_t n,
                           PyObject *(*make)(const char *p, size_t n));

@@ -8,9 +8,11 @@
  * (strs are immutable, so sharing them is safe).
  *
  * Direct-mapped: a slot holds the last string whose bytes hashed to it, and
- * a miss replaces it. A slot keeps no copy of the bytes: they are compared
- * with the cached str itself, which the request touches next anyway, so a
- * hit reads one line of the (small) table more than a miss. Memory is
+ * a miss replaces it. A value's slot keeps no copy of the bytes: they are
+ * compared with the cached str itself, which the request touches next
+ * anyway. A header name's environ key is not its bytes (HTTP_, upper case,
+ * '_' for '-'), so that cache keeps the name's bytes beside it: comparing
+ * them is two loads where converting each byte was a loop. Memory is
  * bounded (FW_STRCACHE_SLOTS strings of at most FW_STRCACHE_MAX bytes);
  * colliding or ever-changing values (cookies) only miss, costing one hash
  * more than no cache. The caller holds the GIL, which protects the slots. */
@@ -51,14 +53,21 @@ static inline uint64_t sc_hash(const char *p, size_t n)
     return h ^ (h >> 31);
 }
 
-/* The bytes of a header name against the environ key made of them: the
- * key is the name upper-cased, '-' as '_' (names with '_' never get here). */
-static int key_matches(const Py_UCS1 *key, const char *p, size_t n)
+/* Are n bytes at a and b the same? Inline for the usual lengths (two
+ * overlapping loads each side), memcmp beyond. */
+static inline int bytes_eq(const char *a, const char *b, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        if (key[i] != fw_env_key_char(p[i]))
-            return 0;
-    return 1;
+    if (n >= 8 && n <= 16)
+        return load8(a) == load8(b) && load8(a + n - 8) == load8(b + n - 8);
+    if (n >= 4 && n < 8) {
+        uint32_t a0, a1, b0, b1;
+        memcpy(&a0, a, 4);
+        memcpy(&b0, b, 4);
+        memcpy(&a1, a + n - 4, 4);
+        memcpy(&b1, b + n - 4, 4);
+        return a0 == b0 && a1 == b1;
+    }
+    return memcmp(a, b, n) == 0;
 }
 
 PyObject *fw_strcache_get(fw_strcache *sc, const char *p, size_t n,
@@ -67,10 +76,11 @@ PyObject *fw_strcache_get(fw_strcache *sc, const char *p, size_t n,
     if (n > FW_STRCACHE_MAX)
         return make(p, n);
     uint64_t h = sc_hash(p, n);
-    fw_strcache_slot *e = &sc->slots[h & (FW_STRCACHE_SLOTS - 1)];
+    size_t i = h & (FW_STRCACHE_SLOTS - 1);
+    fw_strcache_slot *e = &sc->slots[i];
     if (e->hash == h && e->value && e->len == n) {
-        const Py_UCS1 *have = PyUnicode_1BYTE_DATA(e->value) + e->off;
-        if (sc->env_keys ? key_matches(have, p, n) : memcmp(have, p, n) == 0) {
+        const char *have = sc->env_keys ? sc->raw[i] : (const char *)PyUnicode_1BYTE_DATA(e->value) + e->off;
+        if (bytes_eq(have, p, n)) {
             Py_INCREF(e->value);
             return e->value;
         }
@@ -84,6 +94,8 @@ PyObject *fw_strcache_get(fw_strcache *sc, const char *p, size_t n,
     if (PyUnicode_KIND(v) != PyUnicode_1BYTE_KIND || off < 0)
         return v;                       /* not cacheable (make's choice): return as is */
     Py_XSETREF(e->value, Py_NewRef(v));
+    if (sc->env_keys)
+        memcpy(sc->raw[i], p, n);
     e->hash = h;
     e->off = (size_t)off;
     e->len = n;

@@ -215,6 +215,35 @@ def _ipv6_available():
         return False
 
 
+_NAME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-!#$%&'*+.^`|~"
+
+
+def _env_key(name):
+    if name.lower() in ("content-type", "content-length"):
+        return name.upper().replace("-", "_")
+    return "HTTP_" + name.upper().replace("-", "_")
+
+
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=st.lists(st.text(_NAME_CHARS, min_size=1, max_size=70), min_size=1, max_size=12))
+def test_header_names_map_to_their_keys_request_after_request(server, names):
+    """The environ keys of header names come from a cache kept from one
+    request to the next (src/strcache.c: it compares the name's bytes, kept
+    beside the key). Names of every length up to past the cache's bound, in
+    mixed case, the same name cased two ways, sent on one connection
+    request after request: each key is the name's PEP 3333 key, never a
+    neighbour's."""
+    names = [n for n in names if n.lower() not in ("content-length", "content-type", "host", "transfer-encoding",
+                                                   "connection", "expect", "upgrade", "te", "trailer")]
+    names += [n.swapcase() for n in names[:2]]
+    with Conn(server.port) as c:
+        for round_ in range(2):
+            for i, name in enumerate(names):
+                d = echo_over(c, f"GET / HTTP/1.1\r\nHost: a\r\n{name}: v{i}\r\n\r\n".encode())
+                got = {k: v for k, v in d["headers"].items() if k != "HTTP_HOST"}
+                assert got == {_env_key(name): f"v{i}"}, (name, got)
+
+
 @pytest.mark.skipif(not _ipv6_available(), reason="no IPv6 loopback on this machine")
 def test_environ_ipv6(make_server, app_mode):
     s = make_server("apps:echo", bind=["[::1]:0"])
