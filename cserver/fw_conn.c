@@ -860,8 +860,14 @@ static void head_parsed(fw_conn *c, const char *buf, size_t len)
     c->x->head_len = len;
     c->x->head_scan = 0;
     c->x->parse_stale = 0;
-    if (srv->cfg.access_log || srv->cfg.stats)
-        c->x->began_ns = fw_clock_ns(srv);
+    if (srv->cfg.access_log || srv->cfg.stats) {
+        /* A fresh reading: work done earlier in this pass (other
+         * connections' writes, a signal's handler) is not this request's
+         * time. Inline it is the loop's latest reading too. */
+        c->x->began_ns = fw_now_ns();
+        if (!srv->pool)
+            srv->clock_ns = c->x->began_ns;
+    }
     /* A 2xx to CONNECT turns the connection into a tunnel for a proxy in
      * front (RFC 9110 9.3.6); whatever the app answers, it is the last
      * response on this connection. */

@@ -410,6 +410,7 @@ static void on_signal_fd(fw_loop *loop, fw_watch *w, uint32_t events)
         ;
     if (srv->ops->on_signal && srv->ops->on_signal(srv->app))
         srv->sig_stop = 1;
+    fw_server_tick(srv);        /* the handlers are Python code: time passed (fw_clock_ns) */
 }
 
 int fw_server_watch_signals(fw_server *srv, int fd)

@@ -194,7 +194,8 @@ struct fw_server {
 
     int64_t now;               /* monotonic ms, refreshed each pass */
     uint64_t clock_ns;         /* the loop thread's latest CLOCK_MONOTONIC reading: at each
-                                * wake and, inline, after each app call (fw_clock_ns) */
+                                * wake and, inline, as heads parse and after app calls
+                                * (fw_clock_ns) */
 
     uint64_t requests;         /* responses completed */
     int exit_code;             /* 0, or -1 when the loop failed */
@@ -224,10 +225,11 @@ static inline void fw_server_tick(fw_server *srv)
 }
 
 /* A request timing taken on the thread that runs c's code. Inline, that is
- * the loop thread, whose clock is read at each wake and after each app
- * call (fw_conn.c, request.c): its latest reading misses only the parse or
- * write work done since in this pass, microseconds, and saves a clock read
- * (tens of ns here, a few per request). With app threads, a fresh one. */
+ * the loop thread, whose clock is read at each wake, as each request's
+ * head parses, after each app call (fw_conn.c, request.c) and after signal
+ * handlers: its latest reading misses only the write work done since in
+ * this pass, microseconds, and saves a clock read (tens of ns here, a few
+ * per request). With app threads, a fresh one. */
 static inline uint64_t fw_clock_ns(fw_server *srv)
 {
     return srv->pool ? fw_now_ns() : srv->clock_ns;
