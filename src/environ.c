@@ -308,17 +308,30 @@ static int add_vars(fw_glue *s, fw_conn *c, PyObject *env, scheme_seen *seen)
     return 0;
 }
 
+/* The lengths of the header names see_scheme looks for (secure_scheme_headers
+ * and Forwarded), as bits: a header of another length is none of them, and
+ * most are (Host, User-Agent, Accept) without a name compared. Names of 64
+ * bytes or more share bit 63. */
+static uint64_t scheme_name_lengths(const fw_glue *s)
+{
+    uint64_t bits = UINT64_C(1) << 9;           /* "forwarded" */
+    for (int i = 0; i < s->n_scheme_headers; i++)
+        bits |= UINT64_C(1) << (s->scheme_headers[i].name_len < 63 ? s->scheme_headers[i].name_len : 63);
+    return bits;
+}
+
 /* The entries of an HTTP request's header fields. */
 static int add_headers(fw_glue *s, fw_conn *c, PyObject *env, scheme_seen *seen)
 {
     const fw_request *r = &c->x->req;
+    uint64_t scheme_lengths = c->fwd_allowed ? scheme_name_lengths(s) : 0;
     for (size_t i = 0; i < r->num_headers; i++) {
         const fw_header *h = &r->headers[i];
         /* X_Forwarded_For must never pose as X-Forwarded-For: both map to
          * HTTP_X_FORWARDED_FOR, so names with '_' are dropped. */
         if (memchr(h->name, '_', h->name_len))
             continue;
-        if (c->fwd_allowed)
+        if (scheme_lengths >> (h->name_len < 63 ? h->name_len : 63) & 1)
             see_scheme(s, r, h, seen);
         PyObject *key = fw_strcache_get(&keys, h->name, h->name_len, make_key);
         if (!key)
