@@ -64,8 +64,38 @@ def app(environ, start_response):
         start_response("200 OK", [("X-Euro", "\u20ac")])
     elif path == "/bytes":
         start_response("200 OK", [(b"X-Bytes", "1")])
+    elif path == "/value-matrix":
+        return value_matrix(start_response)
     elif path == "/status-nonlatin":
         start_response("200 \u20ac", [])
     else:
         start_response("404 Not Found", [])
     return [b"body"]
+
+
+def value_matrix(start_response):
+    """Header values of 1 to 24 characters with one byte to judge at each
+    position: control characters must be refused (ValueError in the app),
+    HTAB, space, printable and latin-1 bytes accepted. start_response is
+    called again with exc_info (allowed until the head is sent). The body
+    lists every case judged wrongly."""
+    import sys
+    bad, good = (0x00, 0x01, 0x0a, 0x0d, 0x1f, 0x7f), (0x09, 0x20, 0x7e, 0x80, 0xff)
+    try:
+        raise RuntimeError("to call start_response again")
+    except RuntimeError:
+        exc = sys.exc_info()
+    wrong = []
+    for n in range(1, 25):
+        for pos in range(n):
+            for b in bad + good:
+                value = "v" * pos + chr(b) + "w" * (n - pos - 1)
+                try:
+                    start_response("200 OK", [("X-V", value)], exc)
+                    accepted = True
+                except ValueError:
+                    accepted = False
+                if accepted != (b in good):
+                    wrong.append(f"len {n} at {pos}: {b:#04x}")
+    start_response("200 OK", [("Content-Type", "text/plain")], exc)
+    return [("wrong: " + "; ".join(wrong)).encode() if wrong else b"all judged right"]

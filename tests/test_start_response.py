@@ -76,3 +76,11 @@ def test_refused_in_the_app(srv, path, error):
     r = get(srv, path)
     assert r.status == 500
     assert error in srv.log()
+
+
+def test_header_values_judged_at_every_position(srv):
+    """Header values are checked eight bytes at a time (src/start_response.c):
+    a control character (NUL, CR, LF, DEL...) is refused wherever it sits,
+    in a whole word or the tail, and HTAB or a latin-1 byte is not."""
+    r = get(srv, "/value-matrix")
+    assert (r.status, r.body) == (200, b"all judged right"), r.body[:2000]
