@@ -216,9 +216,9 @@ void fw_status_resume(fw_glue *s, fw_conn *c, const fw_pause *p);
 int fw_status_read(const void *entry, uint64_t *began, uint64_t *calls, char *line, size_t cap);
 
 /* logq.c: while serve() runs, the core's log lines go through a thread of
- * their own, so the loop never waits for the GIL to log. start and stop
- * with the GIL held (0, or -1: lines are then logged at once); put from any
- * thread, without the GIL. */
+ * their own (started by the first line), so the loop never waits for the
+ * GIL to log. start and stop with the GIL held (0, or -1: lines are then
+ * logged at once); put from any thread, without the GIL. */
 int fw_logq_start(fw_glue *s);
 void fw_logq_stop(fw_glue *s);
 void fw_logq_put(fw_glue *s, int level, const char *msg);

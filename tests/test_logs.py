@@ -87,3 +87,28 @@ def test_bad_log_settings_are_one_line_errors(tmp_path):
         p = subprocess.run([sys.executable, "-m", "forkwsgi", "apps:hello", "--bind", "127.0.0.1:0", *args],
                            capture_output=True, text=True, env=env, timeout=30, cwd=HERE)
         assert p.returncode == 2 and want in p.stderr and p.stderr.strip().count("\n") == 0, p.stderr
+
+
+def test_the_core_log_thread_starts_with_the_first_line():
+    """The core's log lines go through a thread of their own (src/logq.c),
+    started by the first line: until then an inline worker has one thread
+    (the kernel's file lookups are cheaper so). The first line (a 400's)
+    starts it and is logged, with the worker's pid; so is a line at stop."""
+    s = ServerProc("apps:hello", "--workers", "1", "--log-level", "debug")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 1)
+        pid = s.worker_pids()[0]
+        with Conn(s.port) as c:
+            c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert c.read_response().status == 200
+        assert len(os.listdir(f"/proc/{pid}/task")) == 1
+        with Conn(s.port) as c:
+            c.send(b"GARBAGE\r\n\r\n")
+            assert c.read_response().status == 400
+        assert wait_for(lambda: f"[{pid}] [INFO] 127.0.0.1:" in s.log() and "400 malformed request" in s.log())
+        assert len(os.listdir(f"/proc/{pid}/task")) == 2
+        s.signal(signal.SIGTERM)
+        assert s.proc.wait(15) == 0
+        assert f"[{pid}] [DEBUG] stopping: 0 connection(s) in flight" in s.log()
+    finally:
+        s.stop()
