@@ -1485,6 +1485,12 @@ static int pass_idle_on(fw_conn *c)
     return -ESRCH;
 }
 
+void fw_conn_pass_on_again(fw_conn *c)
+{
+    if ((c->state == FW_C_READ_HEAD && in_used(c) == 0) || (c->state == FW_C_QUEUED && c->unread))
+        fw_conn_start_stop(c);
+}
+
 void fw_conn_start_stop(fw_conn *c)
 {
     fw_server *srv = c->srv;

@@ -277,6 +277,10 @@ void fw_conn_on_timeout(fw_conn *c);
  * rule to c now. Called for every connection when the stop begins, and
  * again for one that becomes idle or arrives while stopping. */
 void fw_conn_start_stop(fw_conn *c);
+/* Retiring, after a hand-off had to wait (the peers' queues were full):
+ * apply the stop rule again to c if it is one the rule passes on (idle,
+ * nothing read; or an unread request waiting for a thread). */
+void fw_conn_pass_on_again(fw_conn *c);
 /* Loop thread: a pool thread is done with c; rc is what the app call said. */
 void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc);
 /* Loop thread: c's app thread parked it (c->parked says why). */

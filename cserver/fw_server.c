@@ -680,9 +680,7 @@ static void pass_on_idle(fw_server *srv)
     fw_conn *c = srv->conns;
     while (c) {
         fw_conn *next = c->next;
-        if ((c->state == FW_C_READ_HEAD && (!c->x || fw_buf_used(&c->x->in) == 0)) ||
-            (c->state == FW_C_QUEUED && c->unread))
-            fw_conn_start_stop(c);
+        fw_conn_pass_on_again(c);
         c = next;
     }
 }
