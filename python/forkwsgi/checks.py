@@ -77,11 +77,9 @@ class WorkerChecks:
                     # has exited, so that it has a worker to hand its
                     # kept-alive connections to.
                     w.stopping_since = now
-                    w.retiring = True
-                    w.retire_reason = self.self_retire_reason()
                     self.log.info("Worker %d (pid %d) retires (%s); starting its replacement", w.index, w.pid,
-                                  self.SELF_RETIRED[w.retire_reason])
-                    self.back_off_early_exit(w)
+                                  self.SELF_RETIRED[self.self_retire_reason()])
+                    self.retired_by_itself(w)
             if w.stopping_since is None or w.killed:
                 continue
             if now - w.stopping_since > 2 * self.cfg["graceful_timeout"] + 1.0:

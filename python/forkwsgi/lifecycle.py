@@ -270,10 +270,7 @@ class WorkerLifecycle:
                 # its byte says so, or it would pass for a crash at start-up.
                 self._read_ready_byte(w)
             if w.slot is not None and not w.retiring and w.ready and self.slots.states()[w.slot] == "draining":
-                # It retired by itself before check_stopping saw it.
-                w.retiring = True
-                w.retire_reason = self.self_retire_reason()
-                self.back_off_early_exit(w)
+                self.retired_by_itself(w)     # before check_stopping saw it
             served = None
             if w.slot is not None:
                 served = self.slots.counters(w.slot)["requests"]
@@ -342,6 +339,13 @@ class WorkerLifecycle:
         return ", ".join(f"{line!r} (app thread {t})" for t, _, line in self.slots.serving(w.slot))
 
     SELF_RETIRED = {"max_requests": "--max-requests", "app_exit": "the app called sys.exit()"}
+
+    def retired_by_itself(self, w):
+        """w's slot drains and we did not ask it to: it retires (why:
+        self_retire_reason), and an early sys.exit() backs off."""
+        w.retiring = True
+        w.retire_reason = self.self_retire_reason()
+        self.back_off_early_exit(w)
 
     def back_off_early_exit(self, w):
         """w said it retires by itself (its slot drains): if the app ended
