@@ -466,6 +466,7 @@ void fw_balance_start(fw_balance *b, int64_t now)
     b->allowed = 1;
     b->backstop_at = now;
     atomic_store(&b->sb[b->cfg.me].pid, (int32_t)getpid());
+    atomic_store(&b->sb[b->cfg.me].why, FW_SB_WHY_NONE);
     atomic_store(&b->sb[b->cfg.me].state, FW_SB_ALIVE);
     reconcile_locked(b, -1);
     pthread_mutex_unlock(&b->mu);
@@ -691,11 +692,12 @@ void fw_balance_beat(fw_balance *b, int64_t now)
     atomic_store_explicit(&b->sb[b->cfg.me].beat, now, memory_order_relaxed);
 }
 
-void fw_balance_drain(fw_balance *b)
+void fw_balance_drain(fw_balance *b, uint32_t why)
 {
     pthread_mutex_lock(&b->mu);
     b->draining = 1;
     b->allowed = 0;
+    atomic_store(&b->sb[b->cfg.me].why, why);     /* before the state the master looks at */
     /* Out of the minimum first, so the kicks below see the new one. */
     atomic_store(&b->sb[b->cfg.me].state, FW_SB_DRAINING);
     reconcile_locked(b, -1);
@@ -730,6 +732,7 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds, uint3
     atomic_store(&sb[i].hold, 0);
     atomic_store(&sb[i].image, image);
     atomic_store(&sb[i].waiting, 0);
+    atomic_store(&sb[i].why, FW_SB_WHY_NONE);
     atomic_fetch_add(&sb[i].gen, 1);
     atomic_store(&sb[i].pid, 0);
     /* FREE until the worker's loop runs (fw_balance_start): a worker still
@@ -753,7 +756,7 @@ int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
         .waiting = atomic_load(&s->waiting),
         .accepted = atomic_load(&s->accepted), .handed_in = atomic_load(&s->handed_in),
         .handed_out = atomic_load(&s->handed_out), .kicks_sent = atomic_load(&s->kicks_sent),
-        .arms = atomic_load(&s->arms),
+        .arms = atomic_load(&s->arms), .why = atomic_load(&s->why),
     };
     return 0;
 }

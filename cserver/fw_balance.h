@@ -50,6 +50,14 @@
 enum fw_balance_mode { FW_BAL_SHARED = 0, FW_BAL_LEAST_BUSY = 1, FW_BAL_REUSEPORT = 2 };
 
 enum fw_sb_state { FW_SB_FREE = 0, FW_SB_ALIVE = 1, FW_SB_DRAINING = 2 };
+/* Why a worker drains, as it says in its slot (the master labels a worker
+ * that retires by itself with it). */
+enum fw_sb_why {
+    FW_SB_WHY_NONE = 0,             /* not draining (or a worker of an older build) */
+    FW_SB_WHY_ASKED = 1,            /* a stop signal or a caller: the master's, or from outside */
+    FW_SB_WHY_MAX_REQUESTS = 2,     /* its own --max-requests */
+    FW_SB_WHY_APP_EXIT = 3          /* the app raised SystemExit (or KeyboardInterrupt) */
+};
 
 /* One worker's slot: two cache lines, the first for what peers read to
  * decide, the second for statistics. Writers: the owner worker unless said. */
@@ -85,6 +93,7 @@ typedef struct fw_sb_slot {
     _Atomic uint64_t handed_out;
     _Atomic uint64_t kicks_sent;
     _Atomic uint64_t arms;          /* listeners added to or removed from its epoll set */
+    _Atomic uint32_t why;           /* owner, as it drains: fw_sb_why; master zeroes it */
 } __attribute__((aligned(64))) fw_sb_slot;
 
 #define FW_SB_SLOT_SIZE 128
@@ -259,8 +268,9 @@ int fw_balance_held(const fw_balance *b);
 /* Loop thread, each pass: the loop turns (now: monotonic ms). */
 void fw_balance_beat(fw_balance *b, int64_t now);
 
-/* Graceful stop: leave the minimum (DRAINING), disarm, kick the others. */
-void fw_balance_drain(fw_balance *b);
+/* Graceful stop: leave the minimum (DRAINING, saying why: fw_sb_why),
+ * disarm, kick the others. */
+void fw_balance_drain(fw_balance *b, uint32_t why);
 
 /* For the master (through the app layer): reset slot i for a new worker
  * (it turns ALIVE itself when its loop runs); mark it retiring (before the
@@ -270,7 +280,7 @@ void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds, uint3
 /* A copy of slot i, each field loaded atomically (for stats and the master).
  * Returns 0, or -EINVAL if i is not a slot. */
 typedef struct fw_sb_view {
-    uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image, waiting;
+    uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image, waiting, why;
     int32_t pid;
     int64_t beat;
     uint64_t accepted, handed_in, handed_out, kicks_sent, arms;

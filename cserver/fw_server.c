@@ -231,7 +231,7 @@ void fw_server_request_done(fw_server *srv)
         fw_server_log(srv, FW_LOG_INFO, "served %llu requests (max-requests): retiring",
                       (unsigned long long)srv->requests);
         srv->retiring = 1;
-        fw_server_stop(srv, 1);
+        fw_server_stop_for(srv, 1, FW_SB_WHY_MAX_REQUESTS);
     }
 }
 
@@ -590,6 +590,13 @@ int fw_server_ends_keepalive(fw_server *srv)
 
 void fw_server_stop(fw_server *srv, int graceful)
 {
+    fw_server_stop_for(srv, graceful, FW_SB_WHY_ASKED);
+}
+
+void fw_server_stop_for(fw_server *srv, int graceful, int why)
+{
+    int none = FW_SB_WHY_NONE;
+    atomic_compare_exchange_strong(&srv->stop_why, &none, why);
     int want = graceful ? 1 : 2;
     if (srv->stop_requested < want)
         srv->stop_requested = want;
@@ -697,7 +704,7 @@ static void begin_stop(fw_server *srv)
     srv->stopping = 1;
     srv->stop_deadline = srv->now + (srv->cfg.graceful_timeout_ms > 0 ? srv->cfg.graceful_timeout_ms : 0);
     srv->accepting = 0;
-    fw_balance_drain(&srv->bal);
+    fw_balance_drain(&srv->bal, (uint32_t)(srv->stop_why ? srv->stop_why : FW_SB_WHY_ASKED));
     if (srv->cfg.release_listeners)
         release_listeners(srv);
     fw_conn *c = srv->conns;
@@ -906,7 +913,7 @@ static void end_run(fw_server *srv)
     srv->accepting = 0;
     srv->closing = 1;
     if (!srv->stopping)
-        fw_balance_drain(&srv->bal);     /* (begin_stop drained already) */
+        fw_balance_drain(&srv->bal, FW_SB_WHY_ASKED);     /* (begin_stop drained already) */
     srv->stopping = 1;          /* what comes back from the threads closes */
     srv->ending_keepalive = 1;
     srv->handing_on = 0;
@@ -924,6 +931,7 @@ static void end_run(fw_server *srv)
     srv->stopping = 0;
     srv->ending_keepalive = 0;
     srv->stop_requested = 0;
+    srv->stop_why = FW_SB_WHY_NONE;
     srv->closing = 0;
 }
 

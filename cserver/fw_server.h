@@ -152,6 +152,7 @@ struct fw_server {
     fw_watch sig_w;            /* optional: a signal wakeup fd (not owned), -1 if none */
     int sig_stop;              /* on_signal asked to stop */
     _Atomic int stop_requested;    /* 1 graceful, 2 immediate; any thread, signal handlers */
+    _Atomic int stop_why;          /* fw_sb_why of the first stop asked (the slot says it) */
     _Atomic int stopping;          /* written by the loop, read by app threads */
     _Atomic int ending_keepalive;  /* stopping and not handing on: responses say close */
     int64_t stop_deadline;
@@ -280,6 +281,9 @@ int fw_server_watch_signals(fw_server *srv, int fd);
  * graceful: stop accepting, close idle connections, let in-flight responses
  * finish (within graceful_timeout_ms). */
 void fw_server_stop(fw_server *srv, int graceful);
+/* The same, saying why (enum fw_sb_why): the first reason given is the one
+ * the worker's slot tells the master. fw_server_stop gives FW_SB_WHY_ASKED. */
+void fw_server_stop_for(fw_server *srv, int graceful, int why);
 
 void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

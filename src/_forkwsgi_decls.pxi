@@ -129,7 +129,7 @@ cdef extern from "glue.h":
         pass
 
     ctypedef struct fw_sb_view:
-        uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image, waiting
+        uint32_t state, inflight, incoming, pending, armed, open, retire, threads, gen, hold, image, waiting, why
         int32_t pid
         int64_t beat
         uint64_t accepted, handed_in, handed_out, kicks_sent, arms

@@ -55,6 +55,7 @@ def sb_hold(scoreboard, int slot, bint on):
 
 
 _STATES = ("free", "alive", "draining")
+_WHY = (None, "asked", "max_requests", "app_exit")      # fw_sb_why: why a slot drains
 
 
 def sb_read(scoreboard):
@@ -68,7 +69,8 @@ def sb_read(scoreboard):
                     "inflight": v.inflight, "armed": v.armed, "threads": v.threads, "open": v.open,
                     "retire": v.retire, "accepted": v.accepted, "handed_in": v.handed_in,
                     "handed_out": v.handed_out, "kicks_sent": v.kicks_sent, "arms": v.arms, "beat": v.beat,
-                    "hold": v.hold, "image": v.image, "waiting": v.waiting})
+                    "hold": v.hold, "image": v.image, "waiting": v.waiting,
+                    "why": _WHY[v.why] if v.why < 4 else None})
     return out
 
 

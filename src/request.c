@@ -298,7 +298,7 @@ static enum fw_app_rc app_failed(fw_req *r, const char *what)
         Py_XDECREF(t);
         Py_XDECREF(tb);
         Py_XSETREF(s->pending_exc, v);
-        fw_server_stop(s->srv, now ? 0 : 1);
+        fw_server_stop_for(s->srv, now ? 0 : 1, FW_SB_WHY_APP_EXIT);
     } else {
         log_exception(s, what, c);
     }

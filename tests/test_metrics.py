@@ -6,6 +6,8 @@ import re
 import signal
 import time
 
+import pytest
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ServerProc
@@ -280,5 +282,29 @@ def test_each_family_is_whole_and_typed(tmp_path):
         assert len(by_name["forkwsgi_listen_queue_max"].samples) == 2
         assert by_name["myapp_hits"].type == "counter"                    # the app's own, after ours
         assert by_name["forkwsgi_offload_queue_depth"].type == "gauge"
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("max_requests", [None, "100000"], ids=["plain", "with-max-requests"])
+def test_a_worker_sent_a_stop_signal_from_outside_is_counted_as_such(max_requests):
+    """`kill PID` of one worker (an operator, a process manager), not the
+    master's doing: the worker finishes, is replaced, and is counted and
+    logged for what happened, a stop signal, whether --max-requests is set
+    or not (it was counted as the app's sys.exit() or as --max-requests)."""
+    s = start("--workers", "2", *(["--max-requests", max_requests] if max_requests else []))
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) == 2)
+        get_each_on_a_new_connection(s.port, 4, "/")
+        victim = s.worker_pids()[0]
+        os.kill(victim, signal.SIGTERM)
+        assert wait_for(lambda: value(samples(s), "forkwsgi_worker_restarts_total", reason="signal") == 1, 10), \
+            s.log()
+        m = samples(s)
+        assert value(m, "forkwsgi_worker_restarts_total", reason="app_exit") == 0
+        assert value(m, "forkwsgi_worker_restarts_total", reason="max_requests") == 0
+        assert re.search(rf"Worker \d \(pid {victim}\) retires \(sent a stop signal, not by the master\)", s.log())
+        assert wait_for(lambda: len(s.worker_pids()) == 2 and victim not in s.worker_pids())
+        get_each_on_a_new_connection(s.port, 4, "/")
     finally:
         s.stop()

@@ -78,7 +78,7 @@ class WorkerChecks:
                     # kept-alive connections to.
                     w.stopping_since = now
                     self.log.info("Worker %d (pid %d) retires (%s); starting its replacement", w.index, w.pid,
-                                  self.SELF_RETIRED[self.self_retire_reason()])
+                                  self.SELF_RETIRED[self.self_retire_reason(w)])
                     self.retired_by_itself(w)
             if w.stopping_since is None or w.killed:
                 continue

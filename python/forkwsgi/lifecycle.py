@@ -338,13 +338,14 @@ class WorkerLifecycle:
             return ""
         return ", ".join(f"{line!r} (app thread {t})" for t, _, line in self.slots.serving(w.slot))
 
-    SELF_RETIRED = {"max_requests": "--max-requests", "app_exit": "the app called sys.exit()"}
+    SELF_RETIRED = {"max_requests": "--max-requests", "app_exit": "the app called sys.exit()",
+                    "signal": "sent a stop signal, not by the master"}
 
     def retired_by_itself(self, w):
         """w's slot drains and we did not ask it to: it retires (why:
         self_retire_reason), and an early sys.exit() backs off."""
         w.retiring = True
-        w.retire_reason = self.self_retire_reason()
+        w.retire_reason = self.self_retire_reason(w)
         self.back_off_early_exit(w)
 
     def back_off_early_exit(self, w):
@@ -359,8 +360,16 @@ class WorkerLifecycle:
             self.log.warning("workers exit by themselves (sys.exit()) within %.0f s of being ready: next start in "
                              "%.1f s", self.backoff.boot_seconds, self.backoff.delay)
 
-    def self_retire_reason(self):
-        """Why a worker stops by itself: --max-requests, when set, or else
-        the app's sys.exit() (the worker says only that it drains)."""
+    def self_retire_reason(self, w):
+        """Why w stops by itself, as its slot says: --max-requests, the app's
+        sys.exit(), or a stop signal someone other than the master sent it
+        (kill PID, a process manager). A worker that does not say (an older
+        build's, across an upgrade) is guessed at as before: --max-requests
+        when set, else the app."""
+        said = self.slots.drain_reason(w.slot) if w.slot is not None else None
+        if said in ("max_requests", "app_exit"):
+            return said
+        if said == "asked":
+            return "signal"
         return "max_requests" if self.cfg["max_requests"] else "app_exit"
 

@@ -179,7 +179,7 @@ def _worker_counts(o, master, live):
     o.family("forkwsgi_threads_per_worker", "gauge", "App threads per worker (--threads).")
     o.sample("forkwsgi_threads_per_worker", master.threads)
     o.family("forkwsgi_worker_restarts_total", "counter", "Workers replaced, by reason.")
-    for reason in ("crash", "max_requests", "max_rss", "timeout", "frozen", "reload", "app_exit"):
+    for reason in ("crash", "max_requests", "max_rss", "timeout", "frozen", "reload", "app_exit", "signal"):
         o.sample("forkwsgi_worker_restarts_total", master.restarts[reason], reason=reason)
     o.family("forkwsgi_reloads_total", "counter", "Reloads in place (SIGHUP, SIGUSR2) since the first start.")
     o.sample("forkwsgi_reloads_total", master.reloads)

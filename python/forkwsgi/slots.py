@@ -205,6 +205,12 @@ class WorkerSlots:
         """Each slot's state: "free", "alive" or "draining" (stopping)."""
         return [s["state"] for s in _forkwsgi.sb_read(self.scoreboard)]
 
+    def drain_reason(self, slot):
+        """Why the worker in `slot` drains, as it says: "asked" (a stop
+        signal, the master's or one from outside), "max_requests", "app_exit"
+        (the app raised SystemExit), or None (not draining)."""
+        return _forkwsgi.sb_read(self.scoreboard)[slot]["why"]
+
     def beats(self):
         """Each slot's last loop pass (CLOCK_MONOTONIC ms), 0 before the
         first; None for a worker whose loop has ended (stopping, retiring:
