@@ -700,7 +700,7 @@ the "Core" section's, server on CPU {SERVER_CPU}, wrk on CPU {CLIENT_CPU}).
 
 forkwsgi's CPU per request less the reference's (the kernel's and a C server's share) less the
 CPython floor of the same request, timed on the server's CPU after each round's cells by
-`python3 bench/run_floor.py --json --number {FLOOR_CALLS:,} --repeat {FLOOR_REPEAT}` (the least
+`python3 bench/run_floor.py --json --number {FLOOR_CALLS} --repeat {FLOOR_REPEAT}` (the least
 environ, the app, iterating its body, with no server around them): what forkwsgi's own work costs
 beyond what any WSGI server must spend on this CPython and this kernel. Medians over rounds, each
 round's figure from that round's three measurements. "Best possible" is reference ÷ (reference +
