@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -231,6 +232,28 @@ def test_max_connections_closes_the_longest_idle_for_a_new_client(make_server):
     assert wait_for(lambda: "--max-connections 5 reached: closing the longest idle" in s.log(), 10), s.log()
     for c in held + [newcomer]:
         c.close()
+
+
+def test_a_client_reset_during_sendfile_never_kills_a_worker_whose_app_restored_sigpipe(make_server):
+    """The app sets SIGPIPE back to its default at import (tests/sigpipe_apps.py).
+    sendfile() has no MSG_NOSIGNAL: a client that resets in the middle of a
+    wsgi.file_wrapper download made the kernel send the worker SIGPIPE,
+    which killed it (20 resets: 1 or 2 dead workers inline; with threads, a
+    dozen in a row and the master backing off to 10 s with none left).
+    The server keeps SIGPIPE ignored while it serves: the worker serves on."""
+    s = make_server("sigpipe_apps:app", "--workers", "1")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    pid = s.worker_pids()[0]
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(b"GET /file HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert sock.recv(65536)                     # the download has begun
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with Conn(s.port, timeout=10) as c:
+        c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.read_response().status == 200
+    assert s.worker_pids() == [pid] and "SIGPIPE" not in s.log(), s.log()[-2000:]
 
 
 @contextlib.contextmanager

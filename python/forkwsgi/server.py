@@ -206,13 +206,18 @@ class Server:
             for url in self.urls:
                 self.log.info("Listening at: %s", url)
         wake_r = wake_w = None
-        old_wakeup = None
+        old_wakeup = old_sigpipe = None
         if threading.current_thread() is threading.main_thread():
             # Python runs signal handlers only when asked; with a wakeup fd in
             # the loop a signal that lands while the loop is busy is still
             # handled at once, not at the next EINTR.
             wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+            # SIGPIPE stays ignored while serving, as Python sets it: an app
+            # that set it back to its default (command-line code does, so
+            # that `prog | head` ends quietly) would otherwise die of a
+            # client's reset, sendfile() having no MSG_NOSIGNAL.
+            old_sigpipe = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         try:
             self._core.serve(wake_r if wake_r is not None else -1)
         finally:
@@ -228,6 +233,7 @@ class Server:
                                  counts["dropped"], counts["responses"], counts["write_errors"])
             if wake_r is not None:
                 signal.set_wakeup_fd(old_wakeup)
+                signal.signal(signal.SIGPIPE, old_sigpipe if old_sigpipe is not None else signal.SIG_DFL)
                 os.close(wake_r)
                 os.close(wake_w)
             self._stopped.set()
