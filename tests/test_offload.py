@@ -416,12 +416,15 @@ def test_an_idle_sibling_on_a_saturated_cpu_keeps_up_without_spilling(make_serve
     CPU at all: the 256 KiB ring would overflow into the spill file within
     0.1 s. Its ring watch (a C thread at normal priority) sees the ring pass
     1/8 full and moves the sibling to a fair share: nothing spills, and
-    every record arrives."""
+    every record arrives. (No fsync: this is about the CPU. With fsync, a
+    disk that another process keeps busy stalls the journal's writes for
+    tenths of a second, and the ring spills by design: 1-2,173 records in
+    5 of 6 runs beside a writer of 4 MiB blocks.)"""
     mine = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(mine)})            # the server's processes inherit it
     try:
-        s = start(make_server, dirs, "--offload-queue-bytes", "256K", sink=f"jsonl:{dirs['out']}",
-                  workers="1", threads="2")
+        s = start(make_server, dirs, "--offload-queue-bytes", "256K", "--offload-fsync", "never",
+                  sink=f"jsonl:{dirs['out']}", workers="1", threads="2")
     finally:
         os.sched_setaffinity(0, mine)
     assert get(s, "/emit?n=10").status == 200
