@@ -79,10 +79,14 @@ def per_call_ns(fn, number, repeat):
     return timed(fn) - timed(empty)
 
 
+# The constant keys of the least environ (copied into each request's).
+CONST = {"SCRIPT_NAME": "", "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "wsgi.version": (1, 0),
+         "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr, "wsgi.multithread": False,
+         "wsgi.multiprocess": True, "wsgi.run_once": False}
+
+
 def make_cases():
-    const = {"SCRIPT_NAME": "", "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "wsgi.version": (1, 0),
-             "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr, "wsgi.multithread": False,
-             "wsgi.multiprocess": True, "wsgi.run_once": False}
+    const = CONST
     method, path, query, proto, host, body = "GET", "/", "", "HTTP/1.1", "127.0.0.1:8000", io.BytesIO()
     ready = dict(const, REQUEST_METHOD=method, PATH_INFO=path, QUERY_STRING=query, SERVER_PROTOCOL=proto,
                  HTTP_HOST=host)
@@ -109,18 +113,8 @@ def make_cases():
             for chunk in result:
                 len(chunk)
 
-    def request(n):
-        for _ in range(n):
-            e = const.copy()
-            e["REQUEST_METHOD"] = method
-            e["PATH_INFO"] = path
-            e["QUERY_STRING"] = query
-            e["SERVER_PROTOCOL"] = proto
-            e["HTTP_HOST"] = host
-            e["wsgi.input"] = body
-            for chunk in route(e, sr):
-                len(chunk)
-
+    # The three together: keep-alive hello's whole request, as --json times it.
+    request = make_workload_cases()["keepalive-hello"]
     return {"app": app, "environ": environ, "body": body_, "request": request}
 
 
@@ -130,9 +124,7 @@ POST_BODY = b'{"pad":"' + b"p" * (1024 - 10) + b'"}'     # run_core.py's probe b
 def make_workload_cases():
     """{run_core.py workload: loop of n whole requests}: the least environ
     of that request, the app, iterating its body."""
-    const = {"SCRIPT_NAME": "", "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8000", "wsgi.version": (1, 0),
-             "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr, "wsgi.multithread": False,
-             "wsgi.multiprocess": True, "wsgi.run_once": False}
+    const = CONST
     route, sr = apps.route, slice
     proto, host, query, empty = "HTTP/1.1", "127.0.0.1:8000", "", io.BytesIO()
 
