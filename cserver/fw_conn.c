@@ -107,15 +107,62 @@ static int conn_buf_take(fw_conn *c, fw_buf *b)
     return 0;
 }
 
+/* The spare stack for blocks of `cap` bytes (the first size, or a write
+ * buffer's size class), or NULL. */
+static fw_spare *spare_of_size(fw_server *srv, size_t cap)
+{
+    if (cap == srv->spare_buf.size)
+        return &srv->spare_buf;
+    for (int i = 0; i < FW_SPARE_OUT_CLASSES; i++) {
+        if (cap == srv->spare_out[i].size)
+            return &srv->spare_out[i];
+    }
+    return NULL;
+}
+
 /* Loop thread: give b's memory back (a spare block when it is of the
- * first size, else to malloc); b is empty and has none after. */
+ * first size or a size class, else to malloc); b is empty and has none
+ * after. */
 static void conn_buf_give(fw_conn *c, fw_buf *b)
 {
-    if (b->data && b->cap == c->srv->spare_buf.size) {
-        fw_spare_give(&c->srv->spare_buf, b->data);
+    fw_spare *s = b->data ? spare_of_size(c->srv, b->cap) : NULL;
+    if (s) {
+        fw_spare_give(s, b->data);
         b->data = NULL;
     }
     fw_buf_free(b);
+}
+
+int fw_conn_out_room(fw_conn *c, size_t extra)
+{
+    fw_server *srv = c->srv;
+    fw_buf *b = &c->x->out;
+    if (fw_buf_room(b) >= extra)
+        return 0;
+    size_t used = fw_buf_used(b);
+    /* Spare stacks are the loop thread's alone (an app thread grows the
+     * buffer by realloc; the loop keeps the block as it gives it back). */
+    fw_spare *to = NULL;
+    if (c->x->thr == &srv->loop_thread && used <= srv->spare_out[FW_SPARE_OUT_CLASSES - 1].size &&
+        extra <= srv->spare_out[FW_SPARE_OUT_CLASSES - 1].size - used) {
+        for (int i = 0; i < FW_SPARE_OUT_CLASSES && !to; i++) {
+            if (used + extra <= srv->spare_out[i].size && srv->spare_out[i].size > b->cap)
+                to = &srv->spare_out[i];
+        }
+    }
+    if (!to)
+        return fw_buf_reserve(b, extra) == 0 ? 0 : -ENOMEM;
+    char *nd = fw_spare_take(to);
+    if (!nd)
+        return -ENOMEM;
+    if (used)
+        memcpy(nd, fw_buf_head(b), used);
+    conn_buf_give(c, b);
+    b->data = nd;
+    b->cap = to->size;
+    b->off = 0;
+    b->len = used;
+    return 0;
 }
 
 static void uncharge(fw_conn *c, size_t still);

@@ -385,6 +385,11 @@ size_t fw_conn_charge_write(fw_conn *c);
  * or sendfile's errno; -ENODATA when the file to send shrank), as
  * fw_conn_send. */
 int fw_conn_flush(fw_conn *c);
+/* Make room in c's write buffer for `extra` more bytes, from the server's
+ * spare blocks of the next size that holds them when that size is a
+ * spare class (fw_server.spare_out) and the caller is the loop thread;
+ * else the buffer grows as any (realloc). 0, or -ENOMEM. */
+int fw_conn_out_room(fw_conn *c, size_t extra);
 /* App thread (never inline): wait while the loop writes what is queued,
  * under the write timeout. Returns 0 (all written), -ETIMEDOUT (the client
  * read nothing for the write timeout) or -errno (the client is gone, as

@@ -267,7 +267,8 @@ int fw_resp_queue(fw_conn *c, const char *data, size_t len)
     const char *tail;
     size_t tail_len;
     len = fw_resp_frame(c, len, &tail, &tail_len);
-    if (len && (fw_buf_append(&c->x->out, data, len) != 0 || fw_buf_append(&c->x->out, tail, tail_len) != 0))
+    if (len && (fw_conn_out_room(c, len + tail_len) != 0 || fw_buf_append(&c->x->out, data, len) != 0 ||
+                fw_buf_append(&c->x->out, tail, tail_len) != 0))
         return -ENOMEM;
     return 0;
 }

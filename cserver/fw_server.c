@@ -535,9 +535,11 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
     srv->t_write.timeout_ms = cfg->write_timeout_ms;
     srv->t_linger.timeout_ms = 2000;
     srv->t_grace.timeout_ms = FW_SILENT_GRACE_MS;
-    fw_spare_init(&srv->spare_buf, FW_BUF_FIRST_CAP);
-    fw_spare_init(&srv->spare_hdrs, srv->cfg.limits.max_headers * sizeof(fw_header));
-    fw_spare_init(&srv->spare_exch, sizeof(fw_exch));
+    fw_spare_init(&srv->spare_buf, FW_BUF_FIRST_CAP, FW_SPARE_MAX);
+    fw_spare_init(&srv->spare_hdrs, srv->cfg.limits.max_headers * sizeof(fw_header), FW_SPARE_MAX);
+    fw_spare_init(&srv->spare_exch, sizeof(fw_exch), FW_SPARE_MAX);
+    for (int i = 0; i < FW_SPARE_OUT_CLASSES; i++)
+        fw_spare_init(&srv->spare_out[i], (size_t)FW_BUF_FIRST_CAP << (i + 1), FW_SPARE_OUT_KEEP);
     fw_server_tick(srv);
     if (fw_balance_init(&srv->bal, &cfg->balance, cfg->threads, srv->nlisteners, &srv->loop, &balance_ops,
                         srv) != 0)
@@ -571,6 +573,8 @@ void fw_server_free(fw_server *srv)
     fw_spare_destroy(&srv->spare_buf);
     fw_spare_destroy(&srv->spare_hdrs);
     fw_spare_destroy(&srv->spare_exch);
+    for (int i = 0; i < FW_SPARE_OUT_CLASSES; i++)
+        fw_spare_destroy(&srv->spare_out[i]);
     if (srv->stop_w.fd >= 0)
         close(srv->stop_w.fd);
     fw_balance_destroy(&srv->bal);

@@ -30,6 +30,14 @@
 typedef struct fw_conn fw_conn;
 typedef struct fw_server fw_server;
 
+/* Write buffers grown for a body go round in size classes (fw_server.
+ * spare_out): 8, 16, 32, 64 and 128 KiB, a few of each kept. A body below
+ * 64 KiB in a list is copied into the write buffer; grown by realloc and
+ * freed with its response, a 4 KiB body cost a malloc, a realloc and a
+ * free per request (7 % of its instructions). */
+#define FW_SPARE_OUT_CLASSES 5
+#define FW_SPARE_OUT_KEEP 8
+
 /* "Date: ...\r\n" for the current second, one per thread that writes
  * response heads, so no thread reads a string another is rewriting. */
 typedef struct fw_date {
@@ -167,8 +175,10 @@ struct fw_server {
     /* The loop's: blocks that idle and closed connections gave back, for
      * the next requests (fw_spare.h): read and write buffers of their
      * first size, HTTP header arrays (limits.max_headers entries), and
-     * requests' states (fw_exch). */
+     * requests' states (fw_exch); and write buffers grown for a body
+     * (spare_out[i]: FW_BUF_FIRST_CAP << (i + 1) bytes, fw_conn_out_room). */
     fw_spare spare_buf, spare_hdrs, spare_exch;
+    fw_spare spare_out[FW_SPARE_OUT_CLASSES];
 
     fw_conn *conns;            /* all open connections (doubly linked) */
     int nconns;

@@ -3,9 +3,10 @@
 
 #include <stdlib.h>
 
-void fw_spare_init(fw_spare *s, size_t size)
+void fw_spare_init(fw_spare *s, size_t size, int max)
 {
     s->size = size;
+    s->max = max < 1 ? 1 : max > FW_SPARE_MAX ? FW_SPARE_MAX : max;
     s->n = 0;
 }
 
@@ -20,7 +21,7 @@ void fw_spare_give(fw_spare *s, void *p)
 {
     if (!p)
         return;
-    if (s->n < FW_SPARE_MAX) {
+    if (s->n < s->max) {
         s->blocks[s->n++] = p;
         return;
     }

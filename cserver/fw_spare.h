@@ -19,12 +19,14 @@
 
 typedef struct fw_spare {
     size_t size;                /* bytes of every block */
+    int max;                    /* blocks kept at most (<= FW_SPARE_MAX) */
     int n;                      /* blocks held */
     void *blocks[FW_SPARE_MAX]; /* owned */
 } fw_spare;
 
-/* An empty stack of blocks of `size` bytes. */
-void fw_spare_init(fw_spare *s, size_t size);
+/* An empty stack of blocks of `size` bytes that keeps `max` at most
+ * (clamped to 1..FW_SPARE_MAX). */
+void fw_spare_init(fw_spare *s, size_t size, int max);
 /* A block of s->size bytes, uninitialised: a kept one, else malloc's.
  * NULL with errno ENOMEM. */
 void *fw_spare_take(fw_spare *s);

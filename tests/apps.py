@@ -597,6 +597,21 @@ def blob(environ, start_response):
     return [body]
 
 
+def sized(environ, start_response):
+    """?n=BYTES&parts=K: a list body of n bytes in k parts; each 8-byte
+    word holds its own offset, so a byte out of place shows where."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    n, k = int(q.get("n", "0")), max(1, int(q.get("parts", "1")))
+    body = sized_body(n)
+    cut = [n * i // k for i in range(k + 1)]
+    start_response("200 OK", [("Content-Type", "application/octet-stream")])
+    return [body[cut[i]:cut[i + 1]] for i in range(k)]
+
+
+def sized_body(n):
+    return b"".join(b"%07x|" % i for i in range(0, n + 8, 8))[:n]
+
+
 def thread_name(environ, start_response):
     """The name of the thread the app runs on; ?server=X sends its own Server header."""
     q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)

@@ -238,3 +238,31 @@ def test_head_with_empty_body_gets_no_invented_length(make_server, app, path):
 def test_head_of_a_list_body_keeps_the_length_the_get_gets(make_server):
     s = make_server("apps:hello")        # no Content-Length of its own, the same body for HEAD
     assert s.get("/", method="HEAD").header("content-length") == s.get("/").header("content-length") == "13"
+
+
+# Around every size at which a body copied into the write buffer changes
+# block: the first (4 KiB), each size class (8-128 KiB, fw_server.h), and
+# past the largest; 64 KiB and more are lent rather than copied.
+BOUNDARY_SIZES = sorted({n + d for n in (4096, 8192, 16384, 32768, 65536, 131072) for d in (-300, -1, 0, 1)}
+                        | {1, 1000, 200000})
+
+
+def test_list_bodies_across_write_buffer_sizes_arrive_whole(make_server):
+    """List bodies of every size around the write buffer's block sizes,
+    one and three parts, on one kept-alive connection, then all of them
+    pipelined in one write: each arrives byte for byte (the write buffer
+    moves to a spare block of the next size as a body is queued)."""
+    from apps import sized_body
+    s = make_server("apps:sized")
+    paths = [f"/?n={n}&parts={k}" for n in BOUNDARY_SIZES for k in (1, 3)]
+    with Conn(s.port) as c:
+        for p in paths:
+            c.send(f"GET {p} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+            r = c.read_response()
+            n = int(p.split("n=")[1].split("&")[0])
+            assert r.status == 200 and r.body == sized_body(n), (p, len(r.body))
+        c.send(b"".join(f"GET {p} HTTP/1.1\r\nHost: a\r\n\r\n".encode() for p in paths))
+        for p in paths:
+            r = c.read_response()
+            n = int(p.split("n=")[1].split("&")[0])
+            assert r.status == 200 and r.body == sized_body(n), (p, len(r.body))
