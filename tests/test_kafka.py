@@ -91,10 +91,13 @@ def consume(broker, topics, want, timeout=60):
     awaited records early."""
     # 16 MiB a fetch, not librdkafka's 1 MiB per partition: the topics have
     # one partition, and reading a million records back took ~8 s of
-    # fetch round trips (5x less this way).
+    # fetch round trips (5x less this way). A topic the sibling has not
+    # created yet when this subscribes (it produces after the requests
+    # return) is seen at the next metadata refresh: every 0.5 s here, not
+    # librdkafka's 5 minutes (a CI run got none of a second topic in 60 s).
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "t-" + uuid.uuid4().hex,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                  "max.partition.fetch.bytes": 16 << 20})
+                  "max.partition.fetch.bytes": 16 << 20, "topic.metadata.refresh.interval.ms": 500})
     got, distinct = [], set()
     awaited = set(want) if isinstance(want, set) else None
 
