@@ -700,6 +700,11 @@ int fw_conn_drain_wait(fw_conn *c)
      * thread holds no capacity: a spare runs requests in its place. */
     fw_balance_end(&c->srv->bal, &c->place);
     c->x->parked = 1;
+    /* The main thread running it for the loop (inline first) cannot wait
+     * for itself: the standby takes the loop now (it would at its next
+     * tick anyway). */
+    if (c->x->thr == c->srv->lead_thread)
+        fw_lead_hand(&c->srv->lead);
     fw_pool_park(c->srv->pool, &c->x->job);
     return c->x->park_rc;
 }
@@ -1074,7 +1079,7 @@ static void submit(fw_conn *c)
         return;
     }
     fw_balance_begin(&srv->bal, &c->place);
-    fw_pool_submit(srv->pool, &c->x->job);
+    fw_server_run_job(srv, &c->x->job);
 }
 
 void fw_conn_dispatch(fw_conn *c)

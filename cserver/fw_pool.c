@@ -157,7 +157,7 @@ static int start_thread(fw_pool *p)
     return 0;
 }
 
-fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void *ctx)
+fw_pool *fw_pool_start(fw_loop *loop, int nthreads, int max_threads, const fw_pool_ops *ops, void *ctx)
 {
     fw_pool *p = calloc(1, sizeof(*p));
     if (!p)
@@ -166,7 +166,7 @@ fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void
     p->ops = ops;
     p->ctx = ctx;
     p->nthreads = nthreads;
-    p->max_threads = fw_pool_max_threads(nthreads);
+    p->max_threads = max_threads;
     p->done_w.fd = -1;
     p->tids = calloc((size_t)p->max_threads, sizeof(*p->tids));
     if (!p->tids)
@@ -217,6 +217,31 @@ fail: {
 void fw_pool_submit(fw_pool *p, fw_pool_job *job)
 {
     p->busy++;
+    fw_pool_submit_adopted(p, job);
+}
+
+void fw_pool_adopt(fw_pool *p)
+{
+    p->busy++;
+}
+
+void fw_pool_unadopt(fw_pool *p)
+{
+    p->busy--;
+}
+
+void fw_pool_hand_back(fw_pool *p, fw_pool_job *job)
+{
+    job->next = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (p->done_tail) p->done_tail->next = job; else p->done_head = job;
+    p->done_tail = job;
+    wake_loop_locked(p);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void fw_pool_submit_adopted(fw_pool *p, fw_pool_job *job)
+{
     job->next = NULL;
     pthread_mutex_lock(&p->mu);
     if (p->work_tail) p->work_tail->next = job; else p->work_head = job;

@@ -92,13 +92,25 @@ typedef struct fw_pool {
  * (ops) is below this. */
 int fw_pool_max_threads(int nthreads);
 
-/* Create the pool and start its threads; the done eventfd is watched in
- * `loop`. A constructor: the pool, or NULL with errno set, nothing
- * started. */
-fw_pool *fw_pool_start(fw_loop *loop, int nthreads, const fw_pool_ops *ops, void *ctx);
+/* Create the pool and start its threads (max_threads at most, spares
+ * included: fw_pool_max_threads, or fewer when the caller keeps an index
+ * for itself); the done eventfd is watched in `loop`. A constructor: the
+ * pool, or NULL with errno set, nothing started. */
+fw_pool *fw_pool_start(fw_loop *loop, int nthreads, int max_threads, const fw_pool_ops *ops, void *ctx);
 
 /* Loop thread: hand the job to a thread. */
 void fw_pool_submit(fw_pool *p, fw_pool_job *job);
+
+/* The loop thread may run a job itself, as a pool thread would (fw_lead.h).
+ * Loop thread: count a job it keeps to run (busy, as if submitted)... */
+void fw_pool_adopt(fw_pool *p);
+/* ...and, once it ran it and took it back, uncount it. */
+void fw_pool_unadopt(fw_pool *p);
+/* Loop thread: hand an adopted job to a thread after all. */
+void fw_pool_submit_adopted(fw_pool *p, fw_pool_job *job);
+/* The thread that ran an adopted job but no longer runs the loop: put the
+ * job on the done list, as a pool thread does, and wake the loop. */
+void fw_pool_hand_back(fw_pool *p, fw_pool_job *job);
 
 /* Pool thread, inside ops->run: hand the job to the loop (ops->parked) and
  * sleep until the loop calls fw_pool_resume on it. The job still counts

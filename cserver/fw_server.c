@@ -21,6 +21,9 @@
 
 #define PASS_RETRY_MS 10       /* while idle connections wait for a peer to take them */
 #define QUIET_TAKE_BACK_MS 50  /* finished requests a thread left unannounced (fw_pool_quiet) */
+#define OWN_OFF_MS 1000        /* after a call was taken over, how long every request goes to
+                                * an app thread: an app whose calls block (a database, an HTTP
+                                * call) pays a takeover a second, not one a request */
 #define PASS_WAIT_MS 3000      /* how long a retiring worker waits for a first peer: the
                                 * master starts a replacement when it sees it stop (well
                                 * under a second), which then boots */
@@ -49,6 +52,7 @@ void fw_config_defaults(fw_config *cfg)
     cfg->max_connections = 10000;
     cfg->accept_batch = 64;
     cfg->write_coalesce_us = 1000;
+    cfg->inline_first = 1;
 }
 
 void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
@@ -408,6 +412,10 @@ static void on_signal_fd(fw_loop *loop, fw_watch *w, uint32_t events)
     char junk[64];
     while (read(w->fd, junk, sizeof(junk)) > 0)
         ;
+    if (srv->lead_on && !fw_lead_main_leads(&srv->lead)) {
+        srv->sig_pending = 1;   /* the handlers run on the main thread, once it is back */
+        return;
+    }
     if (srv->ops->on_signal && srv->ops->on_signal(srv->app))
         srv->sig_stop = 1;
     fw_server_tick(srv);        /* the handlers are Python code: time passed (fw_clock_ns) */
@@ -662,6 +670,8 @@ static int next_timeout(fw_server *srv)
     if (bs >= 0 && srv->now + bs < next)
         next = srv->now + bs;
     int64_t d = next - srv->now;
+    if (srv->own_head)
+        return 0;               /* requests kept for the main thread wait (run_own) */
     return d < 0 ? 0 : (int)d;
 }
 
@@ -742,26 +752,34 @@ static void close_all(fw_server *srv)
 
 #define CONN_OF_JOB(j) (((fw_exch *)((char *)(j) - offsetof(fw_exch, job)))->conn)
 
+/* The context of pool thread `index`. Inline first, the main thread's is
+ * threads[cfg.threads], right after the app threads' (its status entry is
+ * shown beside theirs): the spares' come after it. */
+static fw_thread *pool_thread(fw_server *srv, int index)
+{
+    return &srv->threads[srv->lead_on && index >= srv->cfg.threads ? index + 1 : index];
+}
+
 static void pool_thread_start(void *ctx, int index)
 {
     fw_server *srv = ctx;
     if (srv->ops->thread_start)
-        srv->ops->thread_start(srv->app, &srv->threads[index]);
+        srv->ops->thread_start(srv->app, pool_thread(srv, index));
 }
 
 static void pool_thread_stop(void *ctx, int index)
 {
     fw_server *srv = ctx;
     if (srv->ops->thread_stop)
-        srv->ops->thread_stop(srv->app, &srv->threads[index]);
+        srv->ops->thread_stop(srv->app, pool_thread(srv, index));
 }
 
-/* One request (or one resumed response) on a pool thread. */
-static void pool_run(void *ctx, int index, fw_pool_job *job)
+/* One request (or one resumed response) on thread t: a pool thread, or
+ * the main thread running it as one (lead_thread). */
+static void run_job(fw_server *srv, fw_thread *t, fw_pool_job *job)
 {
-    fw_server *srv = ctx;
     fw_conn *c = CONN_OF_JOB(job);
-    c->x->thr = &srv->threads[index];
+    c->x->thr = t;
     if (c->x->dropping) {
         srv->ops->on_drop(srv->app, c);         /* then the loop closes it */
         c->x->pool_rc = FW_APP_CLOSE;
@@ -774,6 +792,12 @@ static void pool_run(void *ctx, int index, fw_pool_job *job)
     fw_balance_end(&srv->bal, &c->place);
     fw_conn_app_returning(c, rc);
     c->x->pool_rc = rc;
+}
+
+static void pool_run(void *ctx, int index, fw_pool_job *job)
+{
+    fw_server *srv = ctx;
+    run_job(srv, pool_thread(srv, index), job);
 }
 
 static void pool_done(void *ctx, fw_pool_job *job)
@@ -808,7 +832,133 @@ static const fw_pool_ops pool_ops = {
     .run = pool_run, .done = pool_done, .ahead = pool_ahead, .parked = pool_parked, .error = pool_error,
 };
 
-/* Start the app threads (threads > 1). Returns 0, or -errno. */
+/* ---- inline first: the loop thread runs requests itself (fw_lead.h) ------- */
+
+/* Loop thread: may the request go to the loop thread itself? While the main
+ * thread runs the loop, and no call was taken over lately. */
+static int runs_own(fw_server *srv)
+{
+    return srv->lead_on && fw_lead_main_leads(&srv->lead) && srv->now >= srv->own_off_until &&
+           !srv->closing;
+}
+
+void fw_server_run_job(fw_server *srv, fw_pool_job *job)
+{
+    if (!runs_own(srv)) {
+        fw_pool_submit(srv->pool, job);
+        return;
+    }
+    fw_pool_adopt(srv->pool);
+    job->next = NULL;
+    if (srv->own_tail) srv->own_tail->next = job; else srv->own_head = job;
+    srv->own_tail = job;
+}
+
+/* The requests the loop thread kept go to the app threads (the standby
+ * took the loop, or the run ends: then they close). */
+static void own_give_up(fw_server *srv, int close)
+{
+    fw_pool_job *job = srv->own_head;
+    srv->own_head = srv->own_tail = NULL;
+    while (job) {
+        fw_pool_job *next = job->next;
+        job->next = NULL;
+        if (close) {
+            fw_pool_unadopt(srv->pool);
+            fw_conn_close(CONN_OF_JOB(job));
+        } else {
+            fw_pool_submit_adopted(srv->pool, job);
+        }
+        job = next;
+    }
+}
+
+/* The main thread lost the loop in a call, and has handed the call's request
+ * back: wait until the standby gives the loop back. Then the handlers of
+ * signals that came meanwhile run. 1 if the run goes on, 0 if it ends
+ * (*end says how). */
+static int own_lost(fw_server *srv, fw_pool_job *job, enum fw_run_end *end)
+{
+    fw_lead_ask_back(&srv->lead);
+    fw_pool_hand_back(srv->pool, job);          /* wakes the standby's loop */
+    fw_lead_wait_back(&srv->lead);
+    fw_server_tick(srv);
+    if (srv->lead_ended) {
+        srv->lead_ended = 0;
+        *end = srv->lead_end;
+        return 0;
+    }
+    if (srv->sig_pending) {
+        srv->sig_pending = 0;
+        if (srv->ops->on_signal && srv->ops->on_signal(srv->app)) {
+            *end = FW_RUN_SIGNAL;
+            return 0;
+        }
+        fw_server_tick(srv);
+    }
+    return 1;
+}
+
+/* End of a pass, the main thread: run the requests it kept, in order, as an
+ * app thread would, and take each back at once. Those that come meanwhile
+ * (the next of a pipelined batch, a queued one given the thread) wait for
+ * the next pass, which does not sleep. 1 if the run goes on, 0 if it ends
+ * (*end says how). */
+static int run_own(fw_server *srv, enum fw_run_end *end)
+{
+    fw_pool_job *last = srv->own_tail;
+    if (srv->ops->unlock)
+        srv->ops->unlock(srv->app);     /* per call from here (fw_thread.per_call) */
+    while (srv->own_head) {
+        fw_pool_job *job = srv->own_head;
+        srv->own_head = job->next;
+        if (!srv->own_head)
+            srv->own_tail = NULL;
+        job->next = NULL;
+        fw_lead_call_begin(&srv->lead);
+        run_job(srv, srv->lead_thread, job);
+        if (!fw_lead_call_end(&srv->lead))
+            return own_lost(srv, job, end);
+        fw_server_tick(srv);
+        fw_pool_unadopt(srv->pool);
+        pool_done(srv, job);
+        if (job == last)
+            break;
+    }
+    return 1;
+}
+
+/* The standby's run of the loop (fw_lead_ops.run): what the main thread kept
+ * goes to the app threads, and so does every request for a while; passes
+ * until the main thread wants the loop back, or the run ends. */
+static int run_pass(fw_server *srv, enum fw_run_end *end);
+static void end_connections(fw_server *srv);
+static void cut_pool(fw_server *srv);
+
+static void lead_run(void *ctx)
+{
+    fw_server *srv = ctx;
+    fw_server_tick(srv);
+    srv->own_off_until = srv->now + OWN_OFF_MS;
+    own_give_up(srv, 0);
+    while (!fw_lead_wanted(&srv->lead)) {
+        enum fw_run_end end;
+        if (!run_pass(srv, &end)) {
+            /* The main thread ends the run once its call returns; the
+             * clients are not kept waiting for that. */
+            end_connections(srv);
+            cut_pool(srv);
+            srv->lead_ended = 1;
+            srv->lead_end = end;
+            return;
+        }
+    }
+}
+
+static const fw_lead_ops lead_ops = { .run = lead_run, .error = pool_error };
+
+/* Start the app threads (threads > 1), and the standby with inline first.
+ * Returns 0, or -errno. */
 static int start_pool(fw_server *srv)
 {
     int most = fw_pool_max_threads(srv->cfg.threads);       /* spares for parked threads too */
@@ -817,12 +967,35 @@ static int start_pool(fw_server *srv)
         return -ENOMEM;
     for (int i = 0; i < most; i++)
         srv->threads[i].index = i;
-    srv->pool = fw_pool_start(&srv->loop, srv->cfg.threads, &pool_ops, srv);
+    /* Inline first: the main thread has a context of its own for the
+     * requests it runs (pool_thread), so the pool has one fewer. lead_on
+     * is set before the pool's threads start: they map their index by it. */
+    int own = srv->cfg.inline_first;
+    srv->lead_on = own;
+    srv->pool = fw_pool_start(&srv->loop, srv->cfg.threads, most - own, &pool_ops, srv);
     if (!srv->pool) {
         int e = errno;
         free(srv->threads);
         srv->threads = NULL;
+        srv->lead_on = 0;
         return -e;
+    }
+    if (own) {
+        srv->lead_thread = &srv->threads[srv->cfg.threads];
+        srv->lead_thread->per_call = 1;
+        srv->own_off_until = 0;
+        srv->lead_ended = 0;
+        srv->sig_pending = 0;
+        int e = fw_lead_start(&srv->lead, &lead_ops, srv);
+        if (e < 0) {
+            fw_pool_stop(srv->pool);
+            srv->pool = NULL;
+            free(srv->threads);
+            srv->threads = NULL;
+            srv->lead_thread = NULL;
+            srv->lead_on = 0;
+            return e;
+        }
     }
     return 0;
 }
@@ -838,11 +1011,14 @@ int fw_server_start_threads(fw_server *srv)
     return err;
 }
 
-static void drain_pool(fw_server *srv)
+/* The run ends: what waits for a thread closes, and the clients of the
+ * requests in the app are cut (their threads finish them). */
+static void cut_pool(fw_server *srv)
 {
     fw_pool *p = srv->pool;
     srv->closing = 1;           /* a thread that parks from now on is told at once */
     fw_pool_quiet(p, 0);        /* every thread done from now on wakes us */
+    own_give_up(srv, 1);
     fw_pool_collect(p);
     fw_pool_job *q = fw_pool_cancel_queued(p);
     while (q) {
@@ -856,6 +1032,13 @@ static void drain_pool(fw_server *srv)
             fw_server_log(srv, FW_LOG_DEBUG, "shutdown(%d): %s", c->w.fd, strerror(errno));
     if (p->busy)
         fw_server_log(srv, FW_LOG_INFO, "waiting for %d request(s) still in the app", p->busy);
+}
+
+/* Then wait for the requests in the app, closing their connections. */
+static void drain_pool(fw_server *srv)
+{
+    fw_pool *p = srv->pool;
+    cut_pool(srv);
     while (p->busy > 0) {
         int n = fw_loop_wait(&srv->loop, 1000);
         fw_server_tick(srv);
@@ -910,9 +1093,9 @@ static void after_events(fw_server *srv)
     maybe_accept_again(srv);
 }
 
-/* The end of a run: close every connection, let the app threads finish
- * what they hold and stop them, and leave the server ready to run again. */
-static void end_run(fw_server *srv)
+/* The run ends: no more accepting, every connection closes (those in the
+ * app once their threads are done with them). */
+static void end_connections(fw_server *srv)
 {
     srv->accepting = 0;
     srv->closing = 1;
@@ -922,9 +1105,20 @@ static void end_run(fw_server *srv)
     srv->ending_keepalive = 1;
     srv->handing_on = 0;
     close_all(srv);
+}
+
+/* The end of a run: close every connection, let the app threads finish
+ * what they hold and stop them, and leave the server ready to run again. */
+static void end_run(fw_server *srv)
+{
+    end_connections(srv);
     if (srv->pool) {
         drain_pool(srv);
+        if (srv->lead_on)
+            fw_lead_stop(&srv->lead);
         fw_pool_stop(srv->pool);
+        srv->lead_on = 0;       /* (after the pool's threads, which map their index by it) */
+        srv->lead_thread = NULL;
         srv->pool = NULL;
         free(srv->threads);
         srv->threads = NULL;
@@ -937,6 +1131,51 @@ static void end_run(fw_server *srv)
     srv->stop_requested = 0;
     srv->stop_why = FW_SB_WHY_NONE;
     srv->closing = 0;
+}
+
+/* One pass of the loop, by the thread that runs it: sleep until events
+ * (or a timer), dispatch them, expire timers. 1 if the run goes on, 0 if
+ * it ends (*end says how). */
+static int run_pass(fw_server *srv, enum fw_run_end *end)
+{
+    if (srv->stop_requested && !srv->stopping)
+        begin_stop(srv);
+    if (srv->stopping && stop_has_ended(srv)) {
+        *end = FW_RUN_STOPPED;
+        return 0;
+    }
+    if (srv->pool)
+        fw_pool_quiet(srv->pool, pool_may_be_quiet(srv));
+    /* The heartbeat (--heartbeat-timeout): the loop turns, before it
+     * sleeps (at most a second: next_timeout) and when it wakes. */
+    int wait_ms = next_timeout(srv);
+    fw_balance_beat(&srv->bal, fw_now_ms());
+    int n = fw_loop_wait(&srv->loop, wait_ms);
+    fw_server_tick(srv);
+    fw_balance_beat(&srv->bal, srv->now);
+    if (n < 0) {
+        if (errno == EINTR) {
+            /* (Only the main thread takes signals: the standby blocks them.) */
+            if (srv->ops->on_signal && srv->ops->on_signal(srv->app)) {
+                *end = FW_RUN_SIGNAL;
+                return 0;
+            }
+            return 1;
+        }
+        fw_server_log(srv, FW_LOG_ERROR, "epoll_wait: %s", strerror(errno));
+        *end = FW_RUN_FAILED;
+        return 0;
+    }
+    if (srv->pool)
+        fw_pool_collect(srv->pool);     /* before their sockets' events */
+    fw_loop_dispatch(&srv->loop, n);
+    fw_server_flush_deferred(srv);
+    if (srv->sig_stop) {
+        *end = FW_RUN_SIGNAL;
+        return 0;
+    }
+    after_events(srv);
+    return 1;
 }
 
 enum fw_run_end fw_server_run(fw_server *srv)
@@ -954,42 +1193,8 @@ enum fw_run_end fw_server_run(fw_server *srv)
         return FW_RUN_FAILED;
     srv->accepting = 1;
     fw_balance_start(&srv->bal, srv->now);
-    for (;;) {
-        if (srv->stop_requested && !srv->stopping)
-            begin_stop(srv);
-        if (srv->stopping && stop_has_ended(srv))
-            break;
-        if (srv->pool)
-            fw_pool_quiet(srv->pool, pool_may_be_quiet(srv));
-        /* The heartbeat (--heartbeat-timeout): the loop turns, before it
-         * sleeps (at most a second: next_timeout) and when it wakes. */
-        int wait_ms = next_timeout(srv);
-        fw_balance_beat(&srv->bal, fw_now_ms());
-        int n = fw_loop_wait(&srv->loop, wait_ms);
-        fw_server_tick(srv);
-        fw_balance_beat(&srv->bal, srv->now);
-        if (n < 0) {
-            if (errno == EINTR) {
-                if (srv->ops->on_signal && srv->ops->on_signal(srv->app)) {
-                    rc = FW_RUN_SIGNAL;
-                    break;
-                }
-                continue;
-            }
-            fw_server_log(srv, FW_LOG_ERROR, "epoll_wait: %s", strerror(errno));
-            rc = FW_RUN_FAILED;
-            break;
-        }
-        if (srv->pool)
-            fw_pool_collect(srv->pool);     /* before their sockets' events */
-        fw_loop_dispatch(&srv->loop, n);
-        fw_server_flush_deferred(srv);
-        if (srv->sig_stop) {
-            rc = FW_RUN_SIGNAL;
-            break;
-        }
-        after_events(srv);
-    }
+    while (run_pass(srv, &rc) && (!srv->own_head || run_own(srv, &rc)))
+        ;
     end_run(srv);
     return rc;
 }

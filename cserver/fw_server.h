@@ -18,6 +18,7 @@
 #include "fw_backlog.h"
 #include "fw_balance.h"
 #include "fw_http.h"
+#include "fw_lead.h"
 #include "fw_loop.h"
 #include "fw_netmask.h"
 #include "fw_pool.h"
@@ -53,6 +54,9 @@ void fw_date_refresh(fw_date *d);
 typedef struct fw_thread {
     int index;                 /* 0..threads-1: the app layer's per-thread slot */
     void *app_ctx;             /* from ops->thread_start (the app layer's), or NULL */
+    int per_call;              /* the loop thread running requests as an app thread does
+                                * (fw_server.lead_thread): what the app layer holds for a call
+                                * (the GIL) it takes and lets go per call, not kept between */
     fw_date date;
 } fw_thread;
 
@@ -74,6 +78,9 @@ typedef struct fw_config {
                                 * 0: each is written at once */
     uint64_t max_requests;     /* stop gracefully after this many responses; 0 = never */
     int threads;               /* app threads; 1 = the app runs inline on the loop thread */
+    int inline_first;          /* threads > 1: the loop thread runs the requests of a pass
+                                * itself while they are quick (fw_lead.h); 0: every request
+                                * goes to an app thread */
     int release_listeners;     /* on stop, drop this process's hold on the listening sockets
                                 * at once (a worker: its master or peers keep them; a worker
                                 * whose master died frees the port while it finishes) */
@@ -139,6 +146,13 @@ typedef struct fw_listener {
     void *app_data;            /* for the app layer (e.g. cached SERVER_NAME) */
 } fw_listener;
 
+/* An outcome (fw_rc.h): why fw_server_run returned. */
+enum fw_run_end {
+    FW_RUN_FAILED = -1,     /* the loop failed (said in the log) */
+    FW_RUN_STOPPED = 0,     /* a stop was requested (fw_server_stop) */
+    FW_RUN_SIGNAL = 1       /* on_signal asked to stop */
+};
+
 struct fw_server {
     fw_config cfg;
     fw_loop loop;
@@ -155,6 +169,20 @@ struct fw_server {
     fw_pool *pool;             /* app threads, NULL in inline mode (threads == 1) */
     fw_thread *threads;        /* owned: the pool threads' contexts (cfg.threads), NULL inline */
     fw_thread loop_thread;     /* the loop's own context (inline app calls, error heads) */
+    /* Inline first (cfg.inline_first, threads > 1; fw_lead.h). */
+    int lead_on;               /* the standby runs: the loop may run requests itself */
+    fw_lead lead;              /* who runs the loop */
+    fw_thread *lead_thread;    /* the main thread's context when it runs a request as an app
+                                * thread would (threads[], an index the pool does not use) */
+    fw_pool_job *own_head, *own_tail;  /* requests the loop thread runs itself at the end of
+                                        * the pass (counted busy: fw_pool_adopt) */
+    int64_t own_off_until;     /* ms: a call was taken over, every request goes to the app
+                                * threads until then (FW_OWN_OFF_MS) */
+    int sig_pending;           /* the signal fd fired while the standby ran the loop: the main
+                                * thread runs the handlers when it has the loop back */
+    int lead_ended;            /* the standby's run ended (lead_end says how); the main
+                                * thread ends it when back */
+    enum fw_run_end lead_end;
 
     fw_watch stop_w;           /* eventfd: stop requests from any thread or signal handler */
     fw_watch sig_w;            /* optional: a signal wakeup fd (not owned), -1 if none */
@@ -219,12 +247,6 @@ fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
                          const fw_app_ops *ops, void *app);
 void fw_server_free(fw_server *srv);
 
-/* An outcome (fw_rc.h): why fw_server_run returned. */
-enum fw_run_end {
-    FW_RUN_FAILED = -1,     /* the loop failed (said in the log) */
-    FW_RUN_STOPPED = 0,     /* a stop was requested (fw_server_stop) */
-    FW_RUN_SIGNAL = 1       /* on_signal asked to stop */
-};
 
 /* ---- the loop's clock ---- */
 
@@ -307,6 +329,10 @@ void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
 int fw_server_ends_keepalive(fw_server *srv);
 
 /* Internal to cserver/: connection bookkeeping used by fw_conn.c. */
+/* Loop thread: a request (its connection's job) for an app thread: the
+ * main thread runs it itself at the end of the pass while it may (inline
+ * first, fw_lead.h), else a pool thread. */
+void fw_server_run_job(fw_server *srv, fw_pool_job *job);
 void fw_server_conn_closed(fw_server *srv);
 void fw_server_request_done(fw_server *srv);
 

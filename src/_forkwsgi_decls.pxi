@@ -104,6 +104,7 @@ cdef extern from "glue.h":
         int max_connections
         int accept_batch
         int write_coalesce_us
+        int inline_first
         uint64_t max_requests
         int threads
         int release_listeners

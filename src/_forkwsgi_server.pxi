@@ -56,6 +56,7 @@ cdef enum Kind:
     K_NETS = 4          # addresses and networks (a list of text), a parsed fw_netlist the Server owns
     K_PROXY = 5         # PROXY protocol versions: "off", "v1", "v2", "auto" as an int mask
     K_US = 6            # seconds (float, at most 0.1) stored as int microseconds
+    K_ONOFF = 7         # "on" or "off" as an int 1 or 0
 
 cdef fw_config _layout
 
@@ -78,6 +79,7 @@ CORE_SETTINGS = {
     "max_requests": (K_U64, _at(&_layout.max_requests)),
     "threads": (K_INT, _at(&_layout.threads)),
     "write_coalesce": (K_US, _at(&_layout.write_coalesce_us)),
+    "inline_first": (K_ONOFF, _at(&_layout.inline_first)),
     "forwarded_allow_ips": (K_NETS, _at(&_layout.forwarded_allow)),
     "proxy_protocol": (K_PROXY, _at(&_layout.proxy_protocol)),
     "proxy_allow_ips": (K_NETS, _at(&_layout.proxy_allow)),
@@ -112,6 +114,11 @@ cdef int _store(fw_config *cfg, str name, object value) except -1:
         if value not in _PROXY_VERSIONS:
             raise ValueError(f"{name}: use off, v1, v2 or auto")
         (<int *>field)[0] = _PROXY_VERSIONS[value]
+        return 0
+    if kind == K_ONOFF:
+        if value not in ("on", "off"):
+            raise ValueError(f"{name}: use on or off")
+        (<int *>field)[0] = value == "on"
         return 0
     if value < 0:
         raise ValueError(f"{name} must not be negative")

@@ -125,7 +125,8 @@ int fw_status_read(const void *entry, uint64_t *began, uint64_t *calls, char *li
 }
 
 /* The Python thread state of the thread serving c: a pool thread's own
- * (made in thread_start), or the one serve() saved on the loop thread. */
+ * (made in thread_start), or the one serve() saved on the loop thread
+ * (which also runs requests as a pool thread does: fw_thread.per_call). */
 static PyThreadState *thread_state(fw_glue *s, fw_conn *c)
 {
     return c->x->thr->app_ctx ? (PyThreadState *)c->x->thr->app_ctx : s->tstate;
@@ -139,8 +140,8 @@ static PyThreadState *thread_state(fw_glue *s, fw_conn *c)
  * pool thread takes and drops it per call. */
 static void gil_take(fw_glue *s, fw_conn *c)
 {
-    if (c->x->thr->app_ctx) {
-        PyEval_RestoreThread(thread_state(s, c));     /* a pool thread */
+    if (c->x->thr->app_ctx || c->x->thr->per_call) {
+        PyEval_RestoreThread(thread_state(s, c));     /* a pool thread, or as one */
         return;
     }
     if (!s->gil_kept)
@@ -150,7 +151,7 @@ static void gil_take(fw_glue *s, fw_conn *c)
 
 static void gil_leave(fw_glue *s, fw_conn *c)
 {
-    if (c->x->thr->app_ctx)
+    if (c->x->thr->app_ctx || c->x->thr->per_call)
         PyEval_SaveThread();
     else
         s->gil_kept = 1;

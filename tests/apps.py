@@ -613,8 +613,11 @@ def sized_body(n):
 
 
 def thread_name(environ, start_response):
-    """The name of the thread the app runs on; ?server=X sends its own Server header."""
+    """The name of the thread the app runs on; ?server=X sends its own Server
+    header; ?t=SECONDS sleeps first (saying it is in: apps.entered)."""
     q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    entered(environ)
+    time.sleep(float(q.get("t", "0")))
     headers = [("Content-Type", "text/plain")] + ([("Server", q["server"])] if "server" in q else [])
     start_response("200 OK", headers)
     return [threading.current_thread().name.encode()]

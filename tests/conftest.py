@@ -166,12 +166,19 @@ def wait_exit(proc, timeout):
     return proc.wait(timeout)              # exited: this only reaps it
 
 
-APP_MODE_ENV = {"inline": {}, "threads": {"FORKWSGI_THREADS": "3"}}
+# A module runs its tests in each of its APP_MODES (inline and threads by
+# default): inline (--threads 1), threads (--threads 3: quick calls run on
+# the loop thread, --inline-first), handoff (--threads 3, every request
+# handed to an app thread: --inline-first off), which modules that drive
+# the app threads' hand-offs (parking, Expect, errors) opt in to.
+APP_MODE_ENV = {"inline": {}, "threads": {"FORKWSGI_THREADS": "3"},
+                "handoff": {"FORKWSGI_THREADS": "3", "FORKWSGI_INLINE_FIRST": "off"}}
+DEFAULT_APP_MODES = ("inline", "threads")
 
 
 def pytest_generate_tests(metafunc):
     if "app_mode" in metafunc.fixturenames:
-        modes = getattr(metafunc.module, "APP_MODES", tuple(APP_MODE_ENV))
+        modes = getattr(metafunc.module, "APP_MODES", DEFAULT_APP_MODES)
         metafunc.parametrize("app_mode", modes, scope="module")
 
 

@@ -16,6 +16,7 @@ from conftest import HERE, ServerProc
 from httpraw import Closed, Conn, bytes_waiting, non_readers, request, server_unread, wait_for
 
 APP = "error_apps:app"
+APP_MODES = ("inline", "threads", "handoff")     # handoff: the app threads' hand-offs (conftest)
 
 
 def get(port, path, timeout=10.0, headers=b""):
@@ -99,6 +100,7 @@ EMBEDDED = """
 import sys
 sys.path.insert(0, {here!r})
 import forkwsgi, error_apps
+
 forkwsgi.run(error_apps.app, "127.0.0.1", {port})
 """
 

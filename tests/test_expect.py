@@ -5,6 +5,8 @@ run first and its read waited on the socket, on the loop thread inline)."""
 
 from httpraw import Conn, wait_for
 
+APP_MODES = ("inline", "threads", "handoff")     # handoff: the app threads' hand-offs (conftest)
+
 
 def continue_then(c, head, body):
     """Send head, read its 100 Continue, send body: the final response."""

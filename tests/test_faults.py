@@ -347,7 +347,8 @@ def test_lost_pool_wake_up_does_not_wedge_the_worker(make_server, faults):
     are threads are all answered (before the fix, the threads stayed
     counted busy for ever and the 4th request waited for ever)."""
     f = faults("eventfd_write:1+=EIO", gated=True)
-    s = make_server("apps:echo", "--workers", "1", "--threads", "3", env=f.env)
+    # (--inline-first off: every request goes through the pool's hand-off.)
+    s = make_server("apps:echo", "--workers", "1", "--threads", "3", "--inline-first", "off", env=f.env)
     get_ok(s)
     f.open()
     for _ in range(6):
@@ -365,7 +366,8 @@ def test_failed_pool_eventfd_read_is_logged_and_requests_answered(make_server, f
     is announced through the eventfd; a kept-alive one may be left for the
     loop unannounced: fw_pool_quiet.)"""
     f = faults("eventfd_read:1=EIO", gated=True)
-    s = make_server("apps:echo", "--workers", "1", "--threads", "3", env=f.env)
+    # (--inline-first off: every request goes through the pool's hand-off.)
+    s = make_server("apps:echo", "--workers", "1", "--threads", "3", "--inline-first", "off", env=f.env)
     get_ok(s)
     f.open()
     assert s.get(headers=b"Connection: close\r\n").status == 200

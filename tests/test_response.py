@@ -8,6 +8,8 @@ import pytest
 
 from httpraw import Conn, wait_for
 
+APP_MODES = ("inline", "threads", "handoff")     # handoff: the app threads' hand-offs (conftest)
+
 
 @pytest.fixture(scope="module")
 def errsrv(app_mode):

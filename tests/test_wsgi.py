@@ -646,7 +646,9 @@ def test_server_header_software_and_thread_names(make_server, app_mode):
     threads named "Dummy-N" in log records. Now: "Server: forkwsgi" unless
     the app sends its own, SERVER_SOFTWARE "forkwsgi/VERSION" (gunicorn's
     "gunicorn/VERSION"), and app threads named after their worker."""
-    s = make_server("apps:thread_name", "--workers", "2")
+    # With app threads, requests run on them (--inline-first off; on, a
+    # quick one runs on the worker's main thread: test_inline_first.py).
+    s = make_server("apps:thread_name", "--workers", "2", "--inline-first", "off")
     with Conn(s.port) as c:
         c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
         r = c.read_response()

@@ -80,6 +80,13 @@ SETTINGS = [
             "this many seconds plus the app call running then, and only while other requests of the "
             "pass wait; after an app call twice as long as this, each is written at once for a "
             "second (a response that waits behind a slow call waits all of it). 0 writes each at once", section="Processes"),
+    Setting("inline_first", ["--inline-first"], "on", choice(("on", "off")), metavar="on|off",
+            help="with --threads above 1: the worker's loop thread runs the requests of a pass itself, one "
+                 "after the other, while its calls are quick, and the app threads sleep: a request then "
+                 "costs no thread wake-up (half the CPU of a small request). A standby thread watches: a "
+                 "call still running after 1 to 2 ms has the standby take the loop over, and for a second "
+                 "after that every request goes to an app thread, as with off. off: every request is "
+                 "handed to an app thread", section="Processes"),
     Setting("balance", ["--balance"], "least-busy", balance,
             "how workers share connections: least-busy (the worker with the fewest requests in flight "
             "and a free thread accepts; kept-alive connections move to free workers), reuseport "

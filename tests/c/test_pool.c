@@ -86,7 +86,7 @@ int main(void)
         return 1;
     }
     seen s = { .ahead_says = 1 };
-    fw_pool *p = fw_pool_start(&loop, 1, &ops, &s);
+    fw_pool *p = fw_pool_start(&loop, 1, fw_pool_max_threads(1), &ops, &s);
     CHECK(p != NULL);
     if (!p)
         return check_report();
