@@ -9,12 +9,14 @@ here asserts a speed.
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 
+import pytest
 from httpraw import Closed, Conn, in_app_header, request, wait_for, wait_in_app
 from test_handover import needs_wrk, wrk
 from test_supervision import free_port
@@ -228,11 +230,14 @@ def test_sigterm_finishes_in_flight_requests_on_threads(make_server, tmp_path):
     assert s.proc.wait(15) == 0
 
 
-def test_timeout_on_an_app_thread_logs_that_thread(make_server, tmp_path):
+@pytest.mark.parametrize("inline_first, where", [("on", "on the loop thread"), ("off", "on app thread [12] ")])
+def test_timeout_on_an_app_thread_logs_that_thread(make_server, tmp_path, inline_first, where):
     # The stuck request gets --graceful-timeout (and as long for atexit)
-    # to end, then goes with its worker.
+    # to end, then goes with its worker. The log names its thread as the
+    # thread's name does (forkwsgi worker 1 thread K), or the loop thread
+    # (--inline-first: the first request of a worker runs there).
     s = make_server("apps:sleep", "--workers", "1", "--threads", "2", "--timeout", "1.5",
-                    "--graceful-timeout", "2")
+                    "--graceful-timeout", "2", "--inline-first", inline_first)
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     stuck = s.worker_pids()[0]
     with Conn(s.port, timeout=15) as c:
@@ -245,7 +250,7 @@ def test_timeout_on_an_app_thread_logs_that_thread(make_server, tmp_path):
         assert c.is_closed(10)
     assert wait_for(lambda: len(s.worker_pids()) == 1 and stuck not in s.worker_pids())
     log = s.log()
-    assert "timed out" in log and "'GET /?t=30'" in log and "on app thread" in log
+    assert "timed out" in log and "'GET /?t=30'" in log and re.search(where, log), log
     assert "in sleep" in log
 
 

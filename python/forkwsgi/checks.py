@@ -42,15 +42,16 @@ class WorkerChecks:
                 # threads; its stack is logged once.
                 if not w.timeout_held:
                     w.timeout_held = True
-                    self.log.error("Worker %d (pid %d): %.1f s in %r on app thread %d (--timeout %g), but the "
+                    self.log.error("Worker %d (pid %d): %.1f s in %r on %s (--timeout %g), but the "
                                    "app does not import, so it cannot be replaced: it serves on; its Python "
-                                   "stacks follow", w.index, w.pid, (now - began) / 1e9, line, t, limit)
+                                   "stacks follow", w.index, w.pid, (now - began) / 1e9, line,
+                                   self.slots.thread_label(t), limit)
                     self.kill(w.pid, signal.SIGUSR2)
                 continue
-            self.log.error("Worker %d (pid %d) timed out: %.1f s in %r on app thread %d (--timeout %g); "
+            self.log.error("Worker %d (pid %d) timed out: %.1f s in %r on %s (--timeout %g); "
                            "its Python stacks follow; it takes no more requests, its other requests get "
                            "--graceful-timeout %g s to finish, and a new worker replaces it", w.index, w.pid,
-                           (now - began) / 1e9, line, t, limit, self.cfg["graceful_timeout"])
+                           (now - began) / 1e9, line, self.slots.thread_label(t), limit, self.cfg["graceful_timeout"])
             for h in self.log.handlers:
                 h.flush()
             self.kill(w.pid, signal.SIGUSR2)       # faulthandler writes the stack to stderr

@@ -333,10 +333,10 @@ class WorkerLifecycle:
                        self.no_app, serving, self.num_workers, max(0.0, self.import_retry_at - time.monotonic()))
     def requests_in_app(self, w):
         """What w's app threads were serving, from its status slots (until
-        its replacement takes them): "'GET /a' (app thread 0), ...", or ""."""
+        its replacement takes them): "'GET /a' (app thread 1), ...", or ""."""
         if w.slot is None:
             return ""
-        return ", ".join(f"{line!r} (app thread {t})" for t, _, line in self.slots.serving(w.slot))
+        return ", ".join(f"{line!r} ({self.slots.thread_label(t)})" for t, _, line in self.slots.serving(w.slot))
 
     SELF_RETIRED = {"max_requests": "--max-requests", "app_exit": "the app called sys.exit()",
                     "signal": "sent a stop signal, not by the master"}

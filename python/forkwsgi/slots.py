@@ -221,6 +221,13 @@ class WorkerSlots:
         """What the worker's app threads are in: [(thread, began_ns, request line)]."""
         return _forkwsgi.status_read(self.status, slot, self.entries)
 
+    def thread_label(self, t):
+        """What the log calls the thread of status entry t: "app thread K"
+        (K from 1, as in the thread's name, "forkwsgi worker N thread K"),
+        or the loop thread: the only one with --threads 1, the entry after
+        the app threads with more (--inline-first: it runs quick requests)."""
+        return "the loop thread" if self.threads == 1 or t == self.threads else f"app thread {t + 1}"
+
     def threads_of(self, slot):
         """Every app thread of the worker in `slot`: [(thread, began_ns or 0,
         request line or None, calls into the app)]; a spare thread (one that
