@@ -1,15 +1,35 @@
 /* fw_lead: see fw_lead.h. */
+#define _GNU_SOURCE
 #include "fw_lead.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 /* The word of the main thread's current call. */
 static uint64_t call_word(const fw_lead *l)
 {
     return (l->seq << 2) | FW_LEAD_CALL;
+}
+
+/* A question (1 yes, 0 no): does the main thread run, or wait for a CPU
+ * ("R" in its stat)? Unknown (no stat file, a failed read) says no. */
+static int main_runs(fw_lead *l)
+{
+    char buf[512];
+    if (l->stat_fd < 0)
+        return 0;
+    ssize_t n = pread(l->stat_fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    const char *paren = strrchr(buf, ')');     /* the name, in parentheses, may hold anything */
+    return paren && paren[1] == ' ' && paren[2] == 'R';
 }
 
 /* mu held: sleep one tick (or until signalled). */
@@ -47,7 +67,7 @@ static void *standby_main(void *arg)
 {
     fw_lead *l = arg;
     uint64_t last = FW_LEAD_MAIN;
-    int idle = 0;
+    int idle = 0, held = 0;
     pthread_mutex_lock(&l->mu);
     while (!l->quit) {
         uint64_t w = atomic_load(&l->word);
@@ -58,9 +78,13 @@ static void *standby_main(void *arg)
         }
         if ((w & 3) == FW_LEAD_CALL) {
             idle = 0;
-            /* The same call as a tick ago: it has lasted a tick at least. */
-            if (w == last && atomic_compare_exchange_strong(&l->word, &w, FW_LEAD_STANDBY)) {
+            held = w == last ? held + 1 : 0;
+            /* The same call as a tick ago: it has lasted a tick at least.
+             * Asleep, it is taken over; running, after a while. */
+            if (held > 0 && (held >= FW_LEAD_RUNNING_TICKS || !main_runs(l)) &&
+                atomic_compare_exchange_strong(&l->word, &w, FW_LEAD_STANDBY)) {
                 l->takeovers++;
+                held = 0;
                 continue;
             }
         } else if (++idle >= FW_LEAD_IDLE_TICKS) {
@@ -90,6 +114,11 @@ int fw_lead_start(fw_lead *l, const fw_lead_ops *ops, void *ctx)
     memset(l, 0, sizeof(*l));
     l->ops = ops;
     l->ctx = ctx;
+    /* The main thread's state, read when a call lasts (main_runs). Without
+     * it (no /proc), calls are taken over by time alone. */
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/task/%ld/stat", (long)syscall(SYS_gettid));
+    l->stat_fd = open(path, O_RDONLY | O_CLOEXEC);
     atomic_store(&l->watching, 1);
     pthread_condattr_t ca;
     int e = pthread_condattr_init(&ca);
@@ -105,8 +134,11 @@ int fw_lead_start(fw_lead *l, const fw_lead_ops *ops, void *ctx)
         }
     }
     pthread_condattr_destroy(&ca);
-    if (e != 0)
+    if (e != 0) {
+        if (l->stat_fd >= 0)
+            close(l->stat_fd);
         return -e;
+    }
     /* Signals go to the main thread (Python's handlers run there): the
      * standby starts with all of them blocked. */
     sigset_t all, old;
@@ -122,6 +154,8 @@ int fw_lead_start(fw_lead *l, const fw_lead_ops *ops, void *ctx)
         pthread_cond_destroy(&l->back_cv);
         pthread_cond_destroy(&l->cv);
         pthread_mutex_destroy(&l->mu);
+        if (l->stat_fd >= 0)
+            close(l->stat_fd);
         return -e;
     }
     return 0;
@@ -134,6 +168,8 @@ void fw_lead_stop(fw_lead *l)
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
     pthread_join(l->tid, NULL);
+    if (l->stat_fd >= 0)
+        close(l->stat_fd);
     pthread_cond_destroy(&l->back_cv);
     pthread_cond_destroy(&l->cv);
     pthread_mutex_destroy(&l->mu);

@@ -7,9 +7,13 @@
  * thread, the process's main thread, runs the requests of a pass itself,
  * one after the other, and the app threads stay asleep. A call that lasts
  * must not hold the loop, though: a standby thread watches. When it finds
- * the same call running at two of its ticks (FW_LEAD_TICK_MS apart), it
+ * the same call running at two of its ticks (FW_LEAD_TICK_MS apart), with
+ * the main thread asleep (blocked in I/O, a sleep, a lock, the GIL), it
  * takes the loop over and runs it as the loop thread did, handing requests
- * to the app threads. The loop thread, once its call returns, gives its
+ * to the app threads. A main thread that runs, or waits for a CPU (other
+ * workers share it: a call preempted for a few ms is common), keeps the
+ * loop for FW_LEAD_RUNNING_TICKS: taken over then, each request would cost
+ * the hand-offs this spares, with no CPU to gain. The loop thread, once its call returns, gives its
  * request back as an app thread would (fw_pool_hand_back) and waits for
  * the loop; the standby gives it back at the end of its next pass. The
  * loop thread gives the loop away itself when its request must wait for
@@ -36,7 +40,8 @@
 /* fw_lead.word: who runs the loop. */
 enum { FW_LEAD_MAIN = 0, FW_LEAD_CALL = 1, FW_LEAD_STANDBY = 2 };
 
-#define FW_LEAD_TICK_MS 1           /* a call is taken over after 1 to 2 ms */
+#define FW_LEAD_TICK_MS 1           /* a call that sleeps is taken over after 1 to 2 ms */
+#define FW_LEAD_RUNNING_TICKS 50    /* ...one that runs (or waits for the CPU), after 50 */
 #define FW_LEAD_IDLE_TICKS 1000     /* ticks with no call seen: the standby sleeps until one */
 
 typedef struct fw_lead_ops {
@@ -60,6 +65,8 @@ typedef struct fw_lead {
     pthread_cond_t back_cv;        /* the main thread's wait for the loop */
     int quit;
     pthread_t tid;
+    int stat_fd;                   /* owned: /proc/self/task/<main thread>/stat, or -1 (then a
+                                    * call is taken over after two ticks, whatever its state) */
 } fw_lead;
 
 /* Main thread: start the standby, the loop the main thread's. 0, or
