@@ -4,18 +4,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+int fw_buf_compact(fw_buf *b, size_t extra)
+{
+    size_t used = b->len - b->off;
+    if (b->off == 0 || b->cap - used < extra || used > b->cap / 2)
+        return 0;
+    memmove(b->data, b->data + b->off, used);
+    b->off = 0;
+    b->len = used;
+    return 1;
+}
+
 int fw_buf_reserve(fw_buf *b, size_t extra)
 {
-    if (b->cap - b->len >= extra)
+    if (b->cap - b->len >= extra || fw_buf_compact(b, extra))
         return 0;
     size_t used = b->len - b->off;
-    /* Reclaim the consumed prefix first when that is enough and cheap. */
-    if (b->off > 0 && b->cap - used >= extra && used <= b->cap / 2) {
-        memmove(b->data, b->data + b->off, used);
-        b->off = 0;
-        b->len = used;
-        return 0;
-    }
     if (extra > ((size_t)-1) / 2 || used > ((size_t)-1) / 2 - extra)
         return -1;
     size_t want = used + extra;

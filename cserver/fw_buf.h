@@ -26,6 +26,11 @@ static inline size_t fw_buf_room(const fw_buf *b) { return b->cap - b->len; }
 
 /* Make room for at least `extra` bytes after len. 0 on success, -1 on ENOMEM. */
 int fw_buf_reserve(fw_buf *b, size_t extra);
+/* Make room for `extra` bytes in the block as it is, by dropping the
+ * consumed front (moving what is left to the start), when that is enough
+ * and moves at most half the block (so appends stay amortised O(1)). A
+ * question: 1 done, 0 not (then the block must grow). */
+int fw_buf_compact(fw_buf *b, size_t extra);
 /* Append p[0..n): 0, or -1 on ENOMEM. Inline when there is room (response
  * heads are built of many small appends); fw_buf_append_grow otherwise. */
 int fw_buf_append_grow(fw_buf *b, const void *p, size_t n);

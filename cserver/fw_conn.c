@@ -137,17 +137,11 @@ int fw_conn_out_room(fw_conn *c, size_t extra)
 {
     fw_server *srv = c->srv;
     fw_buf *b = &c->x->out;
-    if (fw_buf_room(b) >= extra)
+    /* It may fit once what was sent is dropped from the front (a slow
+     * reader's buffer): no larger block for that. */
+    if (fw_buf_room(b) >= extra || fw_buf_compact(b, extra))
         return 0;
     size_t used = fw_buf_used(b);
-    if (b->cap - used >= extra) {
-        /* It fits once what was sent is dropped from the front (a slow
-         * reader's buffer): no larger block for that. */
-        memmove(b->data, fw_buf_head(b), used);
-        b->off = 0;
-        b->len = used;
-        return 0;
-    }
     /* Spare stacks are the loop thread's alone (an app thread grows the
      * buffer by realloc; the loop keeps the block as it gives it back). */
     fw_spare *to = NULL;
