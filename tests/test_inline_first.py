@@ -91,6 +91,7 @@ def test_a_stop_while_the_standby_runs_the_loop(make_server, tmp_path):
     call's response is sent whole (Connection: close), the worker exits
     0 and is replaced."""
     s = make_server("apps:thread_name", "--workers", "1", "--threads", "4", "--graceful-timeout", "20")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
     [worker] = s.worker_pids()
     with s.conn() as slow:
         mark = str(tmp_path / "in")
