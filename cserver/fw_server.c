@@ -928,13 +928,13 @@ static int run_own(fw_server *srv, enum fw_run_end *end)
     return 1;
 }
 
-/* The standby's run of the loop (fw_lead_ops.run): what the main thread kept
- * goes to the app threads, and so does every request for a while; passes
- * until the main thread wants the loop back, or the run ends. */
 static int run_pass(fw_server *srv, enum fw_run_end *end);
 static void end_connections(fw_server *srv);
 static void cut_pool(fw_server *srv);
 
+/* The standby's run of the loop (fw_lead_ops.run): what the main thread kept
+ * goes to the app threads, and so does every request for a while; passes
+ * until the main thread wants the loop back, or the run ends. */
 static void lead_run(void *ctx)
 {
     fw_server *srv = ctx;
@@ -1114,8 +1114,11 @@ static void end_run(fw_server *srv)
     end_connections(srv);
     if (srv->pool) {
         drain_pool(srv);
-        if (srv->lead_on)
+        if (srv->lead_on) {
             fw_lead_stop(&srv->lead);
+            fw_server_log(srv, FW_LOG_DEBUG, "inline first: %llu call(s) taken over by the standby",
+                          (unsigned long long)srv->lead.takeovers);
+        }
         fw_pool_stop(srv->pool);
         srv->lead_on = 0;       /* (after the pool's threads, which map their index by it) */
         srv->lead_thread = NULL;
