@@ -67,9 +67,11 @@ def test_counts_are_exact_across_workers_and_threads():
             assert sum(w["forkwsgi"]["status_classes"][cls] for w in workers) == n
         assert sum(core["requests"] for w in workers for core in w["cores"]) == 120
         # The app threads, and the loop thread (core 2) once it ran requests
-        # itself (--inline-first): quick ones all run there.
-        assert all([c["id"] for c in w["cores"]] == [0, 1, 2] for w in workers if w["requests"])
-        assert sum(w["cores"][2]["requests"] for w in workers if w["requests"]) == 120
+        # itself (--inline-first: a worker's first request runs there; how
+        # many more do depends on the machine: a call that sleeps 2 ms
+        # sends the next second's to the app threads).
+        assert all([c["id"] for c in w["cores"]] == [0, 1, 2] and w["cores"][2]["requests"] > 0
+                   for w in workers if w["requests"])
         assert all(w["status"] == "idle" and w["respawn_count"] == 0 for w in workers)
         assert all(w["avg_rt"] > 0 and w["running_time"] >= w["avg_rt"] for w in workers if w["requests"])
         assert doc["pid"] == s.pid and doc["forkwsgi"]["totals"]["requests"] == 120
