@@ -34,6 +34,20 @@ static void wake_loop_locked(fw_pool *p)
     }
 }
 
+/* Under p->mu: `job` joins the done list, and the loop is woken for it,
+ * unless `may_stay_quiet` and its kept-alive response is out with its
+ * socket armed (ops->ahead): the loop takes the job back when that
+ * socket, or anything else, wakes it. Waking it now would cost a context
+ * switch per request for nothing. */
+static void done_locked(fw_pool *p, fw_pool_job *job, int may_stay_quiet)
+{
+    job->next = NULL;
+    if (p->done_tail) p->done_tail->next = job; else p->done_head = job;
+    p->done_tail = job;
+    if (!(may_stay_quiet && p->quiet_ok && p->ops->ahead && p->ops->ahead(p->ctx, job)))
+        wake_loop_locked(p);
+}
+
 static void *pool_main(void *arg)
 {
     pool_thread self = *(pool_thread *)arg;
@@ -57,14 +71,7 @@ static void *pool_main(void *arg)
         p->ops->run(p->ctx, self.index, job);
 
         pthread_mutex_lock(&p->mu);
-        if (p->done_tail) p->done_tail->next = job; else p->done_head = job;
-        p->done_tail = job;
-        /* A kept-alive response is out and its socket armed (ops->ahead):
-         * the loop takes the job back when that socket, or anything else,
-         * wakes it. Waking it now would cost a context switch per
-         * request for nothing. */
-        if (!(p->quiet_ok && p->ops->ahead && p->ops->ahead(p->ctx, job)))
-            wake_loop_locked(p);
+        done_locked(p, job, 1);
     }
     pthread_mutex_unlock(&p->mu);
     if (p->ops->thread_stop)
@@ -232,11 +239,8 @@ void fw_pool_unadopt(fw_pool *p)
 
 void fw_pool_hand_back(fw_pool *p, fw_pool_job *job)
 {
-    job->next = NULL;
     pthread_mutex_lock(&p->mu);
-    if (p->done_tail) p->done_tail->next = job; else p->done_head = job;
-    p->done_tail = job;
-    wake_loop_locked(p);
+    done_locked(p, job, 0);     /* the loop's owner waits for it: always woken */
     pthread_mutex_unlock(&p->mu);
 }
 

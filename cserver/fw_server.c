@@ -854,21 +854,35 @@ void fw_server_run_job(fw_server *srv, fw_pool_job *job)
     srv->own_tail = job;
 }
 
+/* Close the connections of a list of jobs no thread will run; `adopted`:
+ * the loop thread's own, counted busy by fw_pool_adopt (the pool's
+ * cancelled ones are uncounted by fw_pool_cancel_queued). */
+static void close_jobs(fw_server *srv, fw_pool_job *job, int adopted)
+{
+    while (job) {
+        fw_pool_job *next = job->next;
+        job->next = NULL;
+        if (adopted)
+            fw_pool_unadopt(srv->pool);
+        fw_conn_close(CONN_OF_JOB(job));
+        job = next;
+    }
+}
+
 /* The requests the loop thread kept go to the app threads (the standby
  * took the loop, or the run ends: then they close). */
 static void own_give_up(fw_server *srv, int close)
 {
     fw_pool_job *job = srv->own_head;
     srv->own_head = srv->own_tail = NULL;
+    if (close) {
+        close_jobs(srv, job, 1);
+        return;
+    }
     while (job) {
         fw_pool_job *next = job->next;
         job->next = NULL;
-        if (close) {
-            fw_pool_unadopt(srv->pool);
-            fw_conn_close(CONN_OF_JOB(job));
-        } else {
-            fw_pool_submit_adopted(srv->pool, job);
-        }
+        fw_pool_submit_adopted(srv->pool, job);
         job = next;
     }
 }
@@ -1020,13 +1034,7 @@ static void cut_pool(fw_server *srv)
     fw_pool_quiet(p, 0);        /* every thread done from now on wakes us */
     own_give_up(srv, 1);
     fw_pool_collect(p);
-    fw_pool_job *q = fw_pool_cancel_queued(p);
-    while (q) {
-        fw_pool_job *next = q->next;
-        q->next = NULL;
-        fw_conn_close(CONN_OF_JOB(q));
-        q = next;
-    }
+    close_jobs(srv, fw_pool_cancel_queued(p), 0);
     for (fw_conn *c = srv->conns; c; c = c->next)
         if (c->state == FW_C_APP && shutdown(c->w.fd, SHUT_RDWR) != 0 && errno != ENOTCONN)
             fw_server_log(srv, FW_LOG_DEBUG, "shutdown(%d): %s", c->w.fd, strerror(errno));
