@@ -5,6 +5,8 @@
     python3 bench/run_ab.py --rev HEAD~3 --threads 1,2 --workloads pipeline16-hello,keepalive-hello
     python3 bench/run_ab.py --rev ed7fc55 --quick         # 1 round of 2 s cells
     python3 bench/run_ab.py --rev HEAD~1 --workers 2 --threads 2 --workloads close-hello   # the balancer
+    python3 bench/run_ab.py --rev a921102 --floor --workloads keepalive-hello,keepalive-4k,post-1k --rounds 20
+                                  # each side's CPU above the CPython floor, and whether it halved
 
 "Before" is REV, checked out into a temporary detached `git worktree` and
 built there (`python3 setup.py -q build_ext --inplace`); the worktree is
@@ -31,6 +33,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import math
 import os
 import shutil
 import signal
@@ -46,6 +49,7 @@ from run_core import (BENCH, CLIENT_CPU, OUT, RESULTS, SERVER_CPU, WORKLOADS, di
 
 ROOT = os.path.dirname(BENCH)
 SIDES = ("before", "after")
+REFERENCE, FLOOR = "reference", "floor"     # --floor: the C reference server, the CPython floor
 BUILD = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
 BUILD_TIMEOUT = 900            # seconds; the build takes well under a minute here
 GIT_TIMEOUT = 120
@@ -101,16 +105,22 @@ def server_argv(port, threads):
     return [*run_core.server_argv("forkwsgi", "route", port), "--workers", str(WORKERS[0]), "--threads", str(threads)]
 
 
-def start_pair(threads, envs):
-    """Both sides' servers for one threads setting, each on a free port and
+def sides(args):
+    """The servers of a round: both sides, and with --floor the C reference."""
+    return SIDES + (REFERENCE,) if args.floor else SIDES
+
+
+def start_pair(threads, envs, names):
+    """The servers `names` for one threads setting, each on a free port and
     checked (run_core.check_server: ready, responses, keep-alive; then the
     pipelining probe). Ports are picked one after the other, each once the
     previous server listens."""
     pair = {}
-    for side in SIDES:
+    for side in names:
         port = free_port()
+        argv = run_core.server_argv(REFERENCE, "route", port) if side == REFERENCE else server_argv(port, threads)
         srv = run_core.Server(f"{side} t{threads}", "route", port, os.path.join(OUT, f"ab.{side}.t{threads}.log"),
-                              argv=server_argv(port, threads), env=envs[side])
+                              argv=argv, env=envs.get(side))
         facts = run_core.check_server(srv)
         if "failure" not in facts:
             facts["pipelined"] = srv.probe_pipelining()
@@ -122,10 +132,10 @@ def start_pair(threads, envs):
 def run_setting(threads, envs, workloads, args):
     """Every round of one threads setting on one pair of servers."""
     results, problems = [], []
-    pair = start_pair(threads, envs)
+    pair = start_pair(threads, envs, sides(args))
     try:
         for rnd in range(args.rounds):
-            order = rotated(SIDES, rnd)           # before/after swapped every round
+            order = rotated(sides(args), rnd)     # before/after (/reference) rotated every round
             for workload in workloads:
                 for side in order:
                     srv, facts = pair[side]
@@ -141,6 +151,10 @@ def run_setting(threads, envs, workloads, args):
                                                   args.duration, args.warmup, args.quiet_wait))
                     results.append(r)
                     run_core.log_cell(r, args.rounds)
+            if args.floor:
+                floor = run_core.measure_floor(workloads, args.quiet_wait)
+                results += [{"threads": threads, "workload": w, "side": FLOOR, "round": rnd, "floor_ns": ns}
+                            for w, ns in floor.items()]
     finally:
         for side, (srv, facts) in pair.items():
             crashed, code = srv.stop()
@@ -183,6 +197,77 @@ def summarize(results, threads_list, workloads):
             row["cpu_ratio"] = median(list(row["cpu_ratios"].values()))
             rows.append(row)
     return rows
+
+
+def median_ci(values, level=0.95):
+    """A distribution-free interval for the median of `values`: the order
+    statistics k and n-k+1, k the largest with P(Binom(n, 1/2) < k) within
+    (1 - level) / 2. None with fewer than 6 values (no such k)."""
+    xs, n = sorted(values), len(values)
+    k, tail = 0, 0.0
+    while k < n:
+        p = math.comb(n, k) / 2 ** n
+        if tail + p > (1 - level) / 2:
+            break
+        tail, k = tail + p, k + 1
+    return (xs[k - 1], xs[n - k]) if k else None
+
+
+def above_floor(results, threads_list, workloads):
+    """--floor: per threads setting and workload, each round's CPU per
+    request of both sides less the reference's less the round's CPython
+    floor, in ns, and `margin` = after - before / 2 (below 0: halved)."""
+    rows = []
+    for threads in threads_list:
+        for w in workloads:
+            per = {}
+            for r in results:
+                if r["threads"] != threads or r["workload"] != w:
+                    continue
+                if r["side"] == FLOOR:
+                    per.setdefault(r["round"], {})[FLOOR] = r["floor_ns"]
+                elif "cpu_us_per_req" in r:
+                    per.setdefault(r["round"], {})[r["side"]] = r["cpu_us_per_req"] * 1000
+            rounds = {}
+            for rnd, v in sorted(per.items()):
+                if all(k in v for k in (*SIDES, REFERENCE, FLOOR)):
+                    over = {side: v[side] - v[REFERENCE] - v[FLOOR] for side in SIDES}
+                    rounds[rnd] = over | {"margin": over["after"] - over["before"] / 2,
+                                          REFERENCE: v[REFERENCE], FLOOR: v[FLOOR]}
+            if rounds:
+                rows.append({"threads": threads, "workload": w, "rounds": rounds})
+    return rows
+
+
+def verdict(ci):
+    if ci is None:
+        return "too few rounds"
+    if ci[1] < 0:
+        return "**halved**"
+    return "**not halved**" if ci[0] > 0 else "undecided"
+
+
+def fmt_above_floor(rows, rounds):
+    def cell(key, per):
+        vals = [v[key] for v in per.values()]
+        ci = median_ci(vals)
+        return f"{median(vals):,.0f}" + (f" ({ci[0]:,.0f} to {ci[1]:,.0f})" if ci else "")
+    lines = ["| workload | threads | reference ns/req | CPython floor | above the floor, before | "
+             "above the floor, after | after - before / 2 | halved? |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        per = r["rounds"]
+        ci = median_ci([v["margin"] for v in per.values()])
+        lines.append(f"| {r['workload']} | {r['threads']} | {median([v[REFERENCE] for v in per.values()]):,.0f} | "
+                     f"{median([v[FLOOR] for v in per.values()]):,.0f} | {cell('before', per)} | "
+                     f"{cell('after', per)} | {cell('margin', per)} | {verdict(ci)} |")
+    cols = " | ".join(f"round {i + 1}" for i in range(rounds))
+    lines += ["", f"| above the floor, ns per request | threads | side | {cols} |", "|---|---:|---|" + "---:|" * rounds]
+    for r in rows:
+        for side in SIDES:
+            lines.append(f"| {r['workload']} | {r['threads']} | {side} | " + " | ".join(
+                f"{r['rounds'][i][side]:,.0f}" if i in r["rounds"] else "—" for i in range(rounds)) + " |")
+    return "\n".join(lines)
 
 
 def ratio_text(median_ratio, ratios):
@@ -228,6 +313,23 @@ def write_results(title, rows, problems, ctx, args):
     server_lines = "\n".join(f"PYTHONPATH={ctx['shown'][side]}/python taskset -c {SERVER_CPU} "
                              + display_command(server_argv("PORT", t)) for t in args.threads for side in SIDES)
     cells = "\n".join(f"- {w}: {WORKLOADS[w].desc}" for w in ctx["workloads"])
+    floor_md = ""
+    if args.floor:
+        server_lines += f"\ntaskset -c {SERVER_CPU} " + display_command(run_core.server_argv(REFERENCE, "route", "PORT"))
+        floor_md = f"""### Above the CPython floor (--floor)
+
+Each round also measures the C reference (`bench/refserver.c`, the kernel's and a C server's share)
+as a third server in the rotation, and times the CPython floor of each request on the server's CPU
+(`python3 bench/run_floor.py --json --number {run_core.FLOOR_CALLS} --repeat {run_core.FLOOR_REPEAT}`:
+the least environ, the app, iterating its body). "Above the floor" is a side's CPU per request less
+the reference's less the floor, in ns, per round. Medians over the rounds, with a distribution-free
+95 % interval for the median in brackets (order statistics). "after - before / 2" is taken per round:
+when its whole interval is below 0, the after side spends at most half the before side's CPU above
+the floor ("halved"); above 0, it does not; across 0, the run cannot tell.
+
+{ctx['floor_table']}
+
+"""
     section = f"""{title}
 
 Run on {ctx['started']:%Y-%m-%d %H:%M} UTC by `{invocation()}` (took {ctx['elapsed'] / 60:.1f} min;
@@ -268,7 +370,7 @@ Before: {rev}; after: {head}.
 
 {fmt_rounds(rows, args.rounds)}
 
-### Problems seen
+{floor_md}### Problems seen
 
 {chr(10).join(problems) if problems else 'None: every cell ran, no server failed its checks or exited early.'}
 """
@@ -306,6 +408,10 @@ def parse_args():
     ap.add_argument("--quiet-wait", type=float, default=15,
                     help="before each cell, wait up to this many seconds for other processes to go idle")
     ap.add_argument("--quick", action="store_true", help="1 round of 2 s cells (smoke test)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run the C reference in every round and time the CPython floor: each side's CPU "
+                         "above the floor, and whether after halves before's (keepalive-hello, keepalive-4k, "
+                         "post-1k)")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
     args = ap.parse_args()
     if args.quick:
@@ -353,7 +459,9 @@ def main():
             ctx["shown"] = {"before": "TMP", "after": ".."}
             for side in SIDES:
                 log(f"{side}: {ctx['software'][side]}")
-            cells = len(args.threads) * args.rounds * len(workloads) * 2
+            if args.floor:
+                run_core.build_refserver()
+            cells = len(args.threads) * args.rounds * len(workloads) * len(sides(args))
             log(f"{cells} cells of {args.warmup} + {args.duration} s: at least "
                 f"{cells * (args.warmup + args.duration + 0.6) / 60:.1f} min")
             for threads in args.threads:
@@ -365,11 +473,14 @@ def main():
     ctx["elapsed"] = time.monotonic() - t_start
 
     rows = summarize(results, args.threads, workloads)
+    if args.floor:
+        ctx["floor_table"] = fmt_above_floor(above_floor(results, args.threads, workloads), args.rounds)
     with open(os.path.join(OUT, "ab-results.json"), "w") as f:
         json.dump({k: v for k, v in ctx.items() if k != "started"} | {"results": results}, f, indent=1)
     log(f"\n{title}\n\nbefore: {ctx['rev']} ({ctx['rev_subject']}); after: {ctx['head']}\n\n"
         + fmt_table(rows) + "\n\n"
-        + fmt_rounds(rows, args.rounds) + "\n\n" + ratio_lines(rows))
+        + fmt_rounds(rows, args.rounds) + "\n\n" + ratio_lines(rows)
+        + ("\n\n" + ctx["floor_table"] if args.floor else ""))
     for p in problems:
         log(p)
     if not args.no_write:
