@@ -647,6 +647,9 @@ static int pool_may_be_quiet(const fw_server *srv)
 
 static int next_timeout(fw_server *srv)
 {
+    int bs = fw_balance_tick(&srv->bal, srv->now);     /* every pass: it acts, not only tells */
+    if (srv->own_head)
+        return 0;               /* requests kept for the main thread wait (run_own) */
     int64_t next = srv->now + 1000;      /* at least once a second: date, resumes */
     fw_tlist *lists[] = { &srv->t_head, &srv->t_body, &srv->t_idle, &srv->t_write, &srv->t_linger,
                           &srv->t_grace };
@@ -666,12 +669,9 @@ static int next_timeout(fw_server *srv)
         next = srv->now + QUIET_TAKE_BACK_MS;
     if (srv->reoffer_at && srv->reoffer_at < next)
         next = srv->reoffer_at;         /* a held connection may go then (bal_offer) */
-    int bs = fw_balance_tick(&srv->bal, srv->now);
     if (bs >= 0 && srv->now + bs < next)
         next = srv->now + bs;
     int64_t d = next - srv->now;
-    if (srv->own_head)
-        return 0;               /* requests kept for the main thread wait (run_own) */
     return d < 0 ? 0 : (int)d;
 }
 

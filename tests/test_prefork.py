@@ -179,6 +179,21 @@ def test_workers_zero_is_single_process(make_server):
     assert s.worker_pids() == []
 
 
+def test_workers_zero_survives_the_masters_signals(make_server):
+    """--workers 0 has no master: SIGHUP and SIGUSR2 (reloads) used to end
+    the process, SIGTTIN/SIGTTOU would stop it. Each is now logged and
+    ignored, and the process serves on; SIGTERM still stops it, rc 0."""
+    s = make_server("apps:pid", "--workers", "0")
+    for sig in (signal.SIGHUP, signal.SIGUSR2, signal.SIGTTIN, signal.SIGTTOU):
+        os.kill(s.pid, sig)
+        assert wait_for(lambda: f"Received {sig.name}: reloads and changes of the worker count need a master"
+                        in s.log()), s.log()
+        assert get_pid(s) == s.pid
+    assert s.proc.poll() is None
+    os.kill(s.pid, signal.SIGTERM)
+    assert s.proc.wait(10) == 0, s.log()
+
+
 def _pids_of(s, n):
     return [get_pid(s) for _ in range(n)]
 

@@ -210,6 +210,16 @@ def serve_here(app_spec, cfg, host, how, notifier):
         logs.reopen()
 
     signal.signal(signal.SIGUSR1, reopen)
+
+    def needs_master(signum, frame):
+        log.warning("Received %s: reloads and changes of the worker count need a master "
+                    "(--workers 1 or more); ignored", signal.Signals(signum).name)
+
+    # Left at their defaults, SIGHUP and SIGUSR2 (a reload: systemctl reload,
+    # gunicorn's upgrade) would end the process, and SIGTTIN/SIGTTOU
+    # (gunicorn's one worker more or less) would stop it.
+    for signum in (signal.SIGHUP, signal.SIGUSR2, signal.SIGTTIN, signal.SIGTTOU):
+        signal.signal(signum, needs_master)
     # Ready: the sockets are bound and the loop starts at once (watchdog
     # keep-alives need a master: --workers 1 or more).
     try:
