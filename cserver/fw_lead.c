@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The word of the main thread's current call. */
+/* The word of the main thread's calls in its current run. */
 static uint64_t call_word(const fw_lead *l)
 {
     return (l->seq << 2) | FW_LEAD_CALL;
@@ -66,21 +66,24 @@ static void lead(fw_lead *l)
 static void *standby_main(void *arg)
 {
     fw_lead *l = arg;
-    uint64_t last = FW_LEAD_MAIN;
+    uint64_t last_call = FW_LEAD_MAIN;  /* the last call's word seen (its run) */
     int idle = 0, held = 0;
     pthread_mutex_lock(&l->mu);
     while (!l->quit) {
         uint64_t w = atomic_load(&l->word);
         if (w == FW_LEAD_STANDBY) {
             lead(l);
-            last = FW_LEAD_MAIN;
+            last_call = FW_LEAD_MAIN;
             continue;
         }
         if ((w & 3) == FW_LEAD_CALL) {
             idle = 0;
-            held = w == last ? held + 1 : 0;
-            /* The same call as a tick ago: it has lasted a tick at least.
-             * Asleep, it is taken over; running, after a while. */
+            /* The same run as a tick ago (perhaps another of its calls: a
+             * tick that finds the main thread between two calls counts
+             * neither way): it has lasted a tick at least. Asleep, it is
+             * taken over; running, after a while. */
+            held = w == last_call ? held + 1 : 0;
+            last_call = w;
             if (held > 0 && (held >= FW_LEAD_RUNNING_TICKS || !main_runs(l)) &&
                 atomic_compare_exchange_strong(&l->word, &w, FW_LEAD_STANDBY)) {
                 l->takeovers++;
@@ -97,12 +100,11 @@ static void *standby_main(void *arg)
             if ((atomic_load(&l->word) & 3) == FW_LEAD_CALL)
                 atomic_store(&l->watching, 1);
         }
-        last = w;
         if (atomic_load(&l->watching)) {
             tick_wait(l);
         } else {
             pthread_cond_wait(&l->cv, &l->mu);
-            last = FW_LEAD_MAIN;        /* a new call needs two ticks from now */
+            last_call = FW_LEAD_MAIN;   /* a new run needs two ticks from now */
         }
     }
     pthread_mutex_unlock(&l->mu);
@@ -175,9 +177,13 @@ void fw_lead_stop(fw_lead *l)
     pthread_mutex_destroy(&l->mu);
 }
 
-void fw_lead_call_begin(fw_lead *l)
+void fw_lead_run_begin(fw_lead *l)
 {
     l->seq++;
+}
+
+void fw_lead_call_begin(fw_lead *l)
+{
     atomic_store(&l->word, call_word(l));
     if (!atomic_load(&l->watching)) {
         pthread_mutex_lock(&l->mu);

@@ -368,8 +368,20 @@ static void on_accept(fw_loop *loop, fw_watch *w, uint32_t events)
  * that waits is served in arrival order, whichever queue it waits in. */
 static void take_waiting(fw_server *srv)
 {
-    if (!srv->accepting || srv->nlisteners == 0 || fw_balance_armed(&srv->bal))
+    if (!srv->accepting || srv->nlisteners == 0)
         return;
+    /* Armed, the loop hears of a waiting connection at its next poll,
+     * unless the listeners are left again before it: the request about
+     * to be dispatched takes the last free thread (ordered, a full worker
+     * leaves them), and inline first the main thread's run goes on without
+     * polling. Under kept-alive saturation with connections arriving, new
+     * ones then waited seconds in the accept queue. So armed, try anyway,
+     * at most once a millisecond (an accept that finds none is a syscall). */
+    if (fw_balance_armed(&srv->bal)) {
+        if (srv->take_tried_at == srv->now)
+            return;
+        srv->take_tried_at = srv->now;
+    }
     for (int k = 0; k < srv->nlisteners; k++) {
         int i = (srv->take_next + k) % srv->nlisteners;
         if (accept_one(srv, &srv->listeners[i], 1) != ACCEPT_EMPTY) {
@@ -923,6 +935,7 @@ static int run_own(fw_server *srv, enum fw_run_end *end)
     fw_pool_job *last = srv->own_tail;
     if (srv->ops->unlock)
         srv->ops->unlock(srv->app);     /* per call from here (fw_thread.per_call) */
+    fw_lead_run_begin(&srv->lead);      /* the standby times them as one */
     while (srv->own_head) {
         fw_pool_job *job = srv->own_head;
         srv->own_head = job->next;

@@ -226,6 +226,7 @@ struct fw_server {
     int64_t coalesce_off_until;    /* ms: an app call was slow, nothing waits until then */
     size_t write_queued;       /* inline: bytes write() queued in all connections, unsent */
     int take_next;             /* the listener take_waiting tries first */
+    int64_t take_tried_at;     /* ms: take_waiting's last try with the listeners armed */
     fw_backlog backlog;        /* asks the kernel how many connections wait to be accepted */
     uint64_t evictions;        /* idle connections closed at --max-connections */
     fw_say eviction_said;      /* its message, at most every 10 s (fw_say.h) */

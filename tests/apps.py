@@ -240,6 +240,18 @@ def sleep(environ, start_response):
     return [b"slept"]
 
 
+def spin(environ, start_response):
+    """?t=SECONDS of pure Python work holding the GIL (no sleep: the call
+    runs all along, as a CPU-bound view does)."""
+    q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
+    end = time.perf_counter() + float(q.get("t", "0.005"))
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"spun %d" % n]
+
+
 def files(environ, start_response):
     """wsgi.file_wrapper over ?path=...; &len=N sets Content-Length; &seek=N first."""
     q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)

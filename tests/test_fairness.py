@@ -47,10 +47,11 @@ def read_response(sock, buf=b""):
     return rest[n:]
 
 
-def mixed_load(port, seconds, kept_alive=8, new_conn=4, think=0.02):
+def mixed_load(port, seconds, kept_alive=8, new_conn=4, think=0.02, req=REQ, new_think=0.0):
     """`kept_alive` clients on one connection each (think time between
-    requests) and `new_conn` clients that open a connection per request,
-    for `seconds`. Returns the latencies of each class and the errors."""
+    requests) and `new_conn` clients that open a connection per request
+    (new_think between them), for `seconds`, each sending `req`. Returns the
+    latencies of each class and the errors."""
     lat = {"kept": [], "new": []}
     errors = []
     end = time.monotonic() + seconds
@@ -61,7 +62,7 @@ def mixed_load(port, seconds, kept_alive=8, new_conn=4, think=0.02):
             buf = b""
             while time.monotonic() < end:
                 t = time.monotonic()
-                s.sendall(REQ)
+                s.sendall(req)
                 buf = read_response(s, buf)
                 lat["kept"].append(time.monotonic() - t)
                 time.sleep(think)
@@ -74,10 +75,11 @@ def mixed_load(port, seconds, kept_alive=8, new_conn=4, think=0.02):
             while time.monotonic() < end:
                 t = time.monotonic()
                 s = socket.create_connection(("127.0.0.1", port), timeout=30)
-                s.sendall(REQ)
+                s.sendall(req)
                 read_response(s)
                 s.close()
                 lat["new"].append(time.monotonic() - t)
+                time.sleep(new_think)
         except Exception as e:      # noqa: BLE001
             errors.append(repr(e))
 
@@ -110,6 +112,30 @@ def test_new_connections_get_their_turn_while_kept_alive_clients_saturate(server
     assert served > 100
     assert share >= 0.25, (len(lat["kept"]), len(lat["new"]))
     assert worst < 1.0, sorted(lat["new"])[-5:]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_health_checks_get_their_turn_behind_cpu_bound_kept_alive_saturation(servers, workers):
+    """Inline first (the default with --threads 4): the loop thread runs the
+    quick CPU-bound calls (5 ms) of 32 kept-alive clients itself, so every
+    thread is busy whenever the loop polls, while a health check connects
+    every 50 ms. The listeners were armed only between two calls of the
+    loop thread's run, never while it polled, and take_waiting left the
+    accept queue to a poll that did not come: with 1 worker, health checks
+    and kept-alive requests waited up to 2.6 s (5 s with 64 clients). Now
+    none waits 1.5 s (about 0.2 s here)."""
+    s = ServerProc("apps:spin", "--workers", str(workers), "--threads", "4")
+    servers.append(s)
+    assert wait_for(lambda: s.log().count("Booted worker") >= workers)
+    lat, errors = mixed_load(s.port, 4.0, kept_alive=32, new_conn=1, think=0.0,
+                             req=b"GET /?t=0.005 HTTP/1.1\r\nHost: t\r\n\r\n", new_think=0.05)
+    assert not errors, errors[:3]
+    worst = max(lat["new"])
+    print(f"workers {workers}: kept-alive {len(lat['kept'])} (max {max(lat['kept']) * 1000:.0f} ms), "
+          f"health checks {len(lat['new'])} (max {worst * 1000:.0f} ms)")
+    assert len(lat["new"]) >= 10
+    assert worst < 1.5, sorted(lat["new"])[-5:]
+    assert max(lat["kept"]) < 1.5, sorted(lat["kept"])[-5:]
 
 
 WRK = shutil.which("wrk")

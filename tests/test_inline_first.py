@@ -62,6 +62,33 @@ def test_a_call_that_lasts_does_not_hold_the_loop(make_server, tmp_path):
     assert "Traceback" not in s.log()
 
 
+def test_a_run_of_short_blocking_calls_is_taken_over_as_one(make_server):
+    """The requests of one pass, each a 0.8 ms sleep, run one after the
+    other on the loop thread: no single call lasts the standby's two ticks,
+    but the run does, and the app threads idled meanwhile (a hostile
+    review: forty 1 ms sleeps held the loop 40 ms, and wrk on 1 ms sleeps
+    got a third of --inline-first off's rate). The standby takes such a run
+    over as it would one long call: some of them run on app threads."""
+    s = make_server("apps:thread_name", "--workers", "1", "--threads", "16")
+    conns = [s.conn() for _ in range(16)]
+    try:
+        names = set()
+        for _ in range(10):
+            for c in conns:
+                c.send(b"GET /?t=0.0008 HTTP/1.1\r\nHost: t\r\n\r\n")
+            for c in conns:
+                r = c.read_response()
+                assert r.status == 200
+                names.add(r.body.decode())
+            if names != {"MainThread"}:
+                break
+        assert names - {"MainThread"}, "every call of every run stayed on the loop thread"
+        assert all(n == "MainThread" or re.fullmatch(r"forkwsgi worker 1 thread \d+", n) for n in names), names
+    finally:
+        for c in conns:
+            c.close()
+
+
 def test_a_response_the_client_does_not_read_does_not_hold_the_loop(make_server):
     """The loop thread streams 32 MiB to a client that reads nothing: its
     request waits for the loop (parked), so the loop goes to the standby at
