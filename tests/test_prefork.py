@@ -194,6 +194,29 @@ def test_workers_zero_survives_the_masters_signals(make_server):
     assert s.proc.wait(10) == 0, s.log()
 
 
+@pytest.mark.parametrize("threads", ["1", "4"])
+@pytest.mark.parametrize("sig,within", [(signal.SIGINT, 1.0), (signal.SIGTERM, 2.0)])
+def test_workers_zero_stop_ends_with_a_request_stuck_in_the_app(make_server, tmp_path, threads, sig, within):
+    """--workers 0 has no master to kill a worker whose request never
+    returns: a stop with a 30 s call in flight waited for it (SIGINT, a
+    second SIGINT and SIGTERM were logged, and nothing ended it). Now the
+    process ends itself at the stop's deadline, as the master would end a
+    worker: 1 s after SIGINT, 1 s after --graceful-timeout for SIGTERM;
+    rc 0, with a line that says so."""
+    s = make_server("apps:sleep", "--workers", "0", "--threads", threads, "--graceful-timeout", "1")
+    mark = str(tmp_path / "in")
+    c = s.conn()
+    c.send(b"GET /?t=30 HTTP/1.1\r\nHost: t\r\n" + in_app_header(mark) + b"\r\n")
+    assert wait_in_app(mark)
+    t0 = time.monotonic()
+    os.kill(s.pid, sig)
+    assert s.proc.wait(20) == 0, s.log()
+    took = time.monotonic() - t0
+    c.close()
+    assert f"the stop did not end within {within:g} s (a request is still in the app): exiting now" in s.log()
+    assert took < 15, took     # not the call's 30 s
+
+
 def _pids_of(s, n):
     return [get_pid(s) for _ in range(n)]
 

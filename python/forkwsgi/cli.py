@@ -3,6 +3,8 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
 
 from . import accesslog, appload, arbiter, binding, config, gunicorn_compat, logs, systemd
 from . import process
@@ -191,16 +193,29 @@ def serve_here(app_spec, cfg, host, how, notifier):
     except (config.ConfigError, ValueError) as e:
         return fail(e)
 
+    def end_anyway(seconds):
+        # No master ends this process when a request never returns (a
+        # worker is killed 1 s after --graceful-timeout, or after a fast
+        # stop): the stop's own deadline does.
+        def run():
+            time.sleep(seconds)
+            log.error("the stop did not end within %g s (a request is still in the app): exiting now",
+                      seconds)
+            os._exit(0)
+        threading.Thread(target=run, name="forkwsgi stop deadline", daemon=True).start()
+
     def graceful(signum, frame):
         log.info("Received %s: stopping gracefully", signal.Signals(signum).name)
         notifier.stopping()
         server.stop(graceful=True)
+        end_anyway(cfg["graceful_timeout"] + 1.0)
 
     def fast(signum, frame):
         log.info("Received %s: stopping now", signal.Signals(signum).name)
         notifier.stopping()
         how["graceful"] = False
         server.stop(graceful=False)
+        end_anyway(1.0)
 
     signal.signal(signal.SIGTERM, graceful)
     signal.signal(signal.SIGQUIT, fast)
