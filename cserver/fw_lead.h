@@ -16,19 +16,20 @@
  * to the app threads (the rest of the run too). A main thread that runs,
  * or waits for a CPU (other workers share it: a call preempted for a few ms
  * is common), keeps the loop for FW_LEAD_RUNNING_TICKS: taken over then,
- * each request would cost the hand-offs this spares, with no CPU to gain. The loop thread, once its call returns, gives its
- * request back as an app thread would (fw_pool_hand_back) and waits for
- * the loop; the standby gives it back at the end of its next pass. The
- * loop thread gives the loop away itself when its request must wait for
- * the loop (a slow reader: fw_lead_hand).
+ * each request would cost the hand-offs this spares, with no CPU to gain.
+ * The loop thread, once its call returns, gives its request back as an
+ * app thread would (fw_pool_hand_back) and waits for the loop; the standby
+ * gives it back at the end of its next pass. The loop thread gives the
+ * loop away itself when its request must wait for the loop (a slow
+ * reader: fw_lead_hand).
  *
  * The main thread leads whenever it can: Python runs signal handlers only
  * there. The standby blocks every signal.
  *
  * The state word (fw_lead.word) says who runs the loop: FW_LEAD_MAIN (the
  * loop thread, between calls), seq << 2 | FW_LEAD_CALL (the loop thread, in
- * a call of its run number seq), FW_LEAD_STANDBY (the standby). The loop thread moves
- * MAIN -> CALL -> MAIN; either thread moves CALL -> STANDBY with a
+ * a call of its run number seq), FW_LEAD_STANDBY (the standby). The loop
+ * thread moves MAIN -> CALL -> MAIN; either thread moves CALL -> STANDBY with a
  * compare-and-swap, so a call ends either with the loop still the main
  * thread's, or taken, never both; the standby moves STANDBY -> MAIN when
  * asked (fw_lead_ask_back). Who runs the loop owns all of the loop's state;
