@@ -83,10 +83,11 @@ SETTINGS = [
     Setting("inline_first", ["--inline-first"], "on", choice(("on", "off")), metavar="on|off",
             help="with --threads above 1: the worker's loop thread runs the requests of a pass itself, one "
                  "after the other, while its calls are quick, and the app threads sleep: a request then "
-                 "costs no thread wake-up (half the CPU of a small request). A standby thread watches: a "
-                 "call still running after 1 to 2 ms has the standby take the loop over, and for a second "
-                 "after that every request goes to an app thread, as with off. off: every request is "
-                 "handed to an app thread", section="Processes"),
+                 "costs no thread wake-up (half the CPU of a small request). A standby thread watches: "
+                 "when the pass's run of calls blocks for 1 to 2 ms (a sleep, I/O, a lock) or runs for "
+                 "50 ms, the standby takes the loop over, the rest of the run goes to the app threads, and "
+                 "for a second after that every request does, as with off. off: every request is handed "
+                 "to an app thread", section="Processes"),
     Setting("balance", ["--balance"], "least-busy", balance,
             "how workers share connections: least-busy (the worker with the fewest requests in flight "
             "and a free thread accepts; kept-alive connections move to free workers), reuseport "
