@@ -59,13 +59,26 @@ def server_argv(server, spec, port, checkout):
     return [sys.executable, "-m", "forkwsgi", spec, "--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
 
 
+CLIENT_PORT = 47011
+
+
 def drive(port, path, n, deadline):
     """n GET requests over one kept-alive connection, each read whole."""
     while True:
+        # From one source port in every run: the client's port is in the
+        # environ (REMOTE_PORT), and the str cache's slots are chosen by
+        # hashing the bytes, so a port that shares a slot with another value
+        # of the request makes both miss on every request (hundreds of
+        # instructions that would differ from one run to the next).
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=60)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.settimeout(60)
+            s.bind(("127.0.0.1", CLIENT_PORT))
+            s.connect(("127.0.0.1", port))
             break
         except OSError:
+            s.close()
             if time.monotonic() > deadline:
                 raise RuntimeError("the server did not listen")
             time.sleep(0.3)
@@ -108,7 +121,11 @@ def run_once(server, spec, path, n, checkout, tmp):
     served them."""
     port = free_port()
     prefix = os.path.join(tmp, f"{server}-{n}")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([BENCH, os.path.join(checkout, "python")]))
+    # One hash seed for every run: str hashes decide where the environ's
+    # keys land in its table, and so how long dict inserts probe (a few
+    # hundred instructions a request from one seed to the next).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([BENCH, os.path.join(checkout, "python")]),
+               PYTHONHASHSEED="0")
     argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}.%p"] + server_argv(server, spec, port,
                                                                                                  checkout)
     with open(prefix + ".log", "w") as logf:

@@ -73,13 +73,53 @@ static void conn_headers_give(fw_conn *c)
     c->x->req.headers = NULL;
 }
 
+/* ---- request state kept a few milliseconds --------------------------------
+ *
+ * An idle connection gives back its request state (fw_exch, its buffers
+ * and header array) so that thousands of silent ones hold none. Given back
+ * at once, a busy client's next request, there by the next loop pass, took
+ * it again: a memset and four takes and gives a request, about 300
+ * instructions. So an idle connection keeps it on srv->kept for FW_KEPT_MS
+ * (given back at the end of the first pass after that: fw_conn_give_kept);
+ * its next request, if it comes by then, takes it as it is (conn_exch).
+ * Only a connection that has served a request keeps it: one whose first
+ * bytes were no request (a CRLF, a PROXY header: a load balancer's
+ * pre-opened connections, arriving by the thousand) gives it back at once,
+ * so that the next one reuses the same warm blocks. */
+
+static void kept_unlink(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    if (!c->kept)
+        return;
+    if (c->kept_prev) c->kept_prev->kept_next = c->kept_next; else srv->kept_head = c->kept_next;
+    if (c->kept_next) c->kept_next->kept_prev = c->kept_prev; else srv->kept_tail = c->kept_prev;
+    c->kept_prev = c->kept_next = NULL;
+    c->kept = 0;
+}
+
+static void kept_push(fw_conn *c)
+{
+    fw_server *srv = c->srv;
+    kept_unlink(c);
+    c->kept = 1;
+    c->kept_ms = (uint16_t)srv->now;
+    c->kept_next = NULL;
+    c->kept_prev = srv->kept_tail;
+    if (srv->kept_tail) srv->kept_tail->kept_next = c; else srv->kept_head = c;
+    srv->kept_tail = c;
+}
+
 /* Loop thread: c's request state, made with a request's first bytes (or
  * an answer to send before any came: a timeout, a refusal) and kept until
- * the connection is idle again (fw_exch). 0, or -ENOMEM. */
+ * the connection is idle again (fw_exch), or FW_KEPT_MS longer (see above).
+ * 0, or -ENOMEM. */
 static int conn_exch(fw_conn *c)
 {
-    if (c->x)
+    if (c->x) {
+        kept_unlink(c);     /* its next request came: the state is in use again */
         return 0;
+    }
     fw_exch *x = fw_spare_take(&c->srv->spare_exch);
     if (!x)
         return -ENOMEM;
@@ -178,6 +218,7 @@ static void uncharge(fw_conn *c, size_t still);
 static void conn_give_buffers(fw_conn *c)
 {
     fw_exch *x = c->x;
+    kept_unlink(c);
     if (!x)
         return;
     uncharge(c, 0);
@@ -198,6 +239,33 @@ static size_t in_used(const fw_conn *c)
 static size_t out_used(const fw_conn *c)
 {
     return c->x ? fw_buf_used(&c->x->out) : 0;
+}
+
+/* c is idle, nothing read and nothing owed: its request state is kept a
+ * while, or given back now (above). */
+static void conn_idle_state(fw_conn *c)
+{
+    if (c->requests == 0)
+        conn_give_buffers(c);
+    else if (!c->kept)
+        kept_push(c);
+}
+
+void fw_conn_give_kept(fw_server *srv)
+{
+    fw_conn *c;
+    /* (Passes come at least every second: next_timeout. An age modulo 2^16
+     * ms is the real one.) */
+    while ((c = srv->kept_head) && (uint16_t)((uint16_t)srv->now - c->kept_ms) >= FW_KEPT_MS) {
+        kept_unlink(c);
+        /* Still idle (a closed one gives its state back when freed; one
+         * whose request came unread, queued for a thread, has nothing in
+         * it either). */
+        if ((c->state == FW_C_READ_HEAD && !c->head_started) || (c->state == FW_C_QUEUED && c->unread)) {
+            if (in_used(c) == 0 && out_used(c) == 0)
+                conn_give_buffers(c);
+        }
+    }
 }
 
 fw_conn *fw_conn_new(fw_server *srv, fw_listener *lst, int fd,
@@ -795,9 +863,10 @@ static void record_response(fw_conn *c)
 
 /* Between two requests, kept alive: wait for the next one under the idle
  * timeout (its first byte starts the header timeout). With nothing read and
- * nothing owed, the connection is idle: it gives back its buffers, header
- * array and request state (to the spare ones: its next request takes them
- * again, warm), and a stopping server applies its stop rule to it. */
+ * nothing owed, the connection is idle: its buffers, header array and
+ * request state go back to the spare ones in FW_KEPT_MS unless its next
+ * request has taken them by then (conn_idle_state), and a stopping server
+ * applies its stop rule to it. */
 static void conn_between(fw_conn *c)
 {
     fw_server *srv = c->srv;
@@ -808,7 +877,7 @@ static void conn_between(fw_conn *c)
     if (srv->cfg.stats)
         fw_stats_conns(srv->cfg.stats, (uint64_t)srv->nconns, (uint64_t)srv->t_idle.count);
     if (fw_buf_used(&c->x->in) == 0 && fw_buf_used(&c->x->out) == 0) {
-        conn_give_buffers(c);
+        conn_idle_state(c);
         if (srv->stopping)
             fw_conn_start_stop(c);      /* idle now: hand it on while retiring */
     }
@@ -848,6 +917,7 @@ static void request_end(fw_conn *c)
     c->x->resp.sf_fd = -1;
     c->x->ext = NULL;              /* written by now: the response is on the wire or in `out` */
     c->x->ext_len = c->x->ext_tail_len = 0;
+    c->x->outq_mark = -1;          /* (the next request's writes have not stalled yet) */
     c->requests++;
     c->x->no_defer = 0;
     fw_server_request_done(srv);
@@ -1025,7 +1095,7 @@ static enum drive step_head(fw_conn *c)
          * silent (a load balancer's pre-opened connections, thousands of
          * them, each sent its PROXY header and waits). */
         if (c->x && out_used(c) == 0)
-            conn_give_buffers(c);
+            conn_idle_state(c);
         return DRIVE_WAIT;
     }
     if (!c->head_started) {

@@ -247,6 +247,9 @@ struct fw_conn {
     fw_balance_place place;           /* its place in this worker's count (fw_balance) */
     unsigned requests;                /* served on this connection */
     uint8_t unread;                   /* QUEUED before anything of its request was read */
+    uint8_t kept;                     /* on srv->kept: idle, its request state kept a while */
+    uint16_t kept_ms;                 /* srv->now when it went there (ms, modulo 2^16) */
+    fw_conn *kept_prev, *kept_next;   /* srv->kept_head/tail, while kept */
 
     /* The ready queue (srv->ready_head/tail), while QUEUED. */
     fw_conn *rq_prev, *rq_next;
@@ -281,6 +284,11 @@ void fw_conn_start_stop(fw_conn *c);
  * apply the stop rule again to c if it is one the rule passes on (idle,
  * nothing read; or an unread request waiting for a thread). */
 void fw_conn_pass_on_again(fw_conn *c);
+/* How long an idle connection keeps its request state (ms; see fw_conn.c). */
+#define FW_KEPT_MS 2
+/* Loop thread, at the end of each pass: the connections idle for
+ * FW_KEPT_MS give back their request state (fw_server.kept_head). */
+void fw_conn_give_kept(fw_server *srv);
 /* Loop thread: a pool thread is done with c; rc is what the app call said. */
 void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc);
 /* Loop thread: c's app thread parked it (c->parked says why). */

@@ -1093,7 +1093,9 @@ static int stop_has_ended(fw_server *srv)
 
 /* What every loop pass does after dispatching its events: expire timers,
  * hand idle connections on during a stop, give queued requests to free app
- * threads, free closed connections, accept again if it paused. */
+ * threads, take back the request state of connections idle for
+ * FW_KEPT_MS (fw_conn_give_kept), free closed connections, accept again if
+ * it paused. */
 static void after_events(fw_server *srv)
 {
     expire(srv, &srv->t_head);
@@ -1110,6 +1112,7 @@ static void after_events(fw_server *srv)
         if (srv->reoffer_at && srv->now >= srv->reoffer_at)
             bal_offer(srv);     /* (resets reoffer_at, or sets it anew) */
     }
+    fw_conn_give_kept(srv);
     free_graveyard(srv);
     maybe_accept_again(srv);
 }

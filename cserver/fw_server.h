@@ -211,6 +211,10 @@ struct fw_server {
     fw_conn *conns;            /* all open connections (doubly linked) */
     int nconns;
     fw_conn *graveyard;        /* closed during this loop pass, freed after it */
+    /* Idle connections still holding their request state, oldest first:
+     * given back once idle for FW_KEPT_MS, unless their next request took
+     * it (fw_conn_give_kept). */
+    fw_conn *kept_head, *kept_tail;
     /* With app threads: requests (and idle connections whose request came,
      * unread) waiting for a free thread, oldest first (fw_conn.ready_at). */
     fw_conn *ready_head, *ready_tail;
