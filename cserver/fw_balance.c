@@ -662,7 +662,9 @@ int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served, fw_pass_
 
 int fw_balance_hands_on(const fw_balance *b, int retiring)
 {
-    return b->cfg.pass_fds && b->cfg.nslots > 1 && (retiring || atomic_load(&b->sb[b->cfg.me].retire));
+    uint32_t said = atomic_load(&b->sb[b->cfg.me].retire);
+    return b->cfg.pass_fds && b->cfg.nslots > 1 && said != FW_SB_RETIRE_ALL &&
+           (retiring || said == FW_SB_RETIRE_HAND_ON);
 }
 
 int fw_balance_tick(fw_balance *b, int64_t now)
@@ -770,7 +772,14 @@ void fw_sb_retire(void *scoreboard, int nslots, int i)
 {
     fw_sb_slot *sb = scoreboard;
     if (i >= 0 && i < nslots)
-        atomic_store(&sb[i].retire, 1);
+        atomic_store(&sb[i].retire, FW_SB_RETIRE_HAND_ON);
+}
+
+void fw_sb_end(void *scoreboard, int nslots, int i)
+{
+    fw_sb_slot *sb = scoreboard;
+    if (i >= 0 && i < nslots)
+        atomic_store(&sb[i].retire, FW_SB_RETIRE_ALL);
 }
 
 void fw_sb_hold(void *scoreboard, int nslots, int i, int on)

@@ -49,6 +49,9 @@
 
 enum fw_balance_mode { FW_BAL_SHARED = 0, FW_BAL_LEAST_BUSY = 1, FW_BAL_REUSEPORT = 2 };
 
+/* A slot's `retire` word (the master writes it). */
+enum fw_sb_retire_word { FW_SB_RETIRE_NO = 0, FW_SB_RETIRE_HAND_ON = 1, FW_SB_RETIRE_ALL = 2 };
+
 enum fw_sb_state { FW_SB_FREE = 0, FW_SB_ALIVE = 1, FW_SB_DRAINING = 2 };
 /* Why a worker drains, as it says in its slot (the master labels a worker
  * that retires by itself with it). */
@@ -72,8 +75,9 @@ typedef struct fw_sb_slot {
     _Atomic uint32_t state;         /* fw_sb_state; master: FREE, owner: ALIVE, DRAINING */
     _Atomic uint32_t open;          /* the owner may accept (not paused for fds, not stopping):
                                      * only open workers count for the minimum and get kicks */
-    _Atomic uint32_t retire;        /* master: this worker is retiring while others serve on
-                                     * (reload, --max-rss, TTOU): hand idle connections over */
+    _Atomic uint32_t retire;        /* master, fw_sb_retire_word: HAND_ON, this worker is
+                                     * retiring while others serve on (reload, --max-rss, TTOU):
+                                     * hand idle connections over; ALL, the whole server stops */
     _Atomic uint32_t threads;       /* app threads of the owner */
     _Atomic uint32_t gen;           /* master: bumped at each spawn into the slot */
     _Atomic int32_t pid;            /* owner, when its loop starts; master zeroes it */
@@ -241,7 +245,10 @@ int fw_balance_pass_on(fw_balance *b, int fd, int listener, int served, fw_pass_
 
 /* A stopping worker: may it hand its idle connections to others that serve
  * on? Yes when it has peers and it retires by itself (retiring:
- * --max-requests) or the master asked it to (reload, --max-rss, TTOU). */
+ * --max-requests, or a SIGTERM sent to it alone) or the master asked it to
+ * (reload, --max-rss, TTOU); never once the master stops them all (asked
+ * again each pass of the stop: a SIGTERM to the whole process group may
+ * reach the worker before the master says so). */
 int fw_balance_hands_on(const fw_balance *b, int retiring);
 
 /* One hand-off datagram, with the connection's fd in SCM_RIGHTS: the
@@ -289,6 +296,9 @@ int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out);
 /* This worker's own slot. */
 void fw_balance_view(const fw_balance *b, fw_sb_view *out);
 void fw_sb_retire(void *scoreboard, int nslots, int i);
+/* The master stops the whole server (before its SIGTERM to worker i): the
+ * worker closes its idle connections, even if it was retiring. */
+void fw_sb_end(void *scoreboard, int nslots, int i);
 /* Ask worker i not to retire by itself (--max-requests) while on: the
  * master could not replace it. */
 void fw_sb_hold(void *scoreboard, int nslots, int i, int on);

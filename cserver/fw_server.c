@@ -27,6 +27,8 @@
 #define PASS_WAIT_MS 3000      /* how long a retiring worker waits for a first peer: the
                                 * master starts a replacement when it sees it stop (well
                                 * under a second), which then boots */
+#define RELEASE_TAKE_MAX 65536 /* reuseport: at most this many queued connections taken per
+                                * listener before its release (a kernel queue holds fewer) */
 
 #define CONN_OF_ASIDE(tp) ((fw_conn *)((char *)(tp) - offsetof(fw_conn, aside)))
 #define LISTENER_OF(wp) ((fw_listener *)((char *)(wp) - offsetof(fw_listener, w)))
@@ -609,12 +611,18 @@ int fw_server_ends_keepalive(fw_server *srv)
     if (srv->stopping)
         return srv->ending_keepalive;
     int want = srv->stop_requested;
-    return want == 2 || (want == 1 && !fw_balance_hands_on(&srv->bal, srv->retiring));
+    return want == 2 || (want == 1 && !fw_balance_hands_on(&srv->bal, srv->retiring || srv->stop_retire));
 }
 
 void fw_server_stop(fw_server *srv, int graceful)
 {
     fw_server_stop_for(srv, graceful, FW_SB_WHY_ASKED);
+}
+
+void fw_server_retire(fw_server *srv)
+{
+    srv->stop_retire = 1;       /* before the request: begin_stop reads it */
+    fw_server_stop_for(srv, 1, FW_SB_WHY_ASKED);
 }
 
 void fw_server_stop_for(fw_server *srv, int graceful, int why)
@@ -693,6 +701,17 @@ static int next_timeout(fw_server *srv)
  * has let go, the kernel refuses new connections and the port is free. */
 static void release_listeners(fw_server *srv)
 {
+    /* With --balance reuseport each listening socket is this worker's
+     * own, and the release closes it: the connections in its accept queue
+     * would be reset (unless net.ipv4.tcp_migrate_req moves them to the
+     * group's other sockets). They are taken first, as requests in flight
+     * (the stop rule then serves them, or hands them on). Those that come
+     * between the last accept and the close are the kernel's to reset. */
+    if (srv->bal.cfg.mode == FW_BAL_REUSEPORT) {
+        for (int i = 0; i < srv->nlisteners; i++)
+            for (int n = 0; n < RELEASE_TAKE_MAX && accept_one(srv, &srv->listeners[i], 0) == ACCEPT_ONE; n++)
+                ;
+    }
     int dead = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (dead < 0) {
         fw_server_log(srv, FW_LOG_WARNING, "releasing the listeners: socket: %s", strerror(errno));
@@ -705,26 +724,54 @@ static void release_listeners(fw_server *srv)
     close(dead);
 }
 
+/* fn on every connection (fn may close it). */
+static void each_conn(fw_server *srv, void (*fn)(fw_conn *c))
+{
+    fw_conn *c = srv->conns;
+    while (c) {
+        fw_conn *next = c->next;
+        fn(c);
+        c = next;
+    }
+}
+
+/* The stop rule (fw_conn_start_stop), to every connection. One a pool
+ * thread owns finishes there (the rule leaves it): its head is built after
+ * `ending_keepalive` is set, so it says Connection: close unless we hand
+ * on. */
+static void apply_stop_rule(fw_server *srv)
+{
+    each_conn(srv, fw_conn_start_stop);
+}
+
+/* Handing on, the stop learns that the master stops every worker (a SIGTERM
+ * to the whole process group reached this worker first): idle connections
+ * close after all, and responses say close. */
+static void stop_handing_on(fw_server *srv)
+{
+    fw_server_log(srv, FW_LOG_DEBUG, "stopping: the whole server stops, idle connections close");
+    srv->handing_on = 0;
+    srv->ending_keepalive = 1;
+    srv->pass_waiting = 0;
+    apply_stop_rule(srv);
+}
+
 /* Apply the stop rule again to the idle connections no peer could take at
  * the last try (their queues were full, or they were not up yet). */
 static void pass_on_idle(fw_server *srv)
 {
     srv->pass_waiting = 0;
-    fw_conn *c = srv->conns;
-    while (c) {
-        fw_conn *next = c->next;
-        fw_conn_pass_on_again(c);
-        c = next;
-    }
+    each_conn(srv, fw_conn_pass_on_again);
 }
 
 static void begin_stop(fw_server *srv)
 {
-    /* Retiring while other workers serve on (--max-requests, or the master
-     * asked: reload, --max-rss, TTOU): idle connections are handed to them
-     * and responses keep the connection alive. On a stop of the whole
-     * server they close. */
-    srv->handing_on = srv->stop_requested == 1 && fw_balance_hands_on(&srv->bal, srv->retiring);
+    /* Retiring while other workers serve on (--max-requests, a SIGTERM sent
+     * to this worker alone, or the master asked: reload, --max-rss, TTOU):
+     * idle connections are handed to them and responses keep the
+     * connection alive. On a stop of the whole server they close. */
+    srv->handing_on = srv->stop_requested == 1 &&
+                      fw_balance_hands_on(&srv->bal, srv->retiring || srv->stop_retire);
     srv->ending_keepalive = !srv->handing_on;
     srv->pass_wait_until = srv->now + PASS_WAIT_MS;
     srv->stopping = 1;
@@ -733,15 +780,7 @@ static void begin_stop(fw_server *srv)
     fw_balance_drain(&srv->bal, (uint32_t)(srv->stop_why ? srv->stop_why : FW_SB_WHY_ASKED));
     if (srv->cfg.release_listeners)
         release_listeners(srv);
-    fw_conn *c = srv->conns;
-    while (c) {
-        fw_conn *next = c->next;
-        /* One a pool thread owns finishes there (fw_conn_start_stop leaves
-         * it): its head is built after `ending_keepalive` is set, so it says
-         * Connection: close unless we hand on. */
-        fw_conn_start_stop(c);
-        c = next;
-    }
+    apply_stop_rule(srv);
     fw_server_log(srv, FW_LOG_DEBUG, "stopping%s: %d connection(s) in flight",
                   srv->handing_on ? " (handing idle connections on)" : "", srv->nconns);
 }
@@ -1104,6 +1143,9 @@ static void after_events(fw_server *srv)
     expire(srv, &srv->t_write);
     expire(srv, &srv->t_linger);
     expire_grace(srv);
+    if (srv->stopping && srv->handing_on &&
+        !fw_balance_hands_on(&srv->bal, srv->retiring || srv->stop_retire))
+        stop_handing_on(srv);
     if (srv->stopping && srv->pass_waiting)
         pass_on_idle(srv);
     if (srv->pool) {
@@ -1156,6 +1198,7 @@ static void end_run(fw_server *srv)
     srv->stopping = 0;
     srv->ending_keepalive = 0;
     srv->stop_requested = 0;
+    srv->stop_retire = 0;
     srv->stop_why = FW_SB_WHY_NONE;
     srv->closing = 0;
 }

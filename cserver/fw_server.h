@@ -193,6 +193,8 @@ struct fw_server {
     _Atomic int ending_keepalive;  /* stopping and not handing on: responses say close */
     int64_t stop_deadline;
     _Atomic int retiring;      /* max-requests reached: others serve on (read by app threads) */
+    _Atomic int stop_retire;   /* the graceful stop asked retires this worker while others
+                                * serve on (fw_server_retire); any thread, signal handlers */
     int handing_on;            /* stopping while others serve on: idle connections go to them */
     int pass_waiting;          /* an idle connection waits for a peer to take it */
     int64_t pass_wait_until;   /* until then, having no peer at all is worth waiting out */
@@ -321,6 +323,11 @@ void fw_server_stop(fw_server *srv, int graceful);
 /* The same, saying why (enum fw_sb_why): the first reason given is the one
  * the worker's slot tells the master. fw_server_stop gives FW_SB_WHY_ASKED. */
 void fw_server_stop_for(fw_server *srv, int graceful, int why);
+/* A graceful stop that retires this worker while its peers serve on (a
+ * SIGTERM sent to it alone, its master alive): its idle connections go to
+ * them, as at --max-requests, unless the master stops them all
+ * (fw_balance_hands_on). Safe from any thread and from a signal handler. */
+void fw_server_retire(fw_server *srv);
 
 void fw_server_log(fw_server *srv, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -181,11 +181,13 @@ cdef extern from "glue.h":
     int fw_pool_max_threads(int nthreads)
     void fw_logq_stop(fw_glue *s)
     void fw_server_stop(fw_server *srv, int graceful)
+    void fw_server_retire(fw_server *srv)
     int fw_server_watch_signals(fw_server *srv, int fd)
     void fw_balance_view(const fw_balance *b, fw_sb_view *out)
     int fw_sb_view_of(const void *scoreboard, int nslots, int i, fw_sb_view *out)
     void fw_sb_spawn(void *scoreboard, int nslots, int i, const int *kick_fds, uint32_t image)
     void fw_sb_retire(void *scoreboard, int nslots, int i)
+    void fw_sb_end(void *scoreboard, int nslots, int i)
     void fw_sb_hold(void *scoreboard, int nslots, int i, int on)
     void fw_sb_release(void *scoreboard, int nslots, int i, const int *kick_fds)
     ctypedef struct fw_offload_counters:

@@ -409,6 +409,13 @@ cdef class Server:
         if self.g.srv != NULL:
             fw_server_stop(self.g.srv, graceful)
 
+    def retire(self):
+        """retire(): a graceful stop that hands idle connections to the
+        workers that serve on (fw_server_retire); safe from any thread or a
+        signal handler."""
+        if self.g.srv != NULL:
+            fw_server_retire(self.g.srv)
+
     def stats(self):
         """Counters of this server's loop and its scoreboard slot."""
         if self.g.srv == NULL:

@@ -47,6 +47,13 @@ def sb_retire(scoreboard, int slot, kick_fds=None):
     fw_sb_retire(s.buf.buf, s.nslots, slot)
 
 
+def sb_end(scoreboard, int slot):
+    """sb_end(scoreboard, slot): the whole server stops, before the SIGTERM
+    that stops the worker: it closes its idle connections, even if retiring."""
+    cdef _Scoreboard s = _Scoreboard(scoreboard)
+    fw_sb_end(s.buf.buf, s.nslots, slot)
+
+
 def sb_hold(scoreboard, int slot, bint on):
     """sb_hold(scoreboard, slot, on): ask a worker not to retire by itself
     (--max-requests) while on: the master could not replace it."""

@@ -144,6 +144,39 @@ def test_reloads_are_invisible_to_kept_alive_clients(servers, threads):
     assert error_lines(s) == []
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_worker_sent_sigterm_alone_hands_its_idle_connections_on(servers, threads):
+    """kill -TERM of one worker while its master serves on (an operator
+    recycling it): it closed its idle kept-alive connections at once, and
+    a proxy's pooled connection that was sending its next request on one
+    got a reset (a review through nginx: 14-18 POSTs a run answered 502).
+    Now it retires as at --max-requests: they go to the other worker,
+    unread, and their next requests are served there."""
+    s = ServerProc("apps:where", "--workers", "2", "--threads", str(threads))
+    servers.append(s)
+    assert wait_for(lambda: len(s.worker_pids()) == 2)
+    by_pid = {}
+    deadline = time.monotonic() + 20
+    while len(by_pid) < 2 or min(len(v) for v in by_pid.values()) < 3:
+        assert time.monotonic() < deadline, by_pid
+        c = Conn(s.port)
+        c.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+        r = c.read_response()
+        assert r.status == 200
+        by_pid.setdefault(json.loads(r.body)["pid"], []).append(c)
+    victim = sorted(by_pid)[0]
+    os.kill(victim, signal.SIGTERM)
+    assert wait_for(lambda: victim not in s.worker_pids(), timeout=20), s.log()
+    for c in by_pid[victim]:
+        c.send(b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n")
+        r = c.read_response()
+        assert r.status == 200 and json.loads(r.body)["pid"] != victim
+    for conns in by_pid.values():
+        for c in conns:
+            c.close()
+    assert error_lines(s) == []
+
+
 @needs_wrk
 @pytest.mark.parametrize("threads", [1, 4])
 def test_reloads_under_wrk_load_lose_nothing(servers, threads):

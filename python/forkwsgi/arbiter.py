@@ -213,6 +213,8 @@ class Arbiter(StartUp, WorkerLifecycle, WorkerChecks, HeldImport, reexec.InPlace
         self.preflight = self.import_check = None
         sig = signal.SIGTERM if graceful else signal.SIGQUIT
         for w in list(self.workers.values()):
+            if w.slot is not None:
+                self.slots.end(w.slot)      # before the signal: a stop, not a retirement
             self.kill(w.pid, sig)
         limit = (self.cfg["graceful_timeout"] + 1.0) if graceful else 2.0
         deadline = time.monotonic() + limit

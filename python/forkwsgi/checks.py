@@ -92,11 +92,12 @@ class WorkerChecks:
                 self.kill(w.pid, signal.SIGKILL)
 
     def check_due(self):
-        """--lazy-apps with --max-requests: a worker past its limit keeps
-        serving while its replacement starts (marked old, as in a rolling
-        reload); it retires once the replacement is ready. If that one
-        cannot import the app, the old one serves on (lost_the_app)."""
-        if not (self.lazy and self.cfg["max_requests"]) or self.no_app:
+        """--max-requests with --lazy-apps or --balance reuseport
+        (replaces_first): a worker past its limit keeps serving while its
+        replacement starts (marked old, as in a rolling reload); it retires
+        once the replacement is ready. If that one cannot import the app,
+        the old one serves on (lost_the_app)."""
+        if not self.replaces_first() or self.no_app:
             return
         for w in self.workers.values():
             if w.due or w.old or w.retiring or not w.ready or w.slot is None or not w.max_requests:

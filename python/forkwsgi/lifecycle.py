@@ -128,6 +128,17 @@ class WorkerLifecycle:
         for o in [o for o in self.workers.values() if o.old and not o.retiring]:
             self.retire(o, o.due or "reload")
 
+    def replaces_first(self):
+        """--max-requests: does a worker past its limit keep serving while
+        the master starts its replacement, retiring once that one serves
+        (check_due), instead of retiring by itself? With --lazy-apps: the
+        master has no app to fork a replacement from, and one that cannot
+        import the code now on disk would leave none. With --balance
+        reuseport: a worker's listening socket is its own, and closed
+        before a replacement's is open it would leave the port with none
+        (two workers retiring together: connections refused)."""
+        return bool(self.cfg["max_requests"]) and (self.lazy or self.balance == "reuseport")
+
     def spawn(self, index):
         options = self.options
         if options["max_requests"] and self.cfg["max_requests_jitter"]:
@@ -139,12 +150,9 @@ class WorkerLifecycle:
             self.log.warning("all %d worker slots are in use: worker %d waits for one", self.slots.nslots, index)
             return False
         status, counters, balance = self.slots.prepare(slot, self.code_image)
-        if self.lazy and options["max_requests"]:
-            # With --lazy-apps the master has no app to fork a replacement
-            # from: one that cannot import the code now on disk would leave
-            # none. So it does not retire by itself at --max-requests; the
-            # master starts its replacement, and retires it once that one
-            # serves (check_due).
+        if self.replaces_first():
+            # It does not retire by itself at --max-requests: the master
+            # starts its replacement, and retires it once that one serves.
             self.slots.hold(slot, True)
         ofl = self.offload.queue.producer_options(slot) if self.offload else None
         sockets = self.sockets

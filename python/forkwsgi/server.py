@@ -250,6 +250,12 @@ class Server:
         thread and from signal handlers."""
         self._core.stop(graceful=graceful)
 
+    def retire(self):
+        """Stop gracefully while other workers serve on: idle connections are
+        handed to them instead of closed (a pre-forked worker's SIGTERM
+        sent to it alone). Safe from any thread and from signal handlers."""
+        self._core.retire()
+
     def close(self):
         """Close the sockets (if the server made them) and, with offload, let
         the sibling drain and stop."""

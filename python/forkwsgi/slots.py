@@ -196,6 +196,12 @@ class WorkerSlots:
         hands its idle connections to them instead of closing them."""
         _forkwsgi.sb_retire(self.scoreboard, slot, None)
 
+    def end(self, slot):
+        """The master stops the whole server: the worker closes its idle
+        connections instead of handing them on (it would otherwise take a
+        SIGTERM that reached it alone for a retirement)."""
+        _forkwsgi.sb_end(self.scoreboard, slot)
+
     def hold(self, slot, on):
         """Ask the worker in `slot` not to retire by itself (--max-requests)
         while on: the master cannot replace it now."""

@@ -66,7 +66,7 @@ def run(setup, log):
         if "pre_request" in hooks or "post_request" in hooks:
             app = hooks_mod.wrap(app, hooks, hw)          # only then: no cost otherwise
         server = _make_server(app, setup, access_fd, log)
-        _catch_signals(server, hooks, hw)
+        _catch_signals(server, hooks, hw, setup.master_pid)
         # The master held the stop signals across fork: one that arrived
         # since is delivered now, to the handlers above (the server then
         # stops as soon as it starts).
@@ -175,7 +175,7 @@ def _import_app(setup, log):
         os._exit(APP_LOAD_ERROR)
 
 
-def _catch_signals(server, hooks, hw):
+def _catch_signals(server, hooks, hw, master_pid):
     """The worker's own handlers: SIGTERM stops gracefully, SIGINT and
     SIGQUIT at once, SIGUSR1 reopens the logs, SIGUSR2 dumps the stacks."""
     # --timeout: the master asks for every thread's Python stack with
@@ -187,7 +187,15 @@ def _catch_signals(server, hooks, hw):
     faulthandler.register(signal.SIGUSR2, all_threads=True, chain="worker_abort" in hooks)
 
     def graceful(signum, frame):
-        server.stop(graceful=True)
+        # Sent to this worker alone (kill PID) while its master serves on:
+        # a retirement, its idle connections handed to the other workers
+        # as at --max-requests (the master replaces it). The master's own
+        # stop says so in the scoreboard first (Arbiter.stop), and then
+        # they close; so does a dead master's SIGTERM (die_with_parent).
+        if os.getppid() == master_pid:
+            server.retire()
+        else:
+            server.stop(graceful=True)
 
     def fast(signum, frame):
         hooks.call("worker_int", hw)
