@@ -82,10 +82,16 @@ static void conn_headers_give(fw_conn *c)
  * instructions. So an idle connection keeps it on srv->kept for FW_KEPT_MS
  * (given back at the end of the first pass after that: fw_conn_give_kept);
  * its next request, if it comes by then, takes it as it is (conn_exch).
- * Only a connection that has served a request keeps it: one whose first
- * bytes were no request (a CRLF, a PROXY header: a load balancer's
- * pre-opened connections, arriving by the thousand) gives it back at once,
- * so that the next one reuses the same warm blocks. */
+ *
+ * What is kept is bounded, so that bursts of connections cost the memory
+ * they did: FW_KEPT_MAX states at most (as many as the spare stacks keep
+ * of each kind), and only those whose buffers are of the spare sizes (a
+ * buffer grown for a large body goes back at once). Beyond that, and for a
+ * connection whose first bytes were no request (a CRLF, a PROXY header: a
+ * load balancer's pre-opened connections, arriving by the thousand), the
+ * state goes back at once, and the next connection of the same pass
+ * reuses the same warm blocks. On a quiet worker the loop may sleep with
+ * them until its next pass (at most a second: next_timeout). */
 
 static void kept_unlink(fw_conn *c)
 {
@@ -96,6 +102,7 @@ static void kept_unlink(fw_conn *c)
     if (c->kept_next) c->kept_next->kept_prev = c->kept_prev; else srv->kept_tail = c->kept_prev;
     c->kept_prev = c->kept_next = NULL;
     c->kept = 0;
+    srv->nkept--;
 }
 
 static void kept_push(fw_conn *c)
@@ -103,6 +110,7 @@ static void kept_push(fw_conn *c)
     fw_server *srv = c->srv;
     kept_unlink(c);
     c->kept = 1;
+    srv->nkept++;
     c->kept_ms = (uint16_t)srv->now;
     c->kept_next = NULL;
     c->kept_prev = srv->kept_tail;
@@ -245,10 +253,14 @@ static size_t out_used(const fw_conn *c)
  * while, or given back now (above). */
 static void conn_idle_state(fw_conn *c)
 {
-    if (c->requests == 0)
-        conn_give_buffers(c);
-    else if (!c->kept)
+    fw_server *srv = c->srv;
+    if (c->kept)
+        return;
+    if (c->requests > 0 && srv->nkept < FW_KEPT_MAX && c->x->in.cap <= srv->spare_buf.size &&
+        c->x->out.cap <= srv->spare_out[0].size)
         kept_push(c);
+    else
+        conn_give_buffers(c);
 }
 
 void fw_conn_give_kept(fw_server *srv)

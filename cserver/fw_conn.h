@@ -284,8 +284,10 @@ void fw_conn_start_stop(fw_conn *c);
  * apply the stop rule again to c if it is one the rule passes on (idle,
  * nothing read; or an unread request waiting for a thread). */
 void fw_conn_pass_on_again(fw_conn *c);
-/* How long an idle connection keeps its request state (ms; see fw_conn.c). */
+/* How long an idle connection keeps its request state (ms), and how many
+ * connections keep theirs at most (see fw_conn.c). */
 #define FW_KEPT_MS 2
+#define FW_KEPT_MAX 64
 /* Loop thread, at the end of each pass: the connections idle for
  * FW_KEPT_MS give back their request state (fw_server.kept_head). */
 void fw_conn_give_kept(fw_server *srv);

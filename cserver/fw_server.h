@@ -217,6 +217,7 @@ struct fw_server {
      * given back once idle for FW_KEPT_MS, unless their next request took
      * it (fw_conn_give_kept). */
     fw_conn *kept_head, *kept_tail;
+    int nkept;                 /* on it: FW_KEPT_MAX at most */
     /* With app threads: requests (and idle connections whose request came,
      * unread) waiting for a free thread, oldest first (fw_conn.ready_at). */
     fw_conn *ready_head, *ready_tail;
