@@ -284,7 +284,9 @@ def test_silent_connections_bounded_memory(make_server):
     not buffers. Before, the read at accept gave each one its 16 KiB read
     buffer and the header array on arrival: +8 KiB of RSS per connection
     (24 MiB here); then its record, 1.2 KiB (the request's state, the
-    client's address as a sockaddr_storage and as text); now 224 bytes."""
+    client's address as a sockaddr_storage and as text); then 224 bytes;
+    now 240 (with its place on the list of connections that keep their
+    request state a moment)."""
     s = make_server("apps:echo", "--workers", "1", "--keep-alive", "60")
     with _held_connections(s, 3000, lambda port: socket.create_connection(("127.0.0.1", port), timeout=10)) as grown:
         # Every one accepted: all established, none left in the accept queue.
@@ -363,9 +365,9 @@ def test_kept_alive_connections_bounded_memory(make_server):
     read buffer their size: 12.4 KiB; then, its buffers given back once it
     was idle for 50 ms, its 1.2 KiB record (and 12 KiB for those the last
     50 ms had served). Now a connection gives its buffers, header array and
-    request state back as soon as it is idle, and keeps its 224-byte
-    record and its client's address as text; the next request on each is
-    served as before."""
+    request state back once it is idle (after 2 ms for the last 64), and
+    keeps its 240-byte record and its client's address as text; the next
+    request on each is served as before."""
     s = make_server("apps:echo", "--workers", "1", "--keep-alive", "60")
     with _held_connections(s, 1000, _kept_alive) as grown:
         assert grown() < 1000 * 0.5, f"{grown()} KiB for 1000 kept-alive connections"
