@@ -276,8 +276,8 @@ def test_reuseport_with_max_requests_never_leaves_the_port_without_a_listener(ma
     retires the old worker once the new one serves, as with --lazy-apps."""
     s = make_server("apps:where", "--workers", "2", "--balance", "reuseport", "--max-requests", "15")
     ready_workers(s, 2)
-    # (The master looks at the counts about once a second: a worker serves
-    # on past its limit until then.)
+    # (The master looks at the counts every 20 ms, and a worker serves on
+    # past its limit until its replacement is ready.)
     served, refused, pids = 0, 0, set()
     deadline = time.monotonic() + 30
     while len(pids) < 8 and served + refused < 20000 and time.monotonic() < deadline:

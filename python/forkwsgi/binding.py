@@ -146,9 +146,11 @@ def create(addr, backlog, reuseport=False, any_host="0.0.0.0", umask=None, mode=
     return sock
 
 
-def reuseport_peer(sock, backlog):
+def reuseport_peer(sock, backlog, listen=True):
     """A listening socket in the SO_REUSEPORT group of `sock` (made by
-    create(..., reuseport=True)), for one worker."""
+    create(..., reuseport=True)), for one worker. listen=False: bound only;
+    it joins the group (the kernel gives it connections) once its owner
+    calls listen(backlog)."""
     peer = socket.socket(sock.family, socket.SOCK_STREAM)
     try:
         peer.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -157,7 +159,8 @@ def reuseport_peer(sock, backlog):
             peer.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY,
                             sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY))
         peer.bind(sock.getsockname()[:2])
-        peer.listen(backlog)
+        if listen:
+            peer.listen(backlog)
     except OSError:
         peer.close()
         raise

@@ -157,7 +157,10 @@ class WorkerLifecycle:
         ofl = self.offload.queue.producer_options(slot) if self.offload else None
         sockets = self.sockets
         if self.balance == "reuseport":
-            sockets = [binding.reuseport_peer(s, self.cfg["backlog"]) for s in self.sockets]
+            # With --lazy-apps the worker listens once its app is imported
+            # (worker.run): the kernel would give connections to a socket in
+            # the group while the import runs, and reset them if it fails.
+            sockets = [binding.reuseport_peer(s, self.cfg["backlog"], listen=not self.lazy) for s in self.sockets]
         self.worker_age += 1
         hw = hooks.Worker(index, self.worker_age, self.log, self.cfg, max_requests=options["max_requests"],
                           sockets=sockets)
@@ -211,7 +214,9 @@ class WorkerLifecycle:
                 s.close()          # the master's placeholders
         self.hooks.call("post_fork", self, hw.in_child())
         # wsgi.multiprocess: true when the app may run in several processes at once.
+        listen_late = self.cfg["backlog"] if self.balance == "reuseport" and self.lazy else None
         worker.run(worker.Setup(index, self.pid, sockets, self.app, self.app_spec, options, ready_fd,
+                                listen_late=listen_late,
                                 protocols=self.protocols,
                                 nice=self.cfg["worker_nice"], multiprocess=self.num_workers > 1,
                                 status=status, stats=counters, balance=balance, offload=ofl,

@@ -27,10 +27,13 @@ class Setup:
 
     def __init__(self, index, master_pid, sockets, app, app_spec, options, ready_fd, nice=0,
                  multiprocess=True, status=None, stats=None, balance=None, offload=None, hooks=None,
-                 hook_worker=None, master=None, owner=None, access_logger=None, protocols=None):
+                 hook_worker=None, master=None, owner=None, access_logger=None, protocols=None,
+                 listen_late=None):
         self.index = index              # 1..N, for titles and logs
         self.master_pid = master_pid
         self.sockets = sockets          # the listening sockets it serves
+        self.listen_late = listen_late  # a backlog: the sockets are bound only, it listens
+                                        # once the app is imported (reuseport, --lazy-apps)
         self.protocols = protocols      # what each speaks (http, uwsgi); None: all --protocol
         self.app = app                  # preloaded, or None: loaded here from app_spec (--lazy-apps)
         self.app_spec = app_spec
@@ -60,6 +63,9 @@ def run(setup, log):
         if setup.offload:
             _setup_offload(setup, log)
         app = setup.app if setup.app is not None else _import_app(setup, log)
+        if setup.listen_late is not None:
+            for s in setup.sockets:
+                s.listen(setup.listen_late)
         hooks, hw = setup.hooks, setup.hook_worker
         if hw is not None and setup.stats is not None:
             hw.count_requests(lambda: _forkwsgi.stats_read(setup.stats, 0)["requests"])      # worker.nr
