@@ -115,8 +115,9 @@ def test_a_response_the_client_does_not_read_does_not_hold_the_loop(make_server)
 def test_a_stop_while_the_standby_runs_the_loop(make_server, tmp_path):
     """SIGTERM to the worker while the loop thread is in a call that lasts
     (the standby runs the loop): the worker stops accepting at once, the
-    call's response is sent whole (Connection: close), the worker exits
-    0 and is replaced."""
+    call's response is sent whole, the worker exits 0 and is replaced. Sent
+    to the worker alone, the stop is a retirement: the connection is kept
+    alive and handed to the replacement, which serves its next request."""
     s = make_server("apps:thread_name", "--workers", "1", "--threads", "4", "--graceful-timeout", "20")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     [worker] = s.worker_pids()
@@ -128,8 +129,9 @@ def test_a_stop_while_the_standby_runs_the_loop(make_server, tmp_path):
 
         os.kill(worker, signal.SIGTERM)
         r = slow.read_response()
-        assert r.status == 200 and r.body == b"MainThread" and r.header("connection") == "close"
-    assert wait_for(lambda: worker not in s.worker_pids() and len(s.worker_pids()) == 1, 15)
+        assert r.status == 200 and r.body == b"MainThread" and r.header("connection") != "close"
+        assert wait_for(lambda: worker not in s.worker_pids() and len(s.worker_pids()) == 1, 15)
+        assert name(slow) == "MainThread"       # served by the replacement
     assert re.search(rf"Worker 1 \(pid {worker}\) exited \(exit code 0\)", s.log()), s.log()
     with s.conn() as c:
         assert name(c) == "MainThread"

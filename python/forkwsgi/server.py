@@ -250,10 +250,11 @@ class Server:
         thread and from signal handlers."""
         self._core.stop(graceful=graceful)
 
-    def retire(self):
+    def _retire(self):
         """Stop gracefully while other workers serve on: idle connections are
         handed to them instead of closed (a pre-forked worker's SIGTERM
-        sent to it alone). Safe from any thread and from signal handlers."""
+        sent to it alone: worker.py). Safe from any thread and from signal
+        handlers."""
         self._core.retire()
 
     def close(self):

@@ -199,7 +199,7 @@ def _catch_signals(server, hooks, hw, master_pid):
         # stop says so in the scoreboard first (Arbiter.stop), and then
         # they close; so does a dead master's SIGTERM (die_with_parent).
         if os.getppid() == master_pid:
-            server.retire()
+            server._retire()
         else:
             server.stop(graceful=True)
 
