@@ -8,6 +8,7 @@ and ended in SIGKILL.
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -214,5 +215,39 @@ def test_sigint_during_a_graceful_stop_stops_now(tmp_path, fast):
         assert took < 3.0, (took, log.read_text())
         assert f"Received {fast.name} during a graceful stop: stopping now" in log.read_text(), log.read_text()
         c.close()
+    finally:
+        end_group(proc)
+
+
+def test_a_graceful_stop_refuses_new_connections_while_it_drains(tmp_path):
+    """During a graceful stop's drain the master held its copy of the
+    listening socket: the kernel went on accepting connections into a
+    queue nobody took from, and reset them when the master exited (a
+    review through nginx: a 502 for each, which nginx cannot retry for a
+    POST). Now they are refused from the start of the stop (a proxy retries
+    a refused connect elsewhere), and the request in flight still ends."""
+    log = tmp_path / "server.log"
+    proc = start(["apps:sleep", "--workers", "2", "--threads", "2"], str(tmp_path), log)
+    try:
+        assert wait_for(lambda: log.read_text().count("Booted worker") == 2, 20), log.read_text()
+        port = int(re.search(r"Listening at: http://127.0.0.1:(\d+)", log.read_text()).group(1))
+        c = Conn(port, timeout=30)
+        c.send(b"GET /?t=2 HTTP/1.1\r\nHost: a\r\n" + in_app_header(tmp_path / "in") + b"\r\n")
+        assert wait_in_app(tmp_path / "in")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert wait_for(lambda: "stopping gracefully" in log.read_text(), 10), log.read_text()
+        refused = False
+        deadline = time.monotonic() + 1.0
+        while not refused and time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                time.sleep(0.05)
+            except ConnectionRefusedError:
+                refused = True
+        assert refused, "the port still accepts connections during the drain"
+        r = c.read_response()
+        assert r.status == 200 and r.header("connection") == "close"
+        c.close()
+        assert proc.wait(15) == 0
     finally:
         end_group(proc)

@@ -221,6 +221,7 @@ class Arbiter(StartUp, WorkerLifecycle, WorkerChecks, HeldImport, reexec.InPlace
             if check:
                 check.cancel()
         self.preflight = self.import_check = None
+        self._close_listeners()
         sig = signal.SIGTERM if graceful else signal.SIGQUIT
         for w in list(self.workers.values()):
             if w.slot is not None:
@@ -253,6 +254,18 @@ class Arbiter(StartUp, WorkerLifecycle, WorkerChecks, HeldImport, reexec.InPlace
             # deliver stays in its journal for the next start.
             self.offload.stop(graceful)
             self.offload.queue.close_out(self.log)
+
+    def _close_listeners(self):
+        """A stop: new connections are refused from now on. The workers
+        let go of their copies of the listening sockets as their stop
+        begins; the master's kept the kernel accepting connections into a
+        queue nobody took from, reset when the master exited after the
+        drain (behind a proxy, a 502 it cannot retry for a POST; a refused
+        connect it retries elsewhere). A socket systemd or a parent passed
+        in (LISTEN_FDS, fd://) lives on in their copy."""
+        for s in self.sockets:
+            s.close()
+        self.sockets = []
 
     def _fast_stop_asked(self):
         """A SIGINT or SIGQUIT queued (taken off the queue, and said)."""
