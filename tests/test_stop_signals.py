@@ -191,6 +191,20 @@ def ready_lines(log):
     return len(re.findall(r"worker \d+ \(pid \d+\) ready", log.read_text()))
 
 
+def _stopping_with_a_request_in_the_app(proc, log, tmp_path, workers, seconds):
+    """Once the server's workers booted, a request that sleeps `seconds` in
+    the app, then SIGTERM to the master: (port, the request's Conn) once
+    the master says it is stopping gracefully."""
+    assert wait_for(lambda: log.read_text().count("Booted worker") >= workers, 20), log.read_text()
+    port = int(re.search(r"Listening at: http://127.0.0.1:(\d+)", log.read_text()).group(1))
+    c = Conn(port, timeout=30)
+    c.send(f"GET /?t={seconds} HTTP/1.1\r\nHost: a\r\n".encode() + in_app_header(tmp_path / "in") + b"\r\n")
+    assert wait_in_app(tmp_path / "in")
+    os.kill(proc.pid, signal.SIGTERM)
+    assert wait_for(lambda: "stopping gracefully" in log.read_text(), 10), log.read_text()
+    return port, c
+
+
 @pytest.mark.parametrize("fast", [signal.SIGINT, signal.SIGQUIT], ids=lambda s: s.name)
 def test_sigint_during_a_graceful_stop_stops_now(tmp_path, fast):
     """SIGTERM waits for the request in the app (up to --graceful-timeout,
@@ -200,13 +214,7 @@ def test_sigint_during_a_graceful_stop_stops_now(tmp_path, fast):
     log = tmp_path / "server.log"
     proc = start(["apps:sleep", "--workers", "1", "--threads", "2"], str(tmp_path), log)
     try:
-        assert wait_for(lambda: "Booted worker" in log.read_text(), 20), log.read_text()
-        port = int(re.search(r"Listening at: http://127.0.0.1:(\d+)", log.read_text()).group(1))
-        c = Conn(port, timeout=30)
-        c.send(b"GET /?t=6 HTTP/1.1\r\nHost: a\r\n" + in_app_header(tmp_path / "in") + b"\r\n")
-        assert wait_in_app(tmp_path / "in")
-        os.kill(proc.pid, signal.SIGTERM)
-        assert wait_for(lambda: "stopping gracefully" in log.read_text(), 10), log.read_text()
+        _, c = _stopping_with_a_request_in_the_app(proc, log, tmp_path, workers=1, seconds=6)
         time.sleep(0.3)
         t = time.monotonic()
         os.kill(proc.pid, fast)
@@ -229,13 +237,7 @@ def test_a_graceful_stop_refuses_new_connections_while_it_drains(tmp_path):
     log = tmp_path / "server.log"
     proc = start(["apps:sleep", "--workers", "2", "--threads", "2"], str(tmp_path), log)
     try:
-        assert wait_for(lambda: log.read_text().count("Booted worker") == 2, 20), log.read_text()
-        port = int(re.search(r"Listening at: http://127.0.0.1:(\d+)", log.read_text()).group(1))
-        c = Conn(port, timeout=30)
-        c.send(b"GET /?t=2 HTTP/1.1\r\nHost: a\r\n" + in_app_header(tmp_path / "in") + b"\r\n")
-        assert wait_in_app(tmp_path / "in")
-        os.kill(proc.pid, signal.SIGTERM)
-        assert wait_for(lambda: "stopping gracefully" in log.read_text(), 10), log.read_text()
+        port, c = _stopping_with_a_request_in_the_app(proc, log, tmp_path, workers=2, seconds=2)
         refused = False
         deadline = time.monotonic() + 1.0
         while not refused and time.monotonic() < deadline:
