@@ -156,11 +156,14 @@ class WorkerLifecycle:
             self.slots.hold(slot, True)
         ofl = self.offload.queue.producer_options(slot) if self.offload else None
         sockets = self.sockets
+        # With --lazy-apps a reuseport worker listens once its app is
+        # imported (worker.run: Setup.listen_late): the kernel would give
+        # connections to a socket in the group while the import runs, and
+        # reset them if it fails.
+        listen_late = self.cfg["backlog"] if self.balance == "reuseport" and self.lazy else None
         if self.balance == "reuseport":
-            # With --lazy-apps the worker listens once its app is imported
-            # (worker.run): the kernel would give connections to a socket in
-            # the group while the import runs, and reset them if it fails.
-            sockets = [binding.reuseport_peer(s, self.cfg["backlog"], listen=not self.lazy) for s in self.sockets]
+            sockets = [binding.reuseport_peer(s, self.cfg["backlog"], listen=listen_late is None)
+                       for s in self.sockets]
         self.worker_age += 1
         hw = hooks.Worker(index, self.worker_age, self.log, self.cfg, max_requests=options["max_requests"],
                           sockets=sockets)
@@ -184,7 +187,7 @@ class WorkerLifecycle:
             pid = os.fork()
             if pid == 0:           # still holding them: never leaves this block
                 os.close(r)
-                self._run_worker(index, slot, sockets, options, w, status, counters, balance, ofl, hw)
+                self._run_worker(index, slot, sockets, options, w, status, counters, balance, ofl, hw, listen_late)
         status.release()
         counters.release()
         if sockets is not self.sockets:
@@ -203,7 +206,7 @@ class WorkerLifecycle:
         self.log.info("Booted worker %d (pid %d)", index, pid)
         return True
 
-    def _run_worker(self, index, slot, sockets, options, ready_fd, status, counters, balance, ofl, hw):
+    def _run_worker(self, index, slot, sockets, options, ready_fd, status, counters, balance, ofl, hw, listen_late):
         """In the forked worker: close what belongs to the master, then run."""
         self._close_masters_own()
         self.slots.keep_only(slot)
@@ -214,7 +217,6 @@ class WorkerLifecycle:
                 s.close()          # the master's placeholders
         self.hooks.call("post_fork", self, hw.in_child())
         # wsgi.multiprocess: true when the app may run in several processes at once.
-        listen_late = self.cfg["backlog"] if self.balance == "reuseport" and self.lazy else None
         worker.run(worker.Setup(index, self.pid, sockets, self.app, self.app_spec, options, ready_fd,
                                 listen_late=listen_late,
                                 protocols=self.protocols,
