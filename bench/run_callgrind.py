@@ -24,8 +24,24 @@ the ratio of the whole to bjoern's. Each server runs alone under callgrind
 (1 process x 1 thread; forkwsgi's worker is the process counted), the
 client is a plain socket loop in this process: nothing runs at once but
 these two. Slow: each request costs ~50x its native time.
+
+    python3 bench/run_callgrind.py --floor [--rev a2b2b45]
+
+With --floor it counts instead the measure of the speed issue's first goal,
+forkwsgi's work above the CPython floor, in instructions: for each of
+run_core.py's single-connection workloads (keep-alive hello, 4k and post-1k,
+on apps:route, each request as wrk sends it: a Host header, and post.lua's
+Content-Type and 1 KiB body), forkwsgi's instructions per request less the
+C reference's (bench/refserver.c, run under callgrind the same way) less
+the floor's: run_floor.py's loop of that request (the least environ, the
+app, iterating its body), run under callgrind for N1 and N2 requests. The
+timed figure (run_core.py --floor-only, run_ab.py --floor) moves by
+hundreds of nanoseconds from round to round on this VM; this one does not.
+It leaves out the kernel (the same three system calls a request for the
+reference and forkwsgi) and what instructions do not show (cache misses).
 """
 import argparse
+import contextlib
 import glob
 import os
 import re
@@ -41,6 +57,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import (BENCH, FRAMEWORKS, OUT, RESULTS, ROOT, free_port, git_head, invocation, log,  # noqa: E402
                     peers_ready, write_section)
+from run_core import REFSERVER_BIN, build_refserver  # noqa: E402
+from run_floor import POST_BODY  # noqa: E402
 
 VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
 TITLE = "## Instructions per request (callgrind)"     # + ": APP", one section per app
@@ -54,6 +72,8 @@ def is_gc(f):
 
 def server_argv(server, spec, port, checkout):
     module, name = spec.split(":")
+    if server == "reference":
+        return [REFSERVER_BIN, str(port), "127.0.0.1"]
     if server == "bjoern":
         return [VENV_PY, "-c", f"from {module} import {name}; import bjoern; bjoern.run({name}, '127.0.0.1', {port})"]
     return [sys.executable, "-m", "forkwsgi", spec, "--bind", f"127.0.0.1:{port}", "--log-level", "warning"]
@@ -62,8 +82,23 @@ def server_argv(server, spec, port, checkout):
 CLIENT_PORT = 47011
 
 
-def drive(port, path, n, deadline):
-    """n GET requests over one kept-alive connection, each read whole."""
+# The requests of --floor, as wrk sends them in run_core.py (a Host header;
+# post.lua adds Content-Type and its 1 KiB body): the floor's environ holds
+# HTTP_HOST and, for the POST, CONTENT_TYPE and CONTENT_LENGTH.
+FLOOR_WORKLOADS = {"keepalive-hello": ("GET", "/"), "keepalive-4k": ("GET", "/4k"), "post-1k": ("POST", "/post")}
+
+
+def request_bytes(method, path, port, wrk_like):
+    if not wrk_like:
+        return f"GET {path} HTTP/1.1\r\nHost: bench\r\nUser-Agent: run_callgrind\r\nAccept: */*\r\n\r\n".encode()
+    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+    if method == "POST":
+        head += f"Content-Type: application/json\r\nContent-Length: {len(POST_BODY)}\r\n"
+    return (head + "\r\n").encode() + (POST_BODY if method == "POST" else b"")
+
+
+def drive(port, path, n, deadline, method="GET", wrk_like=False):
+    """n requests over one kept-alive connection, each answer read whole."""
     while True:
         # From one source port in every run: the client's port is in the
         # environ (REMOTE_PORT), and the str cache's slots are chosen by
@@ -82,7 +117,7 @@ def drive(port, path, n, deadline):
             if time.monotonic() > deadline:
                 raise RuntimeError("the server did not listen")
             time.sleep(0.3)
-    req = f"GET {path} HTTP/1.1\r\nHost: bench\r\nUser-Agent: run_callgrind\r\nAccept: */*\r\n\r\n".encode()
+    req = request_bytes(method, path, port, wrk_like)
     with s:
         for _ in range(n):
             s.sendall(req)
@@ -116,11 +151,13 @@ def profile(out_file, checkout):
     return prof
 
 
-def run_once(server, spec, path, n, checkout, tmp):
+def run_once(server, spec, path, n, checkout, tmp, method="GET", wrk_like=False):
     """Serve n requests under callgrind; the profile of the process that
     served them."""
     port = free_port()
-    prefix = os.path.join(tmp, f"{server}-{n}")
+    # A new directory per run: the files are found by their prefix, and two
+    # builds of forkwsgi (--rev) would otherwise share it.
+    prefix = os.path.join(tempfile.mkdtemp(dir=tmp), f"{server}-{n}")
     # One hash seed for every run: str hashes decide where the environ's
     # keys land in its table, and so how long dict inserts probe (a few
     # hundred instructions a request from one seed to the next).
@@ -132,7 +169,7 @@ def run_once(server, spec, path, n, checkout, tmp):
         p = subprocess.Popen(argv, cwd=BENCH, env=env, stdout=logf, stderr=subprocess.STDOUT,
                              start_new_session=True)
     try:
-        drive(port, path, n, time.monotonic() + 120)
+        drive(port, path, n, time.monotonic() + 120, method, wrk_like)
     finally:
         try:
             os.killpg(p.pid, signal.SIGTERM)
@@ -159,11 +196,82 @@ def per_request(server, spec, path, n1, n2, checkout, tmp):
             "top_own": sorted(((v, k) for k, v in diff.items() if own(k)), reverse=True)[:8]}
 
 
-def build_rev(rev, where):
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", where, rev], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=where, check=True,
-                   stdout=subprocess.DEVNULL)
+def total(prof):
+    return sum(prof.values())
+
+
+def floor_count(workload, n, tmp):
+    """Instructions of run_floor.py's loop of n requests of the workload."""
+    out = os.path.join(tmp, f"floor-{workload}-{n}")
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+                    os.path.abspath(__file__), "--floor-loop", workload, str(n)],
+                   cwd=BENCH, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return total(profile(out, ROOT))
+
+
+def floor_rows(servers, n1, n2, tmp):
+    """{workload: {label: instructions per request}} for the reference, the
+    floor and each forkwsgi of servers."""
+    rows = {}
+    for workload, (method, path) in FLOOR_WORKLOADS.items():
+        row = {}
+        for label, server, checkout in [("reference", "reference", ROOT)] + servers:
+            log(f"{workload}: {label}, {n1} and {n2} requests under callgrind")
+            a = run_once(server, "apps:route", path, n1, checkout, tmp, method, True)
+            b = run_once(server, "apps:route", path, n2, checkout, tmp, method, True)
+            row[label] = (total(b) - total(a)) / (n2 - n1)
+        log(f"{workload}: the floor's loop, {n1} and {n2} requests under callgrind")
+        row["floor"] = (floor_count(workload, n2, tmp) - floor_count(workload, n1, tmp)) / (n2 - n1)
+        rows[workload] = row
+    return rows
+
+
+FLOOR_TITLE = "## Instructions above the CPython floor (callgrind)"
+
+
+def floor_section(rows, labels, n1, n2):
+    lines = [FLOOR_TITLE, "",
+             f"Run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{invocation()}` at {git_head()}: "
+             "apps:route, each server 1 process x 1 thread under valgrind's callgrind, one kept-alive connection, "
+             "each request as wrk sends it in run_core.py (post-1k: post.lua's Content-Type and 1 KiB body); "
+             f"per request = (run of {n2:,} requests - run of {n1:,}) / {n2 - n1:,}. The floor is "
+             "run_floor.py's loop of the same request (the least environ, the app, iterating its body) under "
+             "callgrind the same way. Above the floor = forkwsgi - reference - floor: user-space instructions "
+             "only (the kernel's share is the same three system calls a request for the reference and "
+             "forkwsgi); the same on every run.", "",
+             "| workload | reference | floor | " + " | ".join(f"{lb}: all" for lb in labels) + " | " +
+             " | ".join(f"{lb}: above the floor" for lb in labels) + " |",
+             "|---|" + "---:|" * (2 + 2 * len(labels))]
+    for workload, row in rows.items():
+        above = [row[lb] - row["reference"] - row["floor"] for lb in labels]
+        lines.append(f"| {workload} | {row['reference']:,.0f} | {row['floor']:,.0f} | " +
+                     " | ".join(f"{row[lb]:,.0f}" for lb in labels) + " | " +
+                     " | ".join(f"{a:,.0f}" for a in above) + " |")
+    if len(labels) == 2:
+        lines += ["", f"{labels[0]} above the floor as a share of {labels[1]}'s (the goal: at most 0.50): " +
+                  ", ".join(f"{w} {(r[labels[0]] - r['reference'] - r['floor']) / (r[labels[1]] - r['reference'] - r['floor']):.2f}"
+                            for w, r in rows.items()) + "."]
+    return "\n".join(lines + [""])
+
+
+@contextlib.contextmanager
+def older_build(rev):
+    """A worktree of git revision rev with its extension built, removed
+    afterwards; None without a rev."""
+    if not rev:
+        yield None
+        return
+    where = os.path.join(tempfile.gettempdir(), f"forkwsgi-callgrind-{os.getpid()}")
+    try:
+        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", where, rev], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=where, check=True,
+                       stdout=subprocess.DEVNULL)
+        yield where
+    finally:
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", where],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main():
@@ -173,30 +281,36 @@ def main():
     ap.add_argument("--requests", default="300,1300", help="N1,N2: the two runs' request counts")
     ap.add_argument("--rev", help="also an older forkwsgi (a git revision, built in a temporary worktree)")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
+    ap.add_argument("--floor", action="store_true",
+                    help="count forkwsgi's instructions above the CPython floor on run_core.py's workloads")
+    ap.add_argument("--floor-loop", nargs=2, metavar=("WORKLOAD", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.floor_loop:                 # the process --floor runs under callgrind
+        import run_floor
+        run_floor.make_workload_cases()[args.floor_loop[0]](int(args.floor_loop[1]))
+        return
+    if args.floor and args.requests == ap.get_default("requests"):
+        args.requests = "1000,3000"
     n1, n2 = (int(x) for x in args.requests.split(","))
     if not shutil.which("valgrind"):
         sys.exit("run_callgrind: valgrind is not installed (apt-get install valgrind)")
+    os.makedirs(OUT, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="callgrind-", dir=OUT)
+    if args.floor:
+        build_refserver()
+        main_floor(args, n1, n2, tmp)
+        return
     missing = peers_ready(["bjoern"], FRAMEWORKS)
     if missing:
         sys.exit(f"run_callgrind: not available: {missing}")
-    os.makedirs(OUT, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="callgrind-", dir=OUT)
     servers = [("forkwsgi", "forkwsgi", ROOT), ("bjoern", "bjoern", ROOT)]
-    wt = None
-    try:
-        if args.rev:
-            wt = os.path.join(tempfile.gettempdir(), f"forkwsgi-callgrind-{os.getpid()}")
-            build_rev(args.rev, wt)
+    with older_build(args.rev) as wt:
+        if wt:
             servers.append((f"forkwsgi {args.rev}", "forkwsgi", wt))
         results = {}
         for label, server, checkout in servers:
             log(f"{label}: {n1} and {n2} requests under callgrind")
             results[label] = per_request(server, args.app, args.path, n1, n2, checkout, tmp)
-    finally:
-        if wt:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", wt],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ref = results["bjoern"]["total"]
     title = f"{TITLE}: {args.app}"
     lines = [title, "",
@@ -215,6 +329,18 @@ def main():
     print(section)
     if not args.no_write:
         write_section(RESULTS, title, section)
+
+
+def main_floor(args, n1, n2, tmp):
+    servers = [(f"forkwsgi {git_head()}", "forkwsgi", ROOT)]
+    with older_build(args.rev) as wt:
+        if wt:
+            servers.append((f"forkwsgi {args.rev}", "forkwsgi", wt))
+        rows = floor_rows(servers, n1, n2, tmp)
+    section = floor_section(rows, [label for label, _, _ in servers], n1, n2)
+    print(section)
+    if not args.no_write:
+        write_section(RESULTS, FLOOR_TITLE, section)
 
 
 if __name__ == "__main__":

@@ -14,26 +14,28 @@
 #define C_FVAL  FW_HTTP_C_FVAL
 #define C_HOST  0x08   /* allowed in a Host value / authority */
 #define C_HEX   0x10
+#define C_REG   0x20   /* a host name's or IPv4 address's: C_HOST but ':' '[' ']' */
 
 /* Every byte's classes, fixed at compile time (read by every thread; the
  * response side reads it through fw_http_is_tchar). */
 #define VF (C_VCHAR | C_FVAL)                    /* any visible ASCII character */
 #define TVF (C_TCHAR | VF)
+#define HR (C_HOST | C_REG)
 #define cls fw_http_cls
 const unsigned char fw_http_cls[256] = {
     ['\t'] = C_FVAL, [' '] = C_FVAL,
-    ['0' ... '9'] = TVF | C_HOST | C_HEX,
-    ['A' ... 'F'] = TVF | C_HOST | C_HEX, ['a' ... 'f'] = TVF | C_HOST | C_HEX,
-    ['G' ... 'Z'] = TVF | C_HOST, ['g' ... 'z'] = TVF | C_HOST,
+    ['0' ... '9'] = TVF | HR | C_HEX,
+    ['A' ... 'F'] = TVF | HR | C_HEX, ['a' ... 'f'] = TVF | HR | C_HEX,
+    ['G' ... 'Z'] = TVF | HR, ['g' ... 'z'] = TVF | HR,
     /* The other visible characters: token ones "!#$%&'*+-.^_`|~", and the
      * sub-delims, ':' '[' ']' '%' and unreserved marks allowed in a host. */
-    ['!'] = TVF | C_HOST, ['"'] = VF, ['#'] = TVF, ['$'] = TVF | C_HOST, ['%'] = TVF | C_HOST,
-    ['&'] = TVF | C_HOST, ['\''] = TVF | C_HOST, ['('] = VF | C_HOST, [')'] = VF | C_HOST,
-    ['*'] = TVF | C_HOST, ['+'] = TVF | C_HOST, [','] = VF | C_HOST, ['-'] = TVF | C_HOST,
-    ['.'] = TVF | C_HOST, ['/'] = VF, [':'] = VF | C_HOST, [';'] = VF | C_HOST, ['<'] = VF,
-    ['='] = VF | C_HOST, ['>'] = VF, ['?'] = VF, ['@'] = VF, ['['] = VF | C_HOST, ['\\'] = VF,
-    [']'] = VF | C_HOST, ['^'] = TVF, ['_'] = TVF | C_HOST, ['`'] = TVF, ['{'] = VF, ['|'] = TVF,
-    ['}'] = VF, ['~'] = TVF | C_HOST,
+    ['!'] = TVF | HR, ['"'] = VF, ['#'] = TVF, ['$'] = TVF | HR, ['%'] = TVF | HR,
+    ['&'] = TVF | HR, ['\''] = TVF | HR, ['('] = VF | HR, [')'] = VF | HR,
+    ['*'] = TVF | HR, ['+'] = TVF | HR, [','] = VF | HR, ['-'] = TVF | HR,
+    ['.'] = TVF | HR, ['/'] = VF, [':'] = VF | C_HOST, [';'] = VF | HR, ['<'] = VF,
+    ['='] = VF | HR, ['>'] = VF, ['?'] = VF, ['@'] = VF, ['['] = VF | C_HOST, ['\\'] = VF,
+    [']'] = VF | C_HOST, ['^'] = TVF, ['_'] = TVF | HR, ['`'] = TVF, ['{'] = VF, ['|'] = TVF,
+    ['}'] = VF, ['~'] = TVF | HR,
     [0x80 ... 0xff] = C_FVAL,                  /* obs-text */
 };
 
@@ -158,11 +160,10 @@ static int valid_authority(const char *p, size_t n, int need_port)
             return 0;
         h++;                        /* past ']' */
     } else {
-        while (h < end && *h != ':') {
-            if (!(cls[(unsigned char)*h] & C_HOST) || *h == '[' || *h == ']')
-                return 0;
+        /* Up to the first byte that is not a host's; then only ':' and a
+         * port may follow (checked below). */
+        while (h < end && (cls[(unsigned char)*h] & C_REG))
             h++;
-        }
         if (h == p)
             return 0;
     }

@@ -402,16 +402,28 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
         m = latin1(r->method, r->method_len);
     if (set_new(env, k_method, m) < 0)
         goto fail;
-    if (set_new(env, k_raw_uri, cached(r->target, r->target_len)) < 0 ||
+    /* A target that is all path (no query, nothing to decode: the usual
+     * "/" or "/user/7") gives PATH_INFO the RAW_URI str (the cache would
+     * find the same one), and no query the empty str: two lookups fewer. */
+    PyObject *raw = cached(r->target, r->target_len);
+    int path_is_raw = raw && !r->path_decoded && r->path == r->target && r->path_len == r->target_len &&
+                      !memchr(r->path, '%', r->path_len);
+    Py_XINCREF(raw);                    /* for PATH_INFO, whatever the headers below do */
+    if (set_new(env, k_raw_uri, raw) < 0 ||
         PyDict_SetItem(env, k_proto, r->minor ? v_http11 : v_http10) < 0)
-        goto fail;
+        goto fail_raw;
     if (set_remote(env, c) < 0)
-        goto fail;
+        goto fail_raw;
     scheme_seen seen = { SCHEME_NONE, 0, NULL };
     if ((r->uwsgi ? add_vars(s, c, env, &seen) : add_headers(s, c, env, &seen)) < 0)
-        goto fail;
-    if (set_new(env, k_path, r->path_decoded ? cached(r->path, r->path_len) : decode_path(r->path, r->path_len)) < 0 ||
-        set_new(env, k_query, cached(r->query, r->query_len)) < 0)
+        goto fail_raw;
+    PyObject *path = path_is_raw ? raw : r->path_decoded ? cached(r->path, r->path_len)
+                                                        : decode_path(r->path, r->path_len);
+    if (!path_is_raw)
+        Py_XDECREF(raw);
+    raw = NULL;
+    if (set_new(env, k_path, path) < 0 ||
+        set_new(env, k_query, r->query_len ? cached(r->query, r->query_len) : Py_NewRef(v_empty)) < 0)
         goto fail;
     int scheme = seen.scheme, conflict = seen.conflict;
     if (seen.forwarded) {
@@ -430,6 +442,8 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
     if (scheme && PyDict_SetItem(env, k_url_scheme, scheme == SCHEME_HTTPS ? v_https : v_http) < 0)
         goto fail;
     return env;
+fail_raw:
+    Py_XDECREF(raw);
 fail:
     Py_DECREF(env);
     return NULL;

@@ -74,24 +74,31 @@ static int valid_value(const char *s, Py_ssize_t n)
     return 1;
 }
 
+/* latin1_view's errors, out of its way. */
+static __attribute__((noinline, cold)) int latin1_error(PyObject *o, const char *what)
+{
+    if (!PyUnicode_Check(o))
+        PyErr_Format(PyExc_TypeError, "%s must be str, not %.100s", what, Py_TYPE(o)->tp_name);
+    else
+        PyErr_Format(PyExc_ValueError, "%s is not latin-1: %R", what, o);
+    return -1;
+}
+
 /* The characters of str o as latin-1 bytes, in place: a str whose
  * characters all fit in one byte stores them as those bytes (PEP 393), and
  * any other kind holds a character above U+00FF. 0, or -1 with TypeError
- * (not a str) or ValueError (not latin-1) set. */
-static int latin1_view(PyObject *o, const char *what, const char **p, Py_ssize_t *n)
+ * (not a str) or ValueError (not latin-1) set. Inline: it runs for the
+ * status and each header's name and value. */
+static inline int latin1_view(PyObject *o, const char *what, const char **p, Py_ssize_t *n)
 {
-    if (!PyUnicode_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be str, not %.100s", what, Py_TYPE(o)->tp_name);
-        return -1;
-    }
+    if (!PyUnicode_Check(o))
+        return latin1_error(o, what);
 #if PY_VERSION_HEX < 0x030C0000
     if (PyUnicode_READY(o) < 0)
         return -1;
 #endif
-    if (PyUnicode_KIND(o) != PyUnicode_1BYTE_KIND) {
-        PyErr_Format(PyExc_ValueError, "%s is not latin-1: %R", what, o);
-        return -1;
-    }
+    if (PyUnicode_KIND(o) != PyUnicode_1BYTE_KIND)
+        return latin1_error(o, what);
     *p = (const char *)PyUnicode_1BYTE_DATA(o);
     *n = PyUnicode_GET_LENGTH(o);
     return 0;
@@ -128,8 +135,8 @@ static PyObject *sr_start(StartResponseObject *self, PyObject *status, PyObject 
         return NULL;
     }
 
-    const char *p;
-    Py_ssize_t len;
+    const char *p = NULL;
+    Py_ssize_t len = 0;
     if (latin1_view(status, "status", &p, &len) < 0)
         return NULL;
     if (!valid_status(p, len)) {
@@ -146,8 +153,8 @@ static PyObject *sr_start(StartResponseObject *self, PyObject *status, PyObject 
             PyErr_Format(PyExc_TypeError, "header must be a (name, value) tuple, not %R", item);
             goto fail;
         }
-        const char *k, *v;
-        Py_ssize_t kn, vn;
+        const char *k = NULL, *v = NULL;
+        Py_ssize_t kn = 0, vn = 0;
         if (latin1_view(PyTuple_GET_ITEM(item, 0), "header name", &k, &kn) < 0 ||
             latin1_view(PyTuple_GET_ITEM(item, 1), "header value", &v, &vn) < 0)
             goto fail;

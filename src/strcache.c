@@ -67,24 +67,21 @@ static inline int bytes_eq(const char *a, const char *b, size_t n)
         memcpy(&b1, b + n - 4, 4);
         return a0 == b0 && a1 == b1;
     }
+    if (n < 4) {                        /* an empty query, a path of "/": no call */
+        for (size_t k = 0; k < n; k++)
+            if (a[k] != b[k])
+                return 0;
+        return 1;
+    }
     return memcmp(a, b, n) == 0;
 }
 
-PyObject *fw_strcache_get(fw_strcache *sc, const char *p, size_t n,
-                          PyObject *(*make)(const char *p, size_t n))
+/* A miss: make the str and keep it in slot i. Apart from the hit path so
+ * that the hit, the usual case, saves and restores few registers. */
+static __attribute__((noinline)) PyObject *sc_fill(fw_strcache *sc, size_t i, uint64_t h, const char *p, size_t n,
+                                                   PyObject *(*make)(const char *p, size_t n))
 {
-    if (n > FW_STRCACHE_MAX)
-        return make(p, n);
-    uint64_t h = sc_hash(p, n);
-    size_t i = h & (FW_STRCACHE_SLOTS - 1);
     fw_strcache_slot *e = &sc->slots[i];
-    if (e->hash == h && e->value && e->len == n) {
-        const char *have = sc->env_keys ? sc->raw[i] : (const char *)PyUnicode_1BYTE_DATA(e->value) + e->off;
-        if (bytes_eq(have, p, n)) {
-            Py_INCREF(e->value);
-            return e->value;
-        }
-    }
     PyObject *v = make(p, n);
     if (!v)
         return NULL;
@@ -100,4 +97,22 @@ PyObject *fw_strcache_get(fw_strcache *sc, const char *p, size_t n,
     e->off = (size_t)off;
     e->len = n;
     return v;
+}
+
+PyObject *fw_strcache_get(fw_strcache *sc, const char *p, size_t n,
+                          PyObject *(*make)(const char *p, size_t n))
+{
+    if (n > FW_STRCACHE_MAX)
+        return make(p, n);
+    uint64_t h = sc_hash(p, n);
+    size_t i = h & (FW_STRCACHE_SLOTS - 1);
+    const fw_strcache_slot *e = &sc->slots[i];
+    if (e->hash == h && e->value && e->len == n) {
+        const char *have = sc->env_keys ? sc->raw[i] : (const char *)PyUnicode_1BYTE_DATA(e->value) + e->off;
+        if (bytes_eq(have, p, n)) {
+            Py_INCREF(e->value);
+            return e->value;
+        }
+    }
+    return sc_fill(sc, i, h, p, n, make);
 }
