@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define FW_HTTP_INCOMPLETE (-1)
 
@@ -121,6 +122,40 @@ extern const unsigned char fw_http_cls[256];
 static inline int fw_http_is_tchar(unsigned char c)
 {
     return fw_http_cls[c] & FW_HTTP_C_TCHAR;
+}
+
+/* Does the word hold a byte below 0x20 or 0x7f (DEL)? Exact as to whether
+ * one does (the borrow of the subtraction can only flag bytes above a
+ * flagged one); bytes from 0x80 are never flagged (~w clears their bit).
+ * A word without one is eight field-value bytes (VCHAR, SP, obs-text); one
+ * with one (HTAB too) is for a byte-by-byte look. */
+static inline int fw_http_word_may_hold_ctl(uint64_t w)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t del = w ^ (0x7f * ones);
+    return (((w - 0x20 * ones) & ~w) | ((del - ones) & ~del)) & highs ? 1 : 0;
+}
+
+/* s[0..n) is lit, a literal of n lower-case letters and '-', ASCII case
+ * aside, where s holds token characters only (a parsed header name, or a
+ * response header name start_response checked). Among those, c | 0x20 is
+ * a lower-case letter only for that letter or its upper case, and '-' only
+ * for '-': so OR-ing 0x20 compares exactly, eight bytes at a time. */
+static inline int fw_http_token_is(const char *s, size_t n, const char *lit)
+{
+    const uint64_t lower = 0x2020202020202020ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t a, b;
+        memcpy(&a, s + i, 8);
+        memcpy(&b, lit + i, 8);
+        if ((a | lower) != b)
+            return 0;
+    }
+    for (; i < n; i++)
+        if (((unsigned char)s[i] | 0x20) != (unsigned char)lit[i])
+            return 0;
+    return 1;
 }
 
 /* s[0..n) equals the lower-case literal lit, ASCII case-insensitive. */

@@ -8,6 +8,7 @@
 #include "fw_internal.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -111,16 +112,15 @@ enum hkind { H_PLAIN, H_CONTENT_LENGTH, H_CONNECTION, H_HOP, H_DATE, H_SERVER };
 static enum hkind header_kind(const char *n, size_t len)
 {
     switch (len) {
-    case 2:  return fw_http_token_eq(n, len, "te") ? H_HOP : H_PLAIN;
-    case 4:  return fw_http_token_eq(n, len, "date") ? H_DATE : H_PLAIN;
-    case 6:  return fw_http_token_eq(n, len, "server") ? H_SERVER : H_PLAIN;
-    case 7:  return fw_http_token_eq(n, len, "trailer") || fw_http_token_eq(n, len, "upgrade")
-                 ? H_HOP : H_PLAIN;
-    case 10: return fw_http_token_eq(n, len, "connection") ? H_CONNECTION
-                 : fw_http_token_eq(n, len, "keep-alive") ? H_HOP : H_PLAIN;
-    case 14: return fw_http_token_eq(n, len, "content-length") ? H_CONTENT_LENGTH : H_PLAIN;
-    case 16: return fw_http_token_eq(n, len, "proxy-connection") ? H_HOP : H_PLAIN;
-    case 17: return fw_http_token_eq(n, len, "transfer-encoding") ? H_HOP : H_PLAIN;
+    case 2:  return fw_http_token_is(n, len, "te") ? H_HOP : H_PLAIN;
+    case 4:  return fw_http_token_is(n, len, "date") ? H_DATE : H_PLAIN;
+    case 6:  return fw_http_token_is(n, len, "server") ? H_SERVER : H_PLAIN;
+    case 7:  return fw_http_token_is(n, len, "trailer") || fw_http_token_is(n, len, "upgrade") ? H_HOP : H_PLAIN;
+    case 10: return fw_http_token_is(n, len, "connection") ? H_CONNECTION
+                 : fw_http_token_is(n, len, "keep-alive") ? H_HOP : H_PLAIN;
+    case 14: return fw_http_token_is(n, len, "content-length") ? H_CONTENT_LENGTH : H_PLAIN;
+    case 16: return fw_http_token_is(n, len, "proxy-connection") ? H_HOP : H_PLAIN;
+    case 17: return fw_http_token_is(n, len, "transfer-encoding") ? H_HOP : H_PLAIN;
     default: return H_PLAIN;
     }
 }
@@ -170,12 +170,18 @@ int fw_resp_header_checked(fw_conn *c, const char *name, size_t nlen, const char
     default:
         break;
     }
-    if (fw_buf_reserve(&c->x->out, nlen + vlen + 4) != 0)
+    fw_buf *out = &c->x->out;
+    size_t n = nlen + vlen + 4;
+    if (out->cap - out->len < n && fw_buf_reserve(out, n) != 0)
         return -ENOMEM;
-    fw_buf_append(&c->x->out, name, nlen);
-    fw_buf_append(&c->x->out, ": ", 2);
-    fw_buf_append(&c->x->out, value, vlen);
-    fw_buf_append(&c->x->out, "\r\n", 2);
+    char *w = out->data + out->len;     /* "name: value\r\n" in place */
+    memcpy(w, name, nlen);
+    w[nlen] = ':';
+    w[nlen + 1] = ' ';
+    memcpy(w + nlen + 2, value, vlen);
+    w[nlen + 2 + vlen] = '\r';
+    w[nlen + 3 + vlen] = '\n';
+    out->len += n;
     return 0;
 }
 

@@ -34,9 +34,9 @@ static PyObject *k_method, *k_path, *k_query, *k_raw_uri, *k_proto, *k_server_na
 /* Environ keys by raw header name, and values by their bytes (strcache.c). */
 static fw_strcache keys = { .env_keys = 1 }, values;
 
-static struct { const char *name; PyObject *value; } methods[] = {
-    { "GET", NULL }, { "POST", NULL }, { "HEAD", NULL }, { "PUT", NULL },
-    { "DELETE", NULL }, { "OPTIONS", NULL }, { "PATCH", NULL },
+static struct { const char *name; size_t len; PyObject *value; } methods[] = {
+    { "GET", 3, NULL }, { "POST", 4, NULL }, { "HEAD", 4, NULL }, { "PUT", 3, NULL },
+    { "DELETE", 6, NULL }, { "OPTIONS", 7, NULL }, { "PATCH", 5, NULL },
 };
 
 #define NMETHODS (sizeof(methods) / sizeof(methods[0]))
@@ -333,7 +333,10 @@ static int add_headers(fw_glue *s, fw_conn *c, PyObject *env, scheme_seen *seen)
             continue;
         if (scheme_lengths >> (h->name_len < 63 ? h->name_len : 63) & 1)
             see_scheme(s, r, h, seen);
-        PyObject *key = fw_strcache_get(&keys, h->name, h->name_len, make_key);
+        /* Host, in every HTTP/1.1 request, without the cache's lookup. */
+        PyObject *key = h->name_len == 4 && fw_http_token_is(h->name, 4, "host")
+                            ? Py_NewRef(k_http_host)
+                            : fw_strcache_get(&keys, h->name, h->name_len, make_key);
         if (!key)
             return -1;
         int rc = add_header(env, key, h);
@@ -393,7 +396,7 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
         return NULL;
     PyObject *m = NULL;
     for (size_t i = 0; i < NMETHODS; i++)
-        if (strlen(methods[i].name) == r->method_len && !memcmp(methods[i].name, r->method, r->method_len)) {
+        if (methods[i].len == r->method_len && !memcmp(methods[i].name, r->method, r->method_len)) {
             m = methods[i].value;
             Py_INCREF(m);
             break;

@@ -728,6 +728,32 @@ static void test_skip_crlf(void)
     CHECK_INT(fw_http_skip_crlf("", 0), 0);
 }
 
+/* fw_http_token_is against fw_http_token_eq on every token character in
+ * every position of every literal the server compares names with. */
+static void test_token_is(void)
+{
+    ctx = "token_is";
+    static const char *lits[] = { "te", "date", "host", "server", "trailer", "upgrade", "connection",
+                                  "keep-alive", "content-length", "proxy-connection", "transfer-encoding" };
+    CHECK_INT(fw_http_token_is("Content-Length", 14, "content-length"), 1);
+    CHECK_INT(fw_http_token_is("CONTENT-LENGTH", 14, "content-length"), 1);
+    CHECK_INT(fw_http_token_is("Content_Length", 14, "content-length"), 0);
+    CHECK_INT(fw_http_token_is("HOST", 4, "host"), 1);
+    CHECK_INT(fw_http_token_is("Hos7", 4, "host"), 0);
+    for (size_t k = 0; k < sizeof(lits) / sizeof(lits[0]); k++) {
+        size_t n = strlen(lits[k]);
+        char name[32];
+        for (size_t pos = 0; pos < n; pos++)
+            for (int ch = 0; ch < 256; ch++) {
+                if (!fw_http_is_tchar((unsigned char)ch))
+                    continue;
+                memcpy(name, lits[k], n);
+                name[pos] = (char)ch;
+                CHECK_INT(fw_http_token_is(name, n, lits[k]), fw_http_token_eq(name, n, lits[k]));
+            }
+    }
+}
+
 static void test_head_end(void)
 {
     size_t scan;
@@ -1330,6 +1356,7 @@ int main(void)
     test_rejections();
     test_limits();
     test_skip_crlf();
+    test_token_is();
     test_head_end();
     test_parse_head_direct();
     test_check_partial();
