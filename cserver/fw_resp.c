@@ -56,9 +56,9 @@ void fw_resp_error_head(fw_conn *c, int status)
     int n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n", status, r, blen);
-    if (c->x->resp.head_open)
-        c->x->out.len = c->x->out.off + c->x->resp.head_start;    /* drop a half-built head */
-    c->x->resp.head_open = 0;
+    /* A head the app began (start_response) and gave up goes, and with it
+     * the headers the access log captured from it. */
+    fw_resp_abort_head(c);
     /* What is queued before it (responses of pipelined requests) stays. */
     size_t mark = fw_buf_used(&c->x->out);
     if (fw_buf_append(&c->x->out, head, (size_t)n) != 0 ||

@@ -59,10 +59,6 @@ typedef struct {
     vectorcallfunc vectorcall;  /* sr_vectorcall: start_response(status, headers) without an
                                  * argument tuple */
     fw_req *req;                /* NULL once the request ended */
-    PyObject *status;           /* the app's str, checked: latin-1 (one byte a character) */
-    PyObject *headers;          /* owned list or tuple of the app's (str, str) tuples, checked
-                                 * the same way: their bytes go to the wire as they are
-                                 * stored; no one else can change it (sr_start) */
     WriterObject *writer;       /* owned: the write() start_response returns, or NULL; kept
                                  * across requests through the free list */
     int called;

@@ -1,9 +1,11 @@
 /* start_response: the callable passed to the app (PEP 3333), and write().
  *
- * Status and headers are validated here, when the app calls it, so a bad
- * value raises in the app's own frame; CR, LF and NUL can never reach the
- * wire (a split response). The head itself is only queued when the first
- * body bytes (or the end of the body) are ready. */
+ * Status and headers are validated and queued here, when the app calls it,
+ * so a bad value raises in the app's own frame; CR, LF and NUL can never
+ * reach the wire (a split response). The head is ended (framing, Date,
+ * Server), and so may be written, only when the first body bytes (or the
+ * end of the body) are ready: until then a start_response with exc_info
+ * replaces it (PEP 3333), and an error drops it for a 500. */
 #include "glue.h"
 
 #include <errno.h>
@@ -140,6 +142,18 @@ static PyObject *sr_start(StartResponseObject *self, PyObject *status, PyObject 
     PyObject *seq = PySequence_Fast(headers, "headers must be a list of (name, value) tuples");
     if (!seq)
         return NULL;
+    /* The head is queued now, checked as it goes; fw_req_send_head ends it
+     * (framing, Date, Server) when the body's first bytes or its end are
+     * ready, and the loop writes nothing of it before. So no copy of the
+     * app's list is kept, and a bad value raises here, in the app's frame.
+     * A head queued by an earlier call (this one has exc_info) goes. */
+    fw_conn *c = self->req->conn;
+    if (c->x->resp.head_open)
+        fw_resp_abort_head(c);
+    if (fw_resp_begin(c, p, (size_t)len) < 0) {
+        PyErr_NoMemory();
+        goto fail;
+    }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
@@ -156,28 +170,21 @@ static PyObject *sr_start(StartResponseObject *self, PyObject *status, PyObject 
             PyErr_Format(PyExc_ValueError, "invalid header: %R", item);
             goto fail;
         }
+        int rc = fw_resp_header_checked(c, k, (size_t)kn, v, (size_t)vn);
+        if (rc == -ENOMEM) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        if (rc < 0) {
+            PyErr_Format(PyExc_ValueError, "invalid or duplicate response header %R", item);
+            goto fail;
+        }
     }
-    /* The app's tuples are kept as they are (a tuple and its str items never
-     * change). The sequence holding them must not change either until the
-     * head is sent: a tuple is kept, and so is the new list PySequence_Fast
-     * made of anything else; the app's own list is copied, since the app may
-     * reuse it. (Its reference count cannot tell that nobody else holds it:
-     * a caller in C, Cython or mypyc passes a list it still holds as a
-     * borrowed reference, and fw_req_send_head trusts these items.) */
-    PyObject *out = seq;
-    if (seq == headers && PyList_CheckExact(seq)) {
-        out = PyList_GetSlice(seq, 0, n);
-        Py_DECREF(seq);
-        if (!out)
-            return NULL;
-    }
-    Py_INCREF(status);
-    Py_XSETREF(self->status, status);
-    Py_XSETREF(self->headers, out);
+    Py_DECREF(seq);
     self->called = 1;
-    WriterObject *w = writer_of(self);
-    return (PyObject *)w;
+    return (PyObject *)writer_of(self);
 fail:
+    fw_resp_abort_head(c);
     Py_DECREF(seq);
     return NULL;
 }
@@ -343,8 +350,6 @@ static fw_freelist sr_free;
 static void sr_dealloc(PyObject *self_)
 {
     StartResponseObject *self = (StartResponseObject *)self_;
-    Py_CLEAR(self->status);
-    Py_CLEAR(self->headers);
     if (self->writer && Py_REFCNT(self->writer) > 1) {
         self->writer->sr = NULL;       /* kept by the app: it raises from now on */
         Py_CLEAR(self->writer);
@@ -385,44 +390,23 @@ StartResponseObject *fw_start_response_new(fw_req *r)
         sr->writer = NULL;
     sr->vectorcall = sr_vectorcall;
     sr->req = r;
-    sr->status = NULL;
-    sr->headers = NULL;
     sr->called = 0;
     return sr;
 }
 
 int fw_req_send_head(fw_req *r, int64_t known_len)
 {
-    StartResponseObject *sr = r->sr;
-    fw_conn *c = r->conn;
-    if (!sr->called) {
+    if (!r->sr->called) {
         PyErr_SetString(PyExc_RuntimeError, "the app did not call start_response()");
         return -1;
     }
-    /* Both checked by start_response: latin-1 str, their bytes in place. */
-    if (fw_resp_begin(c, (const char *)PyUnicode_1BYTE_DATA(sr->status),
-                      (size_t)PyUnicode_GET_LENGTH(sr->status)) < 0)
-        goto nomem;
-    /* A list or a tuple (sr_start). */
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(sr->headers);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *pair = PySequence_Fast_GET_ITEM(sr->headers, i);
-        PyObject *k = PyTuple_GET_ITEM(pair, 0), *v = PyTuple_GET_ITEM(pair, 1);
-        /* Checked by sr_start: a token name, a value without CTLs. */
-        if (fw_resp_header_checked(c, (const char *)PyUnicode_1BYTE_DATA(k), (size_t)PyUnicode_GET_LENGTH(k),
-                           (const char *)PyUnicode_1BYTE_DATA(v), (size_t)PyUnicode_GET_LENGTH(v)) < 0) {
-            fw_resp_abort_head(c);
-            PyErr_Format(PyExc_ValueError, "invalid or duplicate response header %R", pair);
-            return -1;
-        }
-    }
+    /* The status line and the app's headers are queued (sr_start). */
+    fw_conn *c = r->conn;
     if (fw_resp_end_head(c, known_len) < 0) {
         fw_resp_abort_head(c);
-        goto nomem;
+        PyErr_NoMemory();
+        return -1;
     }
     r->headers_sent = 1;
     return 0;
-nomem:
-    PyErr_NoMemory();
-    return -1;
 }

@@ -538,7 +538,8 @@ def hog(environ, start_response):
 
 def logged(environ, start_response):
     """For the access log: ?status=CODE&len=N&sleep=S; answers N bytes with
-    the response headers X-Resp (a value with a quote) and, twice, X-Twice."""
+    the response headers X-Resp (a value with a quote) and, twice, X-Twice.
+    ?raise=1: raises after start_response (the server answers 500)."""
     q = dict(p.split("=", 1) for p in environ["QUERY_STRING"].split("&") if "=" in p)
     if "sleep" in q:
         time.sleep(float(q["sleep"]))
@@ -546,6 +547,8 @@ def logged(environ, start_response):
     body = b"x" * int(q.get("len", 5))
     start_response(f"{code} Whatever", [("Content-Type", "text/plain"), ("X-Resp", 'v "1"'),
                                         ("X-Twice", "first"), ("X-Twice", "second")])
+    if "raise" in q:
+        raise RuntimeError("the app gives up after start_response")
     return [body]
 
 

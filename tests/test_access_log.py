@@ -69,6 +69,18 @@ def test_every_atom_field_by_field(make_server, tmp_path):
     assert f["pct"] == "%"
 
 
+def test_a_response_the_app_gives_up_logs_none_of_its_headers(make_server, tmp_path):
+    """start_response queues the app's headers at once; when the app then
+    raises, the 500 sent instead carries none of them, and its log line
+    shows none of them either."""
+    s, path = start(make_server, tmp_path, "--access-logformat", "%(s)s|%({X-Resp}o)s|%({x-twice}o)s")
+    with Conn(s.port) as c:
+        c.send(b"GET /?raise=1 HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.read_response()
+    assert r.status == 500 and r.header("x-resp") is None
+    assert lines_of(path, 1) == ["500|-|-"]
+
+
 def test_default_format_is_gunicorns(make_server, tmp_path):
     s, path = start(make_server, tmp_path)
     # One connection: lines of different connections may be written in
