@@ -68,7 +68,8 @@ void fw_buf_reset(fw_buf *b, size_t keep)
 
 void fw_buf_free(fw_buf *b)
 {
-    free(b->data);
+    if (b->data)                        /* (most request bodies never had one: no call) */
+        free(b->data);
     b->data = NULL;
     b->off = b->len = b->cap = 0;
 }

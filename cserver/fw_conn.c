@@ -664,8 +664,10 @@ int fw_conn_flush(fw_conn *c)
         c->x->ext += k;
         c->x->ext_len -= k;
         w -= k;
-        memmove(c->x->ext_tail, c->x->ext_tail + w, c->x->ext_tail_len - w);
-        c->x->ext_tail_len -= w;
+        if (w > 0) {                    /* (the usual response has no tail) */
+            memmove(c->x->ext_tail, c->x->ext_tail + w, c->x->ext_tail_len - w);
+            c->x->ext_tail_len -= w;
+        }
         uncharge(c, fw_buf_used(&c->x->out));
     }
     while (r->sf_fd >= 0 && r->sf_left > 0) {
@@ -917,7 +919,8 @@ static void request_end(fw_conn *c)
     fw_body_release(c);
     memset(&c->x->body, 0, sizeof(c->x->body));
     c->x->body.fd = -1;
-    free(c->x->head_copy);
+    if (c->x->head_copy)
+        free(c->x->head_copy);
     c->x->head_copy = NULL;
     if (c->x->consume_at_end)
         fw_buf_consume(&c->x->in, c->x->consume_at_end);
