@@ -100,6 +100,27 @@ static inline int latin1_view(PyObject *o, const char *what, const char **p, Py_
     return 0;
 }
 
+/* One of the app's headers: a (name, value) tuple of latin-1 strs, the
+ * name a token, the value without control characters but HTAB; their
+ * bytes in place. 0, or -1 with TypeError or ValueError set. */
+static inline int header_item(PyObject *item, const char **k, Py_ssize_t *kn, const char **v, Py_ssize_t *vn)
+{
+    *k = *v = NULL;
+    *kn = *vn = 0;
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+        PyErr_Format(PyExc_TypeError, "header must be a (name, value) tuple, not %R", item);
+        return -1;
+    }
+    if (latin1_view(PyTuple_GET_ITEM(item, 0), "header name", k, kn) < 0 ||
+        latin1_view(PyTuple_GET_ITEM(item, 1), "header value", v, vn) < 0)
+        return -1;
+    if (!valid_name(*k, *kn) || !valid_value(*v, *vn)) {
+        PyErr_Format(PyExc_ValueError, "invalid header: %R", item);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *sr_write(PyObject *self_, PyObject *arg);
 static WriterObject *writer_of(StartResponseObject *sr);
 
@@ -146,30 +167,35 @@ static PyObject *sr_start(StartResponseObject *self, PyObject *status, PyObject 
      * (framing, Date, Server) when the body's first bytes or its end are
      * ready, and the loop writes nothing of it before. So no copy of the
      * app's list is kept, and a bad value raises here, in the app's frame.
-     * A head queued by an earlier call (this one has exc_info) goes. */
+     *
+     * A call with exc_info replaces a head an earlier call queued. Its
+     * headers are all checked first: a bad one raises with the earlier head
+     * still in place, as if this call had not been made (the app may catch
+     * the error and answer with it). Only a bad or second Content-Length is
+     * seen as the new head is queued; the earlier one is gone by then, so
+     * that failure leaves no head at all (the app did not call
+     * start_response, as far as the response goes: a 500). */
     fw_conn *c = self->req->conn;
-    if (c->x->resp.head_open)
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    const char *k, *v;
+    Py_ssize_t kn, vn;
+    if (c->x->resp.head_open) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (header_item(PySequence_Fast_GET_ITEM(seq, i), &k, &kn, &v, &vn) < 0) {
+                Py_DECREF(seq);
+                return NULL;
+            }
         fw_resp_abort_head(c);
+        self->called = 0;
+    }
     if (fw_resp_begin(c, p, (size_t)len) < 0) {
         PyErr_NoMemory();
         goto fail;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
-            PyErr_Format(PyExc_TypeError, "header must be a (name, value) tuple, not %R", item);
+        if (header_item(item, &k, &kn, &v, &vn) < 0)
             goto fail;
-        }
-        const char *k = NULL, *v = NULL;
-        Py_ssize_t kn = 0, vn = 0;
-        if (latin1_view(PyTuple_GET_ITEM(item, 0), "header name", &k, &kn) < 0 ||
-            latin1_view(PyTuple_GET_ITEM(item, 1), "header value", &v, &vn) < 0)
-            goto fail;
-        if (!valid_name(k, kn) || !valid_value(v, vn)) {
-            PyErr_Format(PyExc_ValueError, "invalid header: %R", item);
-            goto fail;
-        }
         int rc = fw_resp_header_checked(c, k, (size_t)kn, v, (size_t)vn);
         if (rc == -ENOMEM) {
             PyErr_NoMemory();

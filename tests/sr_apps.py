@@ -66,6 +66,18 @@ def app(environ, start_response):
         start_response("200 OK", [(b"X-Bytes", "1")])
     elif path == "/value-matrix":
         return value_matrix(start_response)
+    elif path in ("/exc-bad-name", "/exc-bad-length"):
+        # A second call with exc_info that raises: the app catches the
+        # error and answers with its first head (a bad name), or with none
+        # (a bad Content-Length: the first head is gone by then).
+        start_response("200 OK", [("X-First", "1")])
+        bad = ("Bad Name", "2") if path == "/exc-bad-name" else ("Content-Length", "zz")
+        try:
+            replace_with(start_response, "500 Oops", [bad])
+        except ValueError:
+            pass
+    elif path == "/lazy-exc-bad":
+        return lazy_exc_bad(start_response)
     elif path == "/status-nonlatin":
         start_response("200 \u20ac", [])
     else:
@@ -99,3 +111,22 @@ def value_matrix(start_response):
                     wrong.append(f"len {n} at {pos}: {b:#04x}")
     start_response("200 OK", [("Content-Type", "text/plain")], exc)
     return [("wrong: " + "; ".join(wrong)).encode() if wrong else b"all judged right"]
+
+
+def replace_with(start_response, status, headers):
+    import sys
+    try:
+        raise RuntimeError("to call start_response again")
+    except RuntimeError:
+        start_response(status, headers, sys.exc_info())
+
+
+def lazy_exc_bad(start_response):
+    """start_response called in the body's first iteration (PEP 3333
+    allows it), then again with exc_info and a value with a CR."""
+    start_response("200 OK", [("X-First", "1")])
+    try:
+        replace_with(start_response, "500 Oops", [("X-Bad", "a\rb")])
+    except ValueError:
+        pass
+    yield b"gbody"

@@ -84,3 +84,29 @@ def test_header_values_judged_at_every_position(srv):
     in a whole word or the tail, and HTAB or a latin-1 byte is not."""
     r = get(srv, "/value-matrix")
     assert (r.status, r.body) == (200, b"all judged right"), r.body[:2000]
+
+
+def test_a_replacing_call_that_raises_leaves_the_first_head(srv):
+    """start_response queues its head at once. A second call (with
+    exc_info) whose headers are refused raises before it touches the
+    queued head: an app that catches the error answers with its first
+    head, status line and all, and the connection stays in step for the
+    next request (sent in the same write)."""
+    with Conn(srv.port) as c:
+        c.send(b"GET /exc-bad-name HTTP/1.1\r\nHost: t\r\n\r\nGET /lazy-exc-bad HTTP/1.1\r\nHost: t\r\n\r\n"
+               b"GET /kw HTTP/1.1\r\nHost: t\r\n\r\n")
+        first, lazy, last = c.read_response(), c.read_response(), c.read_response()
+    assert (first.status, first.header("x-first"), first.body) == (200, "1", b"body")
+    assert (lazy.status, lazy.header("x-first"), lazy.body) == (200, "1", b"gbody")
+    assert (last.status, last.body) == (201, b"body")
+
+
+def test_a_replacing_call_with_a_bad_length_leaves_no_head(srv):
+    """A bad Content-Length is only seen as the new head is queued, when
+    the first is gone: the response has no head the app gave, so it is a
+    500 that closes the connection (never a body without a status line)."""
+    with Conn(srv.port) as c:
+        c.send(b"GET /exc-bad-length HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.read_response()
+        assert r.status == 500 and r.header("connection") == "close"
+        assert c.is_closed(5)
