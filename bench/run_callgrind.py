@@ -25,7 +25,7 @@ the ratio of the whole to bjoern's. Each server runs alone under callgrind
 client is a plain socket loop in this process: nothing runs at once but
 these two. Slow: each request costs ~50x its native time.
 
-    python3 bench/run_callgrind.py --floor [--rev a2b2b45]
+    python3 bench/run_callgrind.py --floor [--rev a2b2b45[,2818a7e...]]
 
 With --floor it counts instead the measure of the speed issue's first goal,
 forkwsgi's work above the CPython floor, in instructions: for each of
@@ -88,10 +88,14 @@ CLIENT_PORT = 47011
 FLOOR_WORKLOADS = {"keepalive-hello": ("GET", "/"), "keepalive-4k": ("GET", "/4k"), "post-1k": ("POST", "/post")}
 
 
-def request_bytes(method, path, port, wrk_like):
+def request_bytes(method, path, wrk_like):
     if not wrk_like:
         return f"GET {path} HTTP/1.1\r\nHost: bench\r\nUser-Agent: run_callgrind\r\nAccept: */*\r\n\r\n".encode()
-    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+    # One Host for every run, whatever the server's port: the str cache's
+    # slots are chosen by hashing the bytes, and a value that shares a slot
+    # with another of the request misses on every request (hundreds of
+    # instructions that would differ from one run to the next).
+    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n"
     if method == "POST":
         head += f"Content-Type: application/json\r\nContent-Length: {len(POST_BODY)}\r\n"
     return (head + "\r\n").encode() + (POST_BODY if method == "POST" else b"")
@@ -117,7 +121,7 @@ def drive(port, path, n, deadline, method="GET", wrk_like=False):
             if time.monotonic() > deadline:
                 raise RuntimeError("the server did not listen")
             time.sleep(0.3)
-    req = request_bytes(method, path, port, wrk_like)
+    req = request_bytes(method, path, wrk_like)
     with s:
         for _ in range(n):
             s.sendall(req)
@@ -248,9 +252,11 @@ def floor_section(rows, labels, n1, n2):
         lines.append(f"| {workload} | {row['reference']:,.0f} | {row['floor']:,.0f} | " +
                      " | ".join(f"{row[lb]:,.0f}" for lb in labels) + " | " +
                      " | ".join(f"{a:,.0f}" for a in above) + " |")
-    if len(labels) == 2:
-        lines += ["", f"{labels[0]} above the floor as a share of {labels[1]}'s (the goal: at most 0.50): " +
-                  ", ".join(f"{w} {(r[labels[0]] - r['reference'] - r['floor']) / (r[labels[1]] - r['reference'] - r['floor']):.2f}"
+    if len(labels) > 1:
+        lines += ["", "The speed issue's goal 1: at most 0.50 of its base's (a2b2b45) above the floor."]
+    for other in labels[1:]:
+        lines += ["", f"{labels[0]} above the floor as a share of {other}'s: " +
+                  ", ".join(f"{w} {(r[labels[0]] - r['reference'] - r['floor']) / (r[other] - r['reference'] - r['floor']):.2f}"
                             for w, r in rows.items()) + "."]
     return "\n".join(lines + [""])
 
@@ -262,7 +268,7 @@ def older_build(rev):
     if not rev:
         yield None
         return
-    where = os.path.join(tempfile.gettempdir(), f"forkwsgi-callgrind-{os.getpid()}")
+    where = os.path.join(tempfile.gettempdir(), f"forkwsgi-callgrind-{os.getpid()}-{rev}")
     try:
         subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", where, rev], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -279,7 +285,8 @@ def main():
     ap.add_argument("--app", default="framework_apps:django_app", help="MODULE:NAME in bench/")
     ap.add_argument("--path", default="/user/7")
     ap.add_argument("--requests", default="300,1300", help="N1,N2: the two runs' request counts")
-    ap.add_argument("--rev", help="also an older forkwsgi (a git revision, built in a temporary worktree)")
+    ap.add_argument("--rev", help="also an older forkwsgi (a git revision, built in a temporary worktree; "
+                    "with --floor, REV[,REV...])")
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
     ap.add_argument("--floor", action="store_true",
                     help="count forkwsgi's instructions above the CPython floor on run_core.py's workloads")
@@ -333,9 +340,10 @@ def main():
 
 def main_floor(args, n1, n2, tmp):
     servers = [(f"forkwsgi {git_head()}", "forkwsgi", ROOT)]
-    with older_build(args.rev) as wt:
-        if wt:
-            servers.append((f"forkwsgi {args.rev}", "forkwsgi", wt))
+    with contextlib.ExitStack() as stack:
+        for rev in (args.rev or "").split(","):     # --floor takes REV[,REV...]
+            if rev:
+                servers.append((f"forkwsgi {rev}", "forkwsgi", stack.enter_context(older_build(rev))))
         rows = floor_rows(servers, n1, n2, tmp)
     section = floor_section(rows, [label for label, _, _ in servers], n1, n2)
     print(section)
