@@ -394,7 +394,7 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
     PyObject *env = PyDict_Copy(PyList_GET_ITEM(s->templates, c->lst - s->srv->listeners));
     if (!env)
         return NULL;
-    PyObject *m = NULL;
+    PyObject *m = NULL, *path = NULL;   /* path: owned until set_new takes it */
     for (size_t i = 0; i < NMETHODS; i++)
         if (methods[i].len == r->method_len && !memcmp(methods[i].name, r->method, r->method_len)) {
             m = methods[i].value;
@@ -409,24 +409,22 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
      * "/" or "/user/7") gives PATH_INFO the RAW_URI str (the cache would
      * find the same one), and no query the empty str: two lookups fewer. */
     PyObject *raw = cached(r->target, r->target_len);
-    int path_is_raw = raw && !r->path_decoded && r->path == r->target && r->path_len == r->target_len &&
-                      !memchr(r->path, '%', r->path_len);
-    Py_XINCREF(raw);                    /* for PATH_INFO, whatever the headers below do */
+    if (raw && !r->path_decoded && r->path == r->target && r->path_len == r->target_len &&
+        !memchr(r->path, '%', r->path_len))
+        path = Py_NewRef(raw);
     if (set_new(env, k_raw_uri, raw) < 0 ||
         PyDict_SetItem(env, k_proto, r->minor ? v_http11 : v_http10) < 0)
-        goto fail_raw;
+        goto fail;
     if (set_remote(env, c) < 0)
-        goto fail_raw;
+        goto fail;
     scheme_seen seen = { SCHEME_NONE, 0, NULL };
     if ((r->uwsgi ? add_vars(s, c, env, &seen) : add_headers(s, c, env, &seen)) < 0)
-        goto fail_raw;
-    PyObject *path = path_is_raw ? raw : r->path_decoded ? cached(r->path, r->path_len)
-                                                        : decode_path(r->path, r->path_len);
-    if (!path_is_raw)
-        Py_XDECREF(raw);
-    raw = NULL;
-    if (set_new(env, k_path, path) < 0 ||
-        set_new(env, k_query, r->query_len ? cached(r->query, r->query_len) : Py_NewRef(v_empty)) < 0)
+        goto fail;
+    if (!path)
+        path = r->path_decoded ? cached(r->path, r->path_len) : decode_path(r->path, r->path_len);
+    int rc = set_new(env, k_path, path);
+    path = NULL;                        /* set_new took it */
+    if (rc < 0 || set_new(env, k_query, r->query_len ? cached(r->query, r->query_len) : Py_NewRef(v_empty)) < 0)
         goto fail;
     int scheme = seen.scheme, conflict = seen.conflict;
     if (seen.forwarded) {
@@ -445,9 +443,8 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
     if (scheme && PyDict_SetItem(env, k_url_scheme, scheme == SCHEME_HTTPS ? v_https : v_http) < 0)
         goto fail;
     return env;
-fail_raw:
-    Py_XDECREF(raw);
 fail:
+    Py_XDECREF(path);
     Py_DECREF(env);
     return NULL;
 }

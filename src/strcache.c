@@ -67,7 +67,7 @@ static inline int bytes_eq(const char *a, const char *b, size_t n)
         memcpy(&b1, b + n - 4, 4);
         return a0 == b0 && a1 == b1;
     }
-    if (n < 4) {                        /* an empty query, a path of "/": no call */
+    if (n < 4) {                        /* (a path of "/", short values): no call */
         for (size_t k = 0; k < n; k++)
             if (a[k] != b[k])
                 return 0;
