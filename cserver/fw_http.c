@@ -369,15 +369,7 @@ static int parse_field(const char **pp, const char *end, fw_header *h)
     while (p < end && (*p == ' ' || *p == '\t'))
         p++;
     const char *v = p;
-    /* Eight bytes at a time up to the first word with a CTL (the CR that
-     * ends the line, a tab, or a bad byte), then byte by byte. */
-    for (uint64_t w; end - p >= 8; p += 8) {
-        memcpy(&w, p, 8);
-        if (fw_http_word_may_hold_ctl(w))
-            break;
-    }
-    while (p < end && (cls[(unsigned char)*p] & C_FVAL))
-        p++;
+    p += fw_http_fval_span(p, (size_t)(end - p));
     if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
         return 400;             /* CTL, NUL, bare CR or bare LF */
     const char *ve = p;
