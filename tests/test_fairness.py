@@ -98,7 +98,13 @@ def test_new_connections_get_their_turn_while_kept_alive_clients_saturate(server
     """8 kept-alive clients and 4 that connect per request, 2 workers, an
     app that takes 50 ms: every thread is busy all along. The new
     connections' requests are at least 25 % of those served (their share of
-    the clients is 33 %), and none waits more than 1 s."""
+    the clients is 33 %), none waits more than 2 s, and none waits more
+    than 0.5 s longer than the slowest kept-alive request: the two classes
+    wait alike (at dac5946 the first new connection was served after 12 s).
+    The bound is relative because this is a fairness test on a shared
+    machine: in CI beside another test, every request of both classes once
+    waited about 1.1 s together (kept-alive 1,034 ms, new 1,135 ms), where
+    they wait 200-320 ms alone or beside busy loops."""
     s = ServerProc("apps:sleep", "--workers", "2", "--threads", str(threads), "--balance", balance)
     servers.append(s)
     assert wait_for(lambda: s.log().count("Booted worker") >= 2)
@@ -111,7 +117,8 @@ def test_new_connections_get_their_turn_while_kept_alive_clients_saturate(server
           f"new-connection {len(lat['new'])} (max {worst * 1000:.0f} ms), share {share:.0%}")
     assert served > 100
     assert share >= 0.25, (len(lat["kept"]), len(lat["new"]))
-    assert worst < 1.0, sorted(lat["new"])[-5:]
+    assert worst < 2.0, sorted(lat["new"])[-5:]
+    assert worst < max(lat["kept"]) + 0.5, (sorted(lat["new"])[-5:], sorted(lat["kept"])[-5:])
 
 
 @pytest.mark.parametrize("workers", [1, 2])
