@@ -57,7 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import (BENCH, FRAMEWORKS, OUT, RESULTS, ROOT, free_port, git_head, invocation, log,  # noqa: E402
                     peers_ready, write_section)
-from run_core import REFSERVER_BIN, build_refserver  # noqa: E402
+from run_core import REFSERVER_BIN, build_refserver, read_response  # noqa: E402
 from run_floor import POST_BODY  # noqa: E402
 
 VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
@@ -101,8 +101,8 @@ def request_bytes(method, path, wrk_like):
     return (head + "\r\n").encode() + (POST_BODY if method == "POST" else b"")
 
 
-def drive(port, path, n, deadline, method="GET", wrk_like=False):
-    """n requests over one kept-alive connection, each answer read whole."""
+def connect(port, source_port, deadline):
+    """A connection to the server from a fixed source port."""
     while True:
         # From one source port in every run: the client's port is in the
         # environ (REMOTE_PORT), and the str cache's slots are chosen by
@@ -113,31 +113,34 @@ def drive(port, path, n, deadline, method="GET", wrk_like=False):
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.settimeout(60)
-            s.bind(("127.0.0.1", CLIENT_PORT))
+            s.bind(("127.0.0.1", source_port))
             s.connect(("127.0.0.1", port))
-            break
+            return s
         except OSError:
             s.close()
             if time.monotonic() > deadline:
                 raise RuntimeError("the server did not listen")
             time.sleep(0.3)
+
+
+def drive(port, path, n, deadline, method="GET", wrk_like=False, conns=1):
+    """n requests over `conns` kept-alive connections, in rounds: a request
+    sent on each, then each answer read whole (conns > 1: the requests of a
+    round wait together, as wrk's do at saturation, so a loop pass serves
+    several)."""
+    socks = [connect(port, CLIENT_PORT + i, deadline) for i in range(conns)]
     req = request_bytes(method, path, wrk_like)
-    with s:
-        for _ in range(n):
-            s.sendall(req)
-            buf = b""
-            while b"\r\n\r\n" not in buf:
-                got = s.recv(65536)
-                if not got:
-                    raise RuntimeError("the server closed the connection")
-                buf += got
-            head, _, body = buf.partition(b"\r\n\r\n")
-            if not head.startswith(b"HTTP/1.1 200"):
-                raise RuntimeError(f"answer: {head[:80]!r}")
-            length = next(int(ln.split(b":")[1]) for ln in head.split(b"\r\n")
-                          if ln.lower().startswith(b"content-length:"))
-            while len(body) < length:
-                body += s.recv(65536)
+    try:
+        for _ in range(n // conns):
+            for s in socks:
+                s.sendall(req)
+            for s in socks:
+                got = read_response(s, time.monotonic() + 60)
+                if not got or not got[0].startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(f"answer: {got and got[0][:80]!r}")
+    finally:
+        for s in socks:
+            s.close()
 
 
 def profile(out_file, checkout):
@@ -155,7 +158,7 @@ def profile(out_file, checkout):
     return prof
 
 
-def run_once(server, spec, path, n, checkout, tmp, method="GET", wrk_like=False):
+def run_once(server, spec, path, n, checkout, tmp, method="GET", wrk_like=False, conns=1):
     """Serve n requests under callgrind; the profile of the process that
     served them."""
     port = free_port()
@@ -173,7 +176,7 @@ def run_once(server, spec, path, n, checkout, tmp, method="GET", wrk_like=False)
         p = subprocess.Popen(argv, cwd=BENCH, env=env, stdout=logf, stderr=subprocess.STDOUT,
                              start_new_session=True)
     try:
-        drive(port, path, n, time.monotonic() + 120, method, wrk_like)
+        drive(port, path, n, time.monotonic() + 120, method, wrk_like, conns)
     finally:
         try:
             os.killpg(p.pid, signal.SIGTERM)
@@ -214,7 +217,7 @@ def floor_count(workload, n, tmp):
     return total(profile(out, ROOT))
 
 
-def floor_rows(servers, n1, n2, tmp):
+def floor_rows(servers, n1, n2, tmp, conns=1):
     """{workload: {label: instructions per request}} for the reference, the
     floor and each forkwsgi of servers."""
     rows = {}
@@ -222,8 +225,8 @@ def floor_rows(servers, n1, n2, tmp):
         row = {}
         for label, server, checkout in [("reference", "reference", ROOT)] + servers:
             log(f"{workload}: {label}, {n1} and {n2} requests under callgrind")
-            a = run_once(server, "apps:route", path, n1, checkout, tmp, method, True)
-            b = run_once(server, "apps:route", path, n2, checkout, tmp, method, True)
+            a = run_once(server, "apps:route", path, n1, checkout, tmp, method, True, conns)
+            b = run_once(server, "apps:route", path, n2, checkout, tmp, method, True, conns)
             row[label] = (total(b) - total(a)) / (n2 - n1)
         log(f"{workload}: the floor's loop, {n1} and {n2} requests under callgrind")
         row["floor"] = (floor_count(workload, n2, tmp) - floor_count(workload, n1, tmp)) / (n2 - n1)
@@ -234,10 +237,19 @@ def floor_rows(servers, n1, n2, tmp):
 FLOOR_TITLE = "## Instructions above the CPython floor (callgrind)"
 
 
-def floor_section(rows, labels, n1, n2):
-    lines = [FLOOR_TITLE, "",
+def floor_title(conns):
+    # (Not FLOOR_TITLE and a tail: write_section finds a section by its
+    # heading's start.)
+    return FLOOR_TITLE if conns == 1 else f"## Instructions above the CPython floor, {conns} connections (callgrind)"
+
+
+def floor_section(rows, labels, n1, n2, conns=1):
+    where = ("one kept-alive connection" if conns == 1 else
+             f"{conns} kept-alive connections in rounds (a request sent on each, then the {conns} answers "
+             "read: they wait together, as wrk -c50's do at saturation, so a loop pass serves several)")
+    lines = [floor_title(conns), "",
              f"Run on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `{invocation()}` at {git_head()}: "
-             "apps:route, each server 1 process x 1 thread under valgrind's callgrind, one kept-alive connection, "
+             f"apps:route, each server 1 process x 1 thread under valgrind's callgrind, {where}, "
              "each request as wrk sends it in run_core.py (post-1k: post.lua's Content-Type and 1 KiB body); "
              f"per request = (run of {n2:,} requests - run of {n1:,}) / {n2 - n1:,}. The floor is "
              "run_floor.py's loop of the same request (the least environ, the app, iterating its body) under "
@@ -290,6 +302,8 @@ def main():
     ap.add_argument("--no-write", action="store_true", help="do not touch RESULTS.md")
     ap.add_argument("--floor", action="store_true",
                     help="count forkwsgi's instructions above the CPython floor on run_core.py's workloads")
+    ap.add_argument("--conns", type=int, default=1,
+                    help="with --floor: kept-alive connections, each sent one request a round (default 1)")
     ap.add_argument("--floor-loop", nargs=2, metavar=("WORKLOAD", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.floor_loop:                 # the process --floor runs under callgrind
@@ -339,16 +353,17 @@ def main():
 
 
 def main_floor(args, n1, n2, tmp):
+    n1, n2 = (n // args.conns * args.conns for n in (n1, n2))     # whole rounds
     servers = [(f"forkwsgi {git_head()}", "forkwsgi", ROOT)]
     with contextlib.ExitStack() as stack:
         for rev in (args.rev or "").split(","):     # --floor takes REV[,REV...]
             if rev:
                 servers.append((f"forkwsgi {rev}", "forkwsgi", stack.enter_context(older_build(rev))))
-        rows = floor_rows(servers, n1, n2, tmp)
-    section = floor_section(rows, [label for label, _, _ in servers], n1, n2)
+        rows = floor_rows(servers, n1, n2, tmp, args.conns)
+    section = floor_section(rows, [label for label, _, _ in servers], n1, n2, args.conns)
     print(section)
     if not args.no_write:
-        write_section(RESULTS, FLOOR_TITLE, section)
+        write_section(RESULTS, floor_title(args.conns), section)
 
 
 if __name__ == "__main__":
