@@ -52,8 +52,8 @@ void fw_server_flush_deferred(fw_server *srv)
     if (!list)
         return;
     srv->defer_head = srv->defer_tail = NULL;
-    if (srv->ops->unlock)
-        srv->ops->unlock(srv->app);     /* no interpreter lock held over system calls */
+    /* (Inline, the GIL may be held over these non-blocking sends: see
+     * fw_conn.c, app_unlock.) */
     int timed = srv->cfg.access_log || srv->cfg.stats;
     for (fw_conn *c = list; c; c = c->x->defer_next) {
         c->x->deferred = 0;

@@ -1237,11 +1237,18 @@ void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc)
         conn_drive(c);
 }
 
-/* Inline, the app layer may keep the GIL from one request to the next of
- * a pipelined batch (parsing a request from the buffer takes no syscall);
- * it is let go before the batch's write, before a body that may be spooled
- * to a file, and when the connection is left (cheap syscalls such as a
- * socket's close or epoll_ctl may still run while it is held). */
+/* Inline (--threads 1), the app layer keeps the GIL from one call to the
+ * next of a loop pass: from one request to the next of a pipelined batch,
+ * and from one connection to the next. Taking and dropping it costs about
+ * 400 instructions: once a pass instead of once a request at saturation.
+ * Dropped between two requests, it also lets a thread of the app's own
+ * (a producer's) take it, and the next request waits until that thread
+ * gives it back, up to the switch interval (5 ms). It is let go before
+ * anything that may wait: before the loop sleeps (run_pass), before a
+ * body that may be spooled to a file, before a file is sent (the disk).
+ * Meanwhile it is held over non-blocking socket calls only (read, send,
+ * accept, close, epoll_ctl), a few microseconds each; and a thread that
+ * waits for it 5 ms gets it in the next app call, as from any thread. */
 static void app_unlock(fw_server *srv)
 {
     if (srv->ops->unlock)
@@ -1310,7 +1317,8 @@ static enum drive step_write(fw_conn *c)
         fw_server_defer(srv, c);
         return DRIVE_WAIT;
     }
-    app_unlock(srv);
+    if (c->x->resp.sf_left > 0)
+        app_unlock(srv);        /* sendfile may wait for the disk */
     uint64_t before = pending_out(c);
     int rc = fw_conn_flush(c);
     /* The write timeout is "no progress for that long": a reader that
@@ -1428,11 +1436,12 @@ static void conn_drive_steps(fw_conn *c)
     }
 }
 
+/* (Inline, the GIL may be held when this returns: the next connection of
+ * the pass may need it again. The pass lets it go before its writes and
+ * before the loop sleeps: app_unlock.) */
 static void conn_drive(fw_conn *c)
 {
-    fw_server *srv = c->srv;
     conn_drive_steps(c);
-    app_unlock(srv);
 }
 
 /* READ_HEAD or READ_BODY, the socket is readable: read, then drive. */

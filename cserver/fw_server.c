@@ -1220,6 +1220,10 @@ static int run_pass(fw_server *srv, enum fw_run_end *end)
      * sleeps (at most a second: next_timeout) and when it wakes. */
     int wait_ms = next_timeout(srv);
     fw_balance_beat(&srv->bal, fw_now_ms());
+    /* Inline, the pass's calls keep the GIL until a write lets it go
+     * (fw_conn.c, app_unlock): never held while the loop sleeps. */
+    if (srv->ops->unlock)
+        srv->ops->unlock(srv->app);
     int n = fw_loop_wait(&srv->loop, wait_ms);
     fw_server_tick(srv);
     fw_balance_beat(&srv->bal, srv->now);
@@ -1266,5 +1270,7 @@ enum fw_run_end fw_server_run(fw_server *srv)
     while (run_pass(srv, &rc) && (!srv->own_head || run_own(srv, &rc)))
         ;
     end_run(srv);
+    if (srv->ops->unlock)
+        srv->ops->unlock(srv->app);     /* the caller takes the GIL back itself */
     return rc;
 }

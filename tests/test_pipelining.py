@@ -87,6 +87,26 @@ def test_app_threads_run_between_batches(srv):
     assert all(b - a >= 20 for a, b in zip(seen[1:], seen[2:])), seen
 
 
+def test_app_threads_run_between_passes_of_many_connections(srv):
+    """Inline, the loop also keeps the GIL from one connection's request to
+    the next connection's within a loop pass (once a pass, not once a
+    request). It must still let go before the loop sleeps, whichever event
+    came last: requests on 8 connections at once, then idle, four times."""
+    conns = [Conn(srv.port) for _ in range(8)]
+    try:
+        seen = []
+        for _ in range(4):
+            for c in conns:
+                c.send(get("/ticks"))
+            counts = [int(c.read_response().body.split(b"=")[1]) for c in conns]
+            seen.append(max(counts))
+            time.sleep(0.5)
+        assert all(b - a >= 20 for a, b in zip(seen[1:], seen[2:])), seen
+    finally:
+        for c in conns:
+            c.close()
+
+
 def test_deep_pipeline_answered_in_order(srv):
     n = 1000        # more than one read of the server's, more than one batch
     with Conn(srv.port) as c:
