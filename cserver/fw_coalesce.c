@@ -54,6 +54,8 @@ void fw_server_flush_deferred(fw_server *srv)
     srv->defer_head = srv->defer_tail = NULL;
     /* (Inline, the GIL may be held over these non-blocking sends: see
      * fw_conn.c, app_unlock.) */
+    if (srv->cfg.gil_each_write && srv->ops->unlock)
+        srv->ops->unlock(srv->app);
     int timed = srv->cfg.access_log || srv->cfg.stats;
     for (fw_conn *c = list; c; c = c->x->defer_next) {
         c->x->deferred = 0;

@@ -1248,7 +1248,11 @@ void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc)
  * body that may be spooled to a file, before a file is sent (the disk).
  * Meanwhile it is held over non-blocking socket calls only (read, send,
  * accept, close, epoll_ctl), a few microseconds each; and a thread that
- * waits for it 5 ms gets it in the next app call, as from any thread. */
+ * waits for it 5 ms gets it in the next app call, as from any thread.
+ * With cfg.gil_each_write it goes before each write too, and at the end of
+ * each connection's turn, as it did before the loop kept it a pass: the
+ * access records' reader thread, which needs it for each response, then
+ * gets it between two, and keeps up at saturation. */
 static void app_unlock(fw_server *srv)
 {
     if (srv->ops->unlock)
@@ -1317,7 +1321,7 @@ static enum drive step_write(fw_conn *c)
         fw_server_defer(srv, c);
         return DRIVE_WAIT;
     }
-    if (c->x->resp.sf_left > 0)
+    if (c->x->resp.sf_left > 0 || srv->cfg.gil_each_write)
         app_unlock(srv);        /* sendfile may wait for the disk */
     uint64_t before = pending_out(c);
     int rc = fw_conn_flush(c);
@@ -1442,6 +1446,8 @@ static void conn_drive_steps(fw_conn *c)
 static void conn_drive(fw_conn *c)
 {
     conn_drive_steps(c);
+    if (c->srv->cfg.gil_each_write)
+        app_unlock(c->srv);
 }
 
 /* READ_HEAD or READ_BODY, the socket is readable: read, then drive. */

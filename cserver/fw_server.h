@@ -76,6 +76,10 @@ typedef struct fw_config {
     int write_coalesce_us;     /* inline: how long a finished response may wait for the end of
                                 * the loop pass, to leave with the others (fw_server_defer);
                                 * 0: each is written at once */
+    int gil_each_write;        /* inline: the app layer lets the GIL go before each response's
+                                * write, not once a loop pass (fw_conn.c, app_unlock), so that
+                                * a Python thread of the server's own that works per response
+                                * (access records: python/forkwsgi/accessrecords.py) keeps up */
     uint64_t max_requests;     /* stop gracefully after this many responses; 0 = never */
     int threads;               /* app threads; 1 = the app runs inline on the loop thread */
     int inline_first;          /* threads > 1: the loop thread runs the requests of a pass

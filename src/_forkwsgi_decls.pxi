@@ -104,6 +104,7 @@ cdef extern from "glue.h":
         int max_connections
         int accept_batch
         int write_coalesce_us
+        int gil_each_write
         int inline_first
         uint64_t max_requests
         int threads
@@ -159,6 +160,7 @@ cdef extern from "glue.h":
         FW_PROXY_V2
 
     object fw_environ_template(object base, object info)
+    void fw_environ_forget(fw_glue *s)
     int fw_netlist_parse(const char *spec, fw_netlist **out)
     void fw_netlist_free(fw_netlist *l)
     const fw_app_ops fw_glue_ops

@@ -18,9 +18,10 @@ ACCESS_LOG_ATOMS = {
 
 
 cdef fw_alog *_access_log_new(object spec) except NULL:
-    """spec: (fd, path or None, [(atom, bytes arg)], json). The log copies
-    what it keeps; items and texts here live for this call only."""
-    fd, path, items, json = spec
+    """spec: (fd, path or None, [(atom, bytes arg)], json, read by a Python
+    thread). The log copies what it keeps; items and texts here live for
+    this call only."""
+    fd, path, items, json, _ = spec
     cdef Py_ssize_t n = len(items)
     cdef fw_alog_item *arr = <fw_alog_item *>PyMem_Malloc((n if n else 1) * sizeof(fw_alog_item))
     if arr == NULL:
@@ -231,6 +232,7 @@ cdef class Server:
         if access_log is not None:
             self.access_log = _access_log_new(access_log)
             cfg.access_log = self.access_log
+            cfg.gil_each_write = 1 if access_log[4] else 0
         self.g.srv = fw_server_new(cfg, ifds, n, &fw_glue_ops, &self.g)
         if self.g.srv == NULL:
             raise OSError(errno, os.strerror(errno))
@@ -400,6 +402,7 @@ cdef class Server:
                 PyErr_Clear()
         finally:
             self.g.serving = 0
+            fw_environ_forget(&self.g)      # a kept environ holds the last request's values
             fw_logq_stop(&self.g)
             fw_server_watch_signals(self.g.srv, -1)
 
@@ -466,6 +469,7 @@ cdef class Server:
         self.access_log = NULL
         Py_XDECREF(self.g.pending_exc)
         self.g.pending_exc = NULL
+        fw_environ_forget(&self.g)
         if self.g.status.buf != NULL:
             PyBuffer_Release(&self.g.status)
         if self.scoreboard.buf != NULL:

@@ -29,7 +29,7 @@
 
 static PyObject *k_method, *k_path, *k_query, *k_raw_uri, *k_proto, *k_server_name, *k_http_host,
     *k_server_port, *k_remote_addr, *k_remote_port, *k_ctype, *k_clen, *k_url_scheme, *v_http11,
-    *v_http10, *v_empty, *v_http, *v_https, *s_comma;
+    *v_http10, *v_empty, *v_http, *v_https, *s_comma, *k_http_prefix;
 
 /* Environ keys by raw header name, and values by their bytes (strcache.c). */
 static fw_strcache keys = { .env_keys = 1 }, values;
@@ -63,6 +63,7 @@ int fw_environ_init(void)
     INTERN(v_http10, "HTTP/1.0");
     INTERN(v_empty, "");
     INTERN(s_comma, ", ");
+    INTERN(k_http_prefix, "HTTP_");
     for (size_t i = 0; i < NMETHODS; i++)
         INTERN(methods[i].value, methods[i].name);
 #undef INTERN
@@ -320,34 +321,43 @@ static uint64_t scheme_name_lengths(const fw_glue *s)
     return bits;
 }
 
-/* The entries of an HTTP request's header fields. */
+/* The environ key of header field h: 0 with *key a new reference, or NULL
+ * for a field left out; -1 on error. A name with '_' is left out:
+ * X_Forwarded_For must never pose as X-Forwarded-For (both map to
+ * HTTP_X_FORWARDED_FOR). A scheme header is noted in seen (scheme_lengths:
+ * scheme_name_lengths, or 0 when the peer may not set the scheme). */
+static int header_key(const fw_glue *s, const fw_request *r, const fw_header *h, uint64_t scheme_lengths,
+                      scheme_seen *seen, PyObject **key)
+{
+    *key = NULL;
+    if (memchr(h->name, '_', h->name_len))
+        return 0;
+    if (scheme_lengths >> (h->name_len < 63 ? h->name_len : 63) & 1)
+        see_scheme(s, r, h, seen);
+    /* Host, in every HTTP/1.1 request, without the cache's lookup. */
+    *key = h->name_len == 4 && fw_http_token_is(h->name, 4, "host") ? Py_NewRef(k_http_host)
+                                                                   : fw_strcache_get(&keys, h->name, h->name_len,
+                                                                                     make_key);
+    return *key ? 0 : -1;
+}
+
+/* The entries of an HTTP request's header fields (one of more fields than
+ * fw_env_keys holds: build_keyed does the others). */
 static int add_headers(fw_glue *s, fw_conn *c, PyObject *env, scheme_seen *seen)
 {
     const fw_request *r = &c->x->req;
     uint64_t scheme_lengths = c->fwd_allowed ? scheme_name_lengths(s) : 0;
     for (size_t i = 0; i < r->num_headers; i++) {
-        const fw_header *h = &r->headers[i];
-        /* X_Forwarded_For must never pose as X-Forwarded-For: both map to
-         * HTTP_X_FORWARDED_FOR, so names with '_' are dropped. */
-        if (memchr(h->name, '_', h->name_len))
-            continue;
-        if (scheme_lengths >> (h->name_len < 63 ? h->name_len : 63) & 1)
-            see_scheme(s, r, h, seen);
-        /* Host, in every HTTP/1.1 request, without the cache's lookup. */
-        PyObject *key = h->name_len == 4 && fw_http_token_is(h->name, 4, "host")
-                            ? Py_NewRef(k_http_host)
-                            : fw_strcache_get(&keys, h->name, h->name_len, make_key);
-        if (!key)
+        PyObject *key;
+        if (header_key(s, r, &r->headers[i], scheme_lengths, seen, &key) < 0)
             return -1;
-        int rc = add_header(env, key, h);
+        if (!key)
+            continue;
+        int rc = add_header(env, key, &r->headers[i]);
         Py_DECREF(key);
         if (rc < 0)
             return -1;
     }
-    /* An absolute-form target names the host: a Host header says nothing
-     * more (RFC 9112 3.2.2: the origin server ignores it). */
-    if (r->form == FW_TARGET_ABSOLUTE && set_new(env, k_http_host, cached(r->authority, r->authority_len)) < 0)
-        return -1;
     return 0;
 }
 
@@ -378,23 +388,147 @@ PyObject *fw_environ_template(PyObject *base, PyObject *info)
     PyObject *t = _PyDict_NewPresized(want > ENV_SIZE ? want : ENV_SIZE);
     PyObject *k, *v;
     Py_ssize_t pos = 0;
-    while (t && PyDict_Next(base, &pos, &k, &v))
-        if (PyDict_SetItem(t, k, v) < 0)
+    while (t && PyDict_Next(base, &pos, &k, &v)) {
+        /* A request's header fields have these keys to themselves: an
+         * environ kept for the next request (below) holds only its own. */
+        if (PyUnicode_Check(k) && (PyUnicode_CompareWithASCIIString(k, "CONTENT_TYPE") == 0 ||
+                                   PyUnicode_CompareWithASCIIString(k, "CONTENT_LENGTH") == 0 ||
+                                   PyUnicode_Tailmatch(k, k_http_prefix, 0, PY_SSIZE_T_MAX, -1) == 1)) {
+            PyErr_Format(PyExc_ValueError, "base_environ must not hold a header's key: %R", k);
             Py_CLEAR(t);
+        } else if (PyDict_SetItem(t, k, v) < 0) {
+            Py_CLEAR(t);
+        }
+    }
     if (t && (PyDict_SetItem(t, k_server_name, PyTuple_GET_ITEM(info, 0)) < 0 ||
               PyDict_SetItem(t, k_server_port, PyTuple_GET_ITEM(info, 1)) < 0))
         Py_CLEAR(t);
     return t;
 }
 
-PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
+/* ---- keeping an environ for the next request ------------------------------
+ *
+ * Copying the template (a 64-slot table: a malloc of 1,104 bytes, past
+ * glibc's per-thread cache), inserting a request's entries into the copy
+ * and freeing it all at the end was most of the environ's cost. An app
+ * that neither keeps the environ nor changes it (a plain WSGI app; not
+ * Flask, which stores its request object in it, nor Django, which rewrites
+ * PATH_INFO) leaves a dict that already holds the next request's keys when
+ * that request's header fields have the same names: it is kept, and the
+ * next request replaces its values. "Unchanged" is the dict's version tag
+ * (every insert, delete or replace gives it a new one) against the tag
+ * noted once the server's own entries were in (fw_environ_seal);
+ * "unshared" is a reference count of one. CPython 3.14 dropped the tag:
+ * there, and in a build without the GIL, nothing is kept. */
+#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+#define ENV_KEEP 1
+static uint64_t dict_tag(PyObject *d)
+{
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    return ((PyDictObject *)d)->ma_version_tag;
+#pragma GCC diagnostic pop
+}
+#endif
+
+/* The kept environ if it has exactly the keys *k lists (a new reference
+ * the caller owns: the glue keeps it no longer), else NULL; *size: its
+ * entry count. */
+static PyObject *take_kept(fw_glue *s, const fw_env_keys *k, Py_ssize_t *size)
+{
+    const fw_env_keys *had = &s->spare_keys;
+    if (!s->spare_env || had->lst != k->lst || had->n != k->n ||
+        memcmp(had->keys, k->keys, (size_t)k->n * sizeof(k->keys[0])) != 0)
+        return NULL;
+    PyObject *env = s->spare_env;
+    s->spare_env = NULL;
+    *size = s->spare_size;
+    return env;
+}
+
+void fw_environ_seal(fw_req *r)
+{
+#ifdef ENV_KEEP
+    r->env_tag = dict_tag(r->environ);
+    r->env_size = PyDict_GET_SIZE(r->environ);
+#else
+    r->env_keys.n = -1;
+#endif
+}
+
+void fw_environ_done(fw_glue *s, fw_req *r)
+{
+#ifdef ENV_KEEP
+    PyObject *env = r->environ;
+    if (env && r->env_keys.n >= 0 && Py_REFCNT(env) == 1 && dict_tag(env) == r->env_tag) {
+        PyObject *old = s->spare_env;
+        s->spare_env = env;
+        s->spare_keys = r->env_keys;
+        s->spare_size = r->env_size;
+        r->environ = NULL;
+        Py_XDECREF(old);        /* (app threads: another request's, kept meanwhile) */
+        return;
+    }
+#endif
+    Py_CLEAR(r->environ);
+}
+
+void fw_environ_forget(fw_glue *s)
+{
+    Py_CLEAR(s->spare_env);
+}
+
+/* wsgi.url_scheme as the request says it (SCHEME_*, SCHEME_NONE: the
+ * template's stays), or -1 with *status 400: two of the scheme headers of
+ * an allowed proxy disagree (said in the log). */
+static int request_scheme(fw_glue *s, fw_conn *c, const scheme_seen *seen, int *status)
 {
     const fw_request *r = &c->x->req;
-    *status = 0;
-    PyObject *env = PyDict_Copy(PyList_GET_ITEM(s->templates, c->lst - s->srv->listeners));
-    if (!env)
-        return NULL;
-    PyObject *m = NULL, *path = NULL;   /* path: owned until set_new takes it */
+    int scheme = seen->scheme, conflict = seen->conflict;
+    if (seen->forwarded) {
+        int said = forwarded_proto(seen->forwarded->value, seen->forwarded->value_len);
+        conflict |= scheme && said && said != scheme;
+        scheme = said ? said : scheme;
+    }
+    if (conflict) {
+        log_scheme_conflict(s, c);
+        *status = 400;
+        return -1;
+    }
+    if (!scheme && r->uwsgi)
+        scheme = uwsgi_scheme(r);
+    return scheme;
+}
+
+/* Question (1 yes, 0 no): are two environ keys (ASCII strs) the same? The
+ * same str, or equal ones: the key cache has a str per spelling of a
+ * name, so "Accept" and "accept" give two HTTP_ACCEPT. */
+static int same_key(PyObject *a, PyObject *b)
+{
+    return a == b || (PyUnicode_GET_LENGTH(a) == PyUnicode_GET_LENGTH(b) &&
+                      memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), (size_t)PyUnicode_GET_LENGTH(a)) == 0);
+}
+
+/* A header field of a kept environ: its first line replaces the value the
+ * last request left under its key, a repeated one joins the value this
+ * request set (keys[0..i) are the request's fields before it). */
+static int put_header(PyObject *env, PyObject *const *keys, int i, const fw_header *h)
+{
+    for (int j = 0; j < i; j++)
+        if (same_key(keys[j], keys[i]))
+            return add_header(env, keys[i], h);
+    return set_new(env, keys[i], cached(h->value, h->value_len));
+}
+
+/* The request line's entries and the peer's, in the environ's order:
+ * REQUEST_METHOD, RAW_URI, SERVER_PROTOCOL, REMOTE_ADDR, REMOTE_PORT (then
+ * the header fields, then add_path). *path: PATH_INFO's str when it is the
+ * RAW_URI str, for add_path (a new reference, or NULL). */
+static int add_request_line(fw_conn *c, PyObject *env, PyObject **path)
+{
+    const fw_request *r = &c->x->req;
+    PyObject *m = NULL;
+    *path = NULL;
     for (size_t i = 0; i < NMETHODS; i++)
         if (methods[i].len == r->method_len && !memcmp(methods[i].name, r->method, r->method_len)) {
             m = methods[i].value;
@@ -404,47 +538,130 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status)
     if (!m)
         m = latin1(r->method, r->method_len);
     if (set_new(env, k_method, m) < 0)
-        goto fail;
+        return -1;
     /* A target that is all path (no query, nothing to decode: the usual
      * "/" or "/user/7") gives PATH_INFO the RAW_URI str (the cache would
      * find the same one), and no query the empty str: two lookups fewer. */
     PyObject *raw = cached(r->target, r->target_len);
     if (raw && !r->path_decoded && r->path == r->target && r->path_len == r->target_len &&
         !memchr(r->path, '%', r->path_len))
-        path = Py_NewRef(raw);
-    if (set_new(env, k_raw_uri, raw) < 0 ||
-        PyDict_SetItem(env, k_proto, r->minor ? v_http11 : v_http10) < 0)
-        goto fail;
-    if (set_remote(env, c) < 0)
-        goto fail;
-    scheme_seen seen = { SCHEME_NONE, 0, NULL };
-    if ((r->uwsgi ? add_vars(s, c, env, &seen) : add_headers(s, c, env, &seen)) < 0)
-        goto fail;
+        *path = Py_NewRef(raw);
+    if (set_new(env, k_raw_uri, raw) < 0 || PyDict_SetItem(env, k_proto, r->minor ? v_http11 : v_http10) < 0 ||
+        set_remote(env, c) < 0) {
+        Py_CLEAR(*path);
+        return -1;
+    }
+    return 0;
+}
+
+/* PATH_INFO (path: add_request_line's, taken) and QUERY_STRING. */
+static int add_path(fw_conn *c, PyObject *env, PyObject *path)
+{
+    const fw_request *r = &c->x->req;
     if (!path)
         path = r->path_decoded ? cached(r->path, r->path_len) : decode_path(r->path, r->path_len);
-    int rc = set_new(env, k_path, path);
-    path = NULL;                        /* set_new took it */
-    if (rc < 0 || set_new(env, k_query, r->query_len ? cached(r->query, r->query_len) : Py_NewRef(v_empty)) < 0)
-        goto fail;
-    int scheme = seen.scheme, conflict = seen.conflict;
-    if (seen.forwarded) {
-        int said = forwarded_proto(seen.forwarded->value, seen.forwarded->value_len);
-        conflict |= scheme && said && said != scheme;
-        scheme = said ? said : scheme;
+    if (set_new(env, k_path, path) < 0)
+        return -1;
+    return set_new(env, k_query, r->query_len ? cached(r->query, r->query_len) : Py_NewRef(v_empty));
+}
+
+/* The host of an absolute-form target: a Host field says nothing more
+ * (RFC 9112 3.2.2: the origin server ignores it). */
+static int add_authority(fw_conn *c, PyObject *env)
+{
+    const fw_request *r = &c->x->req;
+    return r->form == FW_TARGET_ABSOLUTE ? set_new(env, k_http_host, cached(r->authority, r->authority_len)) : 0;
+}
+
+static int add_scheme(PyObject *env, int scheme)
+{
+    return scheme ? PyDict_SetItem(env, k_url_scheme, scheme == SCHEME_HTTPS ? v_https : v_http) : 0;
+}
+
+/* A request of FW_ENV_KEYS_MAX - 2 header fields at most: the fields' keys
+ * are looked up first, and say whether the kept environ fits it. */
+static PyObject *build_keyed(fw_glue *s, fw_conn *c, int *status, fw_env_keys *k)
+{
+    const fw_request *r = &c->x->req;
+    PyObject *hkeys[FW_ENV_KEYS_MAX];          /* owned: the fields' keys */
+    const fw_header *fields[FW_ENV_KEYS_MAX];
+    int n = 0;
+    PyObject *env = NULL, *path = NULL;
+    scheme_seen seen = { SCHEME_NONE, 0, NULL };
+    uint64_t scheme_lengths = c->fwd_allowed ? scheme_name_lengths(s) : 0;
+    for (size_t i = 0; i < r->num_headers; i++) {
+        PyObject *key;
+        if (header_key(s, r, &r->headers[i], scheme_lengths, &seen, &key) < 0)
+            goto out;
+        if (key) {
+            hkeys[n] = key;
+            fields[n++] = &r->headers[i];
+        }
     }
-    if (conflict) {
-        log_scheme_conflict(s, c);
-        *status = 400;
+    int scheme = request_scheme(s, c, &seen, status);
+    if (scheme < 0)
+        goto out;
+    memcpy(k->keys, hkeys, (size_t)n * sizeof(hkeys[0]));
+    k->n = n;
+    if (r->form == FW_TARGET_ABSOLUTE)
+        k->keys[k->n++] = k_http_host;
+    if (scheme)
+        k->keys[k->n++] = k_url_scheme;
+    Py_ssize_t kept_size = -1;
+    env = take_kept(s, k, &kept_size);
+    if (!env && !(env = PyDict_Copy(PyList_GET_ITEM(s->templates, k->lst))))
+        goto out;
+    int rc = add_request_line(c, env, &path);
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = kept_size >= 0 ? put_header(env, hkeys, i, fields[i]) : add_header(env, hkeys[i], fields[i]);
+    if (rc == 0)
+        rc = add_authority(c, env);
+    if (rc == 0) {
+        rc = add_path(c, env, path);
+        path = NULL;            /* add_path took it */
+    }
+    if (rc == 0)
+        rc = add_scheme(env, scheme);
+    /* A kept environ has every key the request sets: it does not grow. */
+    if (rc < 0 || (kept_size >= 0 && PyDict_GET_SIZE(env) != kept_size)) {
+        if (rc == 0)
+            PyErr_SetString(PyExc_SystemError, "a kept environ took a key it should have held");
+        Py_CLEAR(env);
+    }
+out:
+    Py_XDECREF(path);
+    for (int i = 0; i < n; i++)
+        Py_DECREF(hkeys[i]);
+    return env;
+}
+
+PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status, fw_env_keys *k)
+{
+    const fw_request *r = &c->x->req;
+    *status = 0;
+    k->n = -1;
+    k->lst = (int)(c->lst - s->srv->listeners);
+    if (!r->uwsgi && r->num_headers <= FW_ENV_KEYS_MAX - 2)
+        return build_keyed(s, c, status, k);
+    /* A uwsgi request, or one of many fields: never kept. */
+    PyObject *env = PyDict_Copy(PyList_GET_ITEM(s->templates, k->lst)), *path = NULL;
+    if (!env)
+        return NULL;
+    scheme_seen seen = { SCHEME_NONE, 0, NULL };
+    int rc = add_request_line(c, env, &path);
+    if (rc == 0)
+        rc = r->uwsgi ? add_vars(s, c, env, &seen) : add_headers(s, c, env, &seen);
+    if (rc == 0 && !r->uwsgi)
+        rc = add_authority(c, env);
+    if (rc == 0) {
+        rc = add_path(c, env, path);
+        path = NULL;            /* add_path took it */
+    }
+    int scheme = rc == 0 ? request_scheme(s, c, &seen, status) : -1;
+    if (scheme < 0 || add_scheme(env, scheme) < 0) {
+        Py_XDECREF(path);
         Py_DECREF(env);
         return NULL;
     }
-    if (!scheme && r->uwsgi)
-        scheme = uwsgi_scheme(r);
-    if (scheme && PyDict_SetItem(env, k_url_scheme, scheme == SCHEME_HTTPS ? v_https : v_http) < 0)
-        goto fail;
     return env;
-fail:
-    Py_XDECREF(path);
-    Py_DECREF(env);
-    return NULL;
 }

@@ -267,7 +267,7 @@ static void req_release(fw_req *r)
         r->input->conn = NULL;
         Py_CLEAR(r->input);
     }
-    Py_CLEAR(r->environ);
+    fw_environ_done(r->server, r);      /* drops it, or keeps it for the next request */
     r->conn->x->app_state = NULL;
     req_free(r);
 }
@@ -497,7 +497,7 @@ static enum fw_app_rc on_request(void *app, fw_conn *c)
     r->sr = fw_start_response_new(r);
     r->input = fw_input_new(c);
     int status = 0;
-    r->environ = r->sr && r->input ? fw_environ_build(s, c, &status) : NULL;
+    r->environ = r->sr && r->input ? fw_environ_build(s, c, &status, &r->env_keys) : NULL;
     if (status) {
         req_release(r);         /* said in the log */
         fw_conn_queue_error(c, status);
@@ -508,6 +508,7 @@ static enum fw_app_rc on_request(void *app, fw_conn *c)
         rc = app_failed(r, "Cannot build the environ for");
         goto out;
     }
+    fw_environ_seal(r);
     PyObject *args[2] = { r->environ, (PyObject *)r->sr };
     r->result = PyObject_Vectorcall(s->app, args, 2, NULL);
     if (!r->result) {

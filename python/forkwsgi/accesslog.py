@@ -115,4 +115,4 @@ def spec(cfg, fd):
     open descriptor (the log keeps its own copy)."""
     fmt = cfg["access_logformat"] or (DEFAULT_JSON_FORMAT if cfg["access_log_json"] else DEFAULT_FORMAT)
     path = None if cfg["access_logfile"] == "-" else os.path.abspath(cfg["access_logfile"])
-    return fd, path, compile_format(fmt), bool(cfg["access_log_json"])
+    return fd, path, compile_format(fmt), bool(cfg["access_log_json"]), False

@@ -84,9 +84,11 @@ class AccessRecords:
 
     def spec(self):
         """What _forkwsgi.Server(access_log=...) takes: a JSON array of the
-        atoms' values per line, into the pipe (never reopened)."""
+        atoms' values per line, into the pipe (never reopened), read by a
+        thread that needs the GIL for each line (the loop lets it go before
+        each response's write)."""
         fmt = "[" + ",".join(f'"%({name})s"' for name in self.names) + "]"
-        return self.write_fd, None, accesslog.compile_format(fmt), True
+        return self.write_fd, None, accesslog.compile_format(fmt), True, True
 
     def close_write_end(self):
         """Ours: the C writer keeps a copy of its own, and the thread ends

@@ -1,0 +1,97 @@
+"""An environ kept for the next request (src/environ.c): a request whose
+environ the app left untouched and unshared hands it to the next request
+with the same header fields, which replaces its values. Whatever the app
+did to its environ, and whatever the requests before it were, every
+request gets the environ a new one would have: the one the same request
+gets on a fresh connection to a fresh server."""
+import json
+
+import pytest
+
+from conftest import ServerProc
+from httpraw import Conn
+
+MUTATIONS = ["add", "del", "set", "same", "pop", "clear", "update", "setdefault", "popitem", "keep"]
+
+
+def get(path, fields=b"Host: t\r\n", target=None):
+    version = b"HTTP/1.1" if fields else b"HTTP/1.0\r\nConnection: keep-alive"     # (1.1 needs a Host)
+    return b"GET " + (target or path).encode() + b" " + version + b"\r\n" + fields + b"\r\n"
+
+
+def env_of(c, req):
+    c.send(req)
+    r = c.read_response()
+    assert r.status == 200, r
+    return json.loads(r.body)
+
+
+def comparable(env):
+    """The entries that do not vary between two connections and servers
+    (the ports do)."""
+    return {k: v for k, v in env.items() if k not in ("REMOTE_PORT", "SERVER_PORT")}
+
+
+@pytest.fixture
+def srv(make_server):
+    return make_server("environ_apps:app")
+
+
+@pytest.mark.parametrize("what", MUTATIONS)
+def test_the_request_after_an_app_changed_its_environ_gets_a_whole_new_one(srv, what):
+    """Twice the same request, the first time the app does `what` to its
+    environ: the second gets the entries the first got."""
+    with Conn(srv.port) as c:
+        first = env_of(c, get(f"/?m={what}"))["env"]
+        env_of(c, get("/?m=none"))                      # (a kept environ, if any, in between)
+        again = env_of(c, get(f"/?m={what}"))["env"]
+        after = env_of(c, get(f"/?m={what}"))["env"]
+    assert first == again == after
+
+
+def test_an_environ_the_app_keeps_is_not_reused(srv):
+    with Conn(srv.port) as c:
+        kept = env_of(c, get("/?m=keep&n=1"))["env"]
+        nxt = env_of(c, get("/?m=none&n=2"))
+        assert not nxt["same_as_kept"]
+        assert nxt["env"]["QUERY_STRING"] == "m=none&n=2"
+        assert env_of(c, get("/?m=kept&n=3"))["env"] == kept      # the kept one still holds its request's
+
+
+FIELDS = [
+    b"Host: t\r\n",
+    b"Host: t\r\nAccept: */*\r\n",
+    b"Host: t\r\nAccept: a\r\naccept: b\r\n",               # one key, two spellings: joined
+    b"Host: t\r\nAccept: a\r\nAccept: b\r\nAccept: c\r\n",
+    b"Host: t\r\nContent-Type: text/plain\r\nUser-Agent: x\r\n",
+    b"Host: u\r\nAccept: */*\r\n",
+    b"",
+]
+
+
+def test_requests_of_other_fields_in_turn_get_the_environ_a_fresh_server_gives(make_server):
+    """Requests of different header fields, targets and scheme headers,
+    each sent twice and in turn on one connection (so each may get the
+    environ the one before left): each gets exactly the environ it gets as
+    the first request to a fresh server."""
+    cases = []
+    for f in FIELDS:
+        cases.append(get("/a?q=1", f))
+        cases.append(get("/b", f))
+    cases.append(get("/", b"Host: t\r\n", target="http://other.example/abs"))
+    cases.append(get("/", b"Host: t\r\nX-Forwarded-Proto: https\r\n"))
+    cases.append(get("/", b"Host: t\r\nX-Forwarded-Proto: http\r\n"))
+    for args in ((), ("--forwarded-allow-ips", "127.0.0.1")):
+        s = make_server("environ_apps:app", *args)
+        order = cases + cases[::-1] + cases
+        with Conn(s.port) as c:
+            seen = [comparable(env_of(c, req)["env"]) for req in order]
+        s.stop()
+        want = {}
+        for req in cases:
+            fresh = make_server("environ_apps:app", *args)
+            with Conn(fresh.port) as c:
+                want[req] = comparable(env_of(c, req)["env"])
+            fresh.stop()
+        for i, req in enumerate(order):
+            assert seen[i] == want[req], (args, i, req)
