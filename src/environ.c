@@ -511,11 +511,12 @@ static int same_key(PyObject *a, PyObject *b)
 
 /* A header field of a kept environ: its first line replaces the value the
  * last request left under its key, a repeated one joins the value this
- * request set (keys[0..i) are the request's fields before it). */
+ * request set (keys[0..i) are the request's fields before it, one str per
+ * key: build_keyed). */
 static int put_header(PyObject *env, PyObject *const *keys, int i, const fw_header *h)
 {
     for (int j = 0; j < i; j++)
-        if (same_key(keys[j], keys[i]))
+        if (keys[j] == keys[i])
             return add_header(env, keys[i], h);
     return set_new(env, keys[i], cached(h->value, h->value_len));
 }
@@ -593,10 +594,19 @@ static PyObject *build_keyed(fw_glue *s, fw_conn *c, int *status, fw_env_keys *k
         PyObject *key;
         if (header_key(s, r, &r->headers[i], scheme_lengths, &seen, &key) < 0)
             goto out;
-        if (key) {
-            hkeys[n] = key;
-            fields[n++] = &r->headers[i];
-        }
+        if (!key)
+            continue;
+        /* One str per key: a repeated field's name spelled otherwise
+         * ("Accept", "ACCEPT") has a str of its own in the key cache, which
+         * the environ does not hold (its entry keeps the first one's), and
+         * which the cache may free; fw_env_keys names the first. */
+        for (int j = 0; j < n; j++)
+            if (same_key(hkeys[j], key)) {
+                Py_SETREF(key, Py_NewRef(hkeys[j]));
+                break;
+            }
+        hkeys[n] = key;
+        fields[n++] = &r->headers[i];
     }
     int scheme = request_scheme(s, c, &seen, status);
     if (scheme < 0)

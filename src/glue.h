@@ -26,7 +26,8 @@ typedef struct fw_logq fw_logq;
  * when that request's list is the same (fw_environ_done). */
 #define FW_ENV_KEYS_MAX 24
 typedef struct fw_env_keys {
-    PyObject *keys[FW_ENV_KEYS_MAX];  /* borrowed from the environ, which holds them */
+    PyObject *keys[FW_ENV_KEYS_MAX];  /* borrowed: from the environ, which holds them (a repeated
+                                       * field's, the first's), or static (HTTP_HOST, ...) */
     int n;                      /* -1: the environ is never kept (uwsgi, more keys) */
     int lst;                    /* its listener, whose template it came from */
 } fw_env_keys;

@@ -95,3 +95,52 @@ def test_requests_of_other_fields_in_turn_get_the_environ_a_fresh_server_gives(m
             fresh.stop()
         for i, req in enumerate(order):
             assert seen[i] == want[req], (args, i, req)
+
+
+# src/strcache.c's slot of a string (sc_hash & (FW_STRCACHE_SLOTS - 1)),
+# mirrored here to evict one entry of the key cache on purpose.
+_M64 = (1 << 64) - 1
+
+
+def _strcache_slot(p):
+    def load(size, i):
+        return int.from_bytes(p[i:i + size], "little")
+    n = len(p)
+    if n >= 8:
+        a, b, i = load(8, 0), load(8, n - 8), 8
+        while i + 8 < n:
+            a = ((a ^ load(8, i)) * 0x9E3779B97F4A7C15) & _M64
+            i += 8
+    elif n >= 4:
+        a, b = load(4, 0), load(4, n - 4)
+    else:
+        a, b = (p[0] | p[n // 2] << 8 | p[n - 1] << 16) if n else 0, 0
+    h = ((a * 0xff51afd7ed558ccd) & _M64) ^ ((b * 0xc4ceb9fe1a85ec53) & _M64) ^ n
+    return (h ^ (h >> 31)) & 127
+
+
+def fields(*pairs):
+    return b"".join(k.encode() + b": " + v.encode() + b"\r\n" for k, v in pairs)
+
+
+def test_a_repeated_field_spelled_otherwise_then_evicted_from_the_key_cache(srv):
+    """Accept and ACCEPT have a key str each in the key cache; the kept
+    environ holds the first. At 5bdf557 its key list named the second,
+    which a colliding name then evicted and freed; a new key str took its
+    address, and a request with that field matched the kept environ by
+    pointer, grew it, and was answered 500 (357 of 400 rounds, found by
+    review). Each round: the repeated field (kept), a request of 25 fields
+    (never kept) that evicts "ACCEPT" and makes new keys, then one of them
+    with Accept."""
+    evictor = next(n for n in (f"X-N{i}" for i in range(10000))
+                   if _strcache_slot(n.encode()) == _strcache_slot(b"ACCEPT"))
+    taken = {_strcache_slot(b"Accept"), _strcache_slot(b"ACCEPT"), _strcache_slot(evictor.encode())}
+    names = [m for m in (f"X-M{i}" for i in range(100000)) if _strcache_slot(m.encode()) not in taken][:150]
+    filler = [(f"F{j:02d}", "1") for j in range(22)]
+    with Conn(srv.port) as c:
+        for name in names:
+            for req in (get("/", fields(("Host", "t"), ("Accept", "a"), ("ACCEPT", "b"))),
+                        get("/", fields(("Host", "t"), (evictor, "1"), (name, "1"), *filler)),
+                        get("/", fields(("Host", "t"), ("Accept", "x"), (name, "y")))):
+                env = env_of(c, req)["env"]
+            assert env["HTTP_ACCEPT"] == "x" and env[f"HTTP_{name.upper().replace('-', '_')}"] == "y"
