@@ -1322,7 +1322,7 @@ static enum drive step_write(fw_conn *c)
         return DRIVE_WAIT;
     }
     if (c->x->resp.sf_left > 0 || srv->cfg.gil_each_write)
-        app_unlock(srv);        /* sendfile may wait for the disk */
+        app_unlock(srv);        /* sendfile may wait for the disk; gil_each_write: app_unlock */
     uint64_t before = pending_out(c);
     int rc = fw_conn_flush(c);
     /* The write timeout is "no progress for that long": a reader that
@@ -1441,8 +1441,8 @@ static void conn_drive_steps(fw_conn *c)
 }
 
 /* (Inline, the GIL may be held when this returns: the next connection of
- * the pass may need it again. The pass lets it go before its writes and
- * before the loop sleeps: app_unlock.) */
+ * the pass may need it again. The loop lets it go before it sleeps;
+ * app_unlock says when else.) */
 static void conn_drive(fw_conn *c)
 {
     conn_drive_steps(c);

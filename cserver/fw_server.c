@@ -1220,8 +1220,8 @@ static int run_pass(fw_server *srv, enum fw_run_end *end)
      * sleeps (at most a second: next_timeout) and when it wakes. */
     int wait_ms = next_timeout(srv);
     fw_balance_beat(&srv->bal, fw_now_ms());
-    /* Inline, the pass's calls keep the GIL until a write lets it go
-     * (fw_conn.c, app_unlock): never held while the loop sleeps. */
+    /* Inline, the pass's calls keep the GIL from one to the next (fw_conn.c,
+     * app_unlock): never held while the loop sleeps. */
     if (srv->ops->unlock)
         srv->ops->unlock(srv->app);
     int n = fw_loop_wait(&srv->loop, wait_ms);
