@@ -53,9 +53,9 @@ void fw_server_flush_deferred(fw_server *srv)
         return;
     srv->defer_head = srv->defer_tail = NULL;
     /* (Inline, the GIL may be held over these non-blocking sends: see
-     * fw_conn.c, app_unlock.) */
-    if (srv->cfg.gil_each_write && srv->ops->unlock)
-        srv->ops->unlock(srv->app);
+     * fw_server_app_unlock.) */
+    if (srv->cfg.gil_each_write)
+        fw_server_app_unlock(srv);
     int timed = srv->cfg.access_log || srv->cfg.stats;
     for (fw_conn *c = list; c; c = c->x->defer_next) {
         c->x->deferred = 0;

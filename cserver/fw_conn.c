@@ -40,7 +40,6 @@ enum drive {
 static void conn_cb(fw_loop *loop, fw_watch *w, uint32_t events);
 static void conn_drive(fw_conn *c);
 static void read_and_drive(fw_conn *c);
-static void app_unlock(fw_server *srv);
 
 /* Entries of a connection's header array (fw_exch.hdrs): the header
  * fields of an HTTP request, the variables of a uwsgi one (its CGI
@@ -915,7 +914,7 @@ static void request_end(fw_conn *c)
         record_response(c);
     int closes = closes_after_response(c);
     if (c->x->body.fd >= 0)
-        app_unlock(srv);        /* the spool file's close frees its blocks */
+        fw_server_app_unlock(srv);        /* the spool file's close frees its blocks */
     fw_body_release(c);
     memset(&c->x->body, 0, sizeof(c->x->body));
     c->x->body.fd = -1;
@@ -1237,28 +1236,6 @@ void fw_conn_app_done(fw_conn *c, enum fw_app_rc rc)
         conn_drive(c);
 }
 
-/* Inline (--threads 1), the app layer keeps the GIL from one call to the
- * next of a loop pass: from one request to the next of a pipelined batch,
- * and from one connection to the next. Taking and dropping it costs about
- * 400 instructions: once a pass instead of once a request at saturation.
- * Dropped between two requests, it also lets a thread of the app's own
- * (a producer's) take it, and the next request waits until that thread
- * gives it back, up to the switch interval (5 ms). It is let go before
- * anything that may wait: before the loop sleeps (run_pass), before a
- * body that may be spooled to a file, before a file is sent (the disk).
- * Meanwhile it is held over non-blocking socket calls only (read, send,
- * accept, close, epoll_ctl), a few microseconds each; and a thread that
- * waits for it 5 ms gets it in the next app call, as from any thread.
- * With cfg.gil_each_write it goes before each write too, and at the end of
- * each connection's turn, as it did before the loop kept it a pass: the
- * access records' reader thread, which needs it for each response, then
- * gets it between two, and keeps up at saturation. */
-static void app_unlock(fw_server *srv)
-{
-    if (srv->ops->unlock)
-        srv->ops->unlock(srv->app);
-}
-
 /* ---- the driver ---------------------------------------------------------------- */
 
 /* READ_BODY: decode what arrived. DRIVE_WAIT when c waits for input, else
@@ -1268,7 +1245,7 @@ static enum drive step_body(fw_conn *c)
     fw_body *b = &c->x->body;
     /* A body not read in place may be spooled to a file. */
     if (!b->inplace)
-        app_unlock(c->srv);
+        fw_server_app_unlock(c->srv);
     int rc = fw_body_preread(c);
     if (rc == 0) {
         c->state = FW_C_APP;
@@ -1322,7 +1299,7 @@ static enum drive step_write(fw_conn *c)
         return DRIVE_WAIT;
     }
     if (c->x->resp.sf_left > 0 || srv->cfg.gil_each_write)
-        app_unlock(srv);        /* sendfile may wait for the disk; gil_each_write: app_unlock */
+        fw_server_app_unlock(srv);        /* sendfile may wait for the disk; gil_each_write: fw_server_app_unlock */
     uint64_t before = pending_out(c);
     int rc = fw_conn_flush(c);
     /* The write timeout is "no progress for that long": a reader that
@@ -1378,7 +1355,7 @@ static enum drive step_app(fw_conn *c)
         /* It waits for a thread: the responses owed before it (a pipelined
          * batch) must not wait with it. */
         if (fw_buf_used(&c->x->out) > 0) {
-            app_unlock(srv);
+            fw_server_app_unlock(srv);
             int rc = fw_conn_flush(c);
             if (rc < 0) {
                 fw_conn_close(c);
@@ -1442,12 +1419,12 @@ static void conn_drive_steps(fw_conn *c)
 
 /* (Inline, the GIL may be held when this returns: the next connection of
  * the pass may need it again. The loop lets it go before it sleeps;
- * app_unlock says when else.) */
+ * fw_server_app_unlock says when else.) */
 static void conn_drive(fw_conn *c)
 {
     conn_drive_steps(c);
     if (c->srv->cfg.gil_each_write)
-        app_unlock(c->srv);
+        fw_server_app_unlock(c->srv);
 }
 
 /* READ_HEAD or READ_BODY, the socket is readable: read, then drive. */

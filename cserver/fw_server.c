@@ -972,8 +972,7 @@ static int own_lost(fw_server *srv, fw_pool_job *job, enum fw_run_end *end)
 static int run_own(fw_server *srv, enum fw_run_end *end)
 {
     fw_pool_job *last = srv->own_tail;
-    if (srv->ops->unlock)
-        srv->ops->unlock(srv->app);     /* per call from here (fw_thread.per_call) */
+    fw_server_app_unlock(srv);          /* per call from here (fw_thread.per_call) */
     fw_lead_run_begin(&srv->lead);      /* the standby times them as one */
     while (srv->own_head) {
         fw_pool_job *job = srv->own_head;
@@ -1220,10 +1219,9 @@ static int run_pass(fw_server *srv, enum fw_run_end *end)
      * sleeps (at most a second: next_timeout) and when it wakes. */
     int wait_ms = next_timeout(srv);
     fw_balance_beat(&srv->bal, fw_now_ms());
-    /* Inline, the pass's calls keep the GIL from one to the next (fw_conn.c,
-     * app_unlock): never held while the loop sleeps. */
-    if (srv->ops->unlock)
-        srv->ops->unlock(srv->app);
+    /* Inline, the pass's calls keep the GIL from one to the next (fw_server.h,
+     * fw_server_app_unlock): never held while the loop sleeps. */
+    fw_server_app_unlock(srv);
     int n = fw_loop_wait(&srv->loop, wait_ms);
     fw_server_tick(srv);
     fw_balance_beat(&srv->bal, srv->now);
@@ -1270,7 +1268,6 @@ enum fw_run_end fw_server_run(fw_server *srv)
     while (run_pass(srv, &rc) && (!srv->own_head || run_own(srv, &rc)))
         ;
     end_run(srv);
-    if (srv->ops->unlock)
-        srv->ops->unlock(srv->app);     /* the caller takes the GIL back itself */
+    fw_server_app_unlock(srv);          /* the caller takes the GIL back itself */
     return rc;
 }

@@ -77,7 +77,7 @@ typedef struct fw_config {
                                 * the loop pass, to leave with the others (fw_server_defer);
                                 * 0: each is written at once */
     int gil_each_write;        /* inline: the app layer lets the GIL go before each response's
-                                * write, not once a loop pass (fw_conn.c, app_unlock), so that
+                                * write, not once a loop pass (fw_server_app_unlock), so that
                                 * a Python thread of the server's own that works per response
                                 * (access records: python/forkwsgi/accessrecords.py) keeps up */
     uint64_t max_requests;     /* stop gracefully after this many responses; 0 = never */
@@ -258,6 +258,29 @@ struct fw_server {
 fw_server *fw_server_new(const fw_config *cfg, const int *fds, int nfds,
                          const fw_app_ops *ops, void *app);
 void fw_server_free(fw_server *srv);
+
+
+/* Inline (--threads 1), the app layer keeps the GIL from one call to the
+ * next of a loop pass: from one request to the next of a pipelined batch,
+ * and from one connection to the next. Taking and dropping it costs about
+ * 400 instructions: once a pass instead of once a request at saturation.
+ * Dropped between two requests, it also lets a thread of the app's own
+ * (a producer's) take it, and the next request waits until that thread
+ * gives it back, up to the switch interval (5 ms). It is let go before
+ * anything that may wait: before the loop sleeps (fw_server.c, run_pass), before a
+ * body that may be spooled to a file, before a file is sent (the disk).
+ * Meanwhile it is held over non-blocking socket calls only (read, send,
+ * accept, close, epoll_ctl), a few microseconds each; and a thread that
+ * waits for it 5 ms gets it in the next app call, as from any thread.
+ * With cfg.gil_each_write it goes before each write too, and at the end of
+ * each connection's turn, as it did before the loop kept it a pass: the
+ * access records' reader thread, which needs it for each response, then
+ * gets it between two, and keeps up at saturation. */
+static inline void fw_server_app_unlock(fw_server *srv)
+{
+    if (srv->ops->unlock)
+        srv->ops->unlock(srv->app);
+}
 
 
 /* ---- the loop's clock ---- */

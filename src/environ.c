@@ -452,7 +452,7 @@ void fw_environ_seal(fw_req *r)
     r->env_tag = dict_tag(r->environ);
     r->env_size = PyDict_GET_SIZE(r->environ);
 #else
-    r->env_keys.n = -1;
+    (void)r;
 #endif
 }
 
