@@ -638,11 +638,18 @@ void fw_server_stop_for(fw_server *srv, int graceful, int why)
     (void)n;
 }
 
-static void expire(fw_server *srv, fw_tlist *l)
+static void expire_list(fw_server *srv, fw_tlist *l)
 {
     fw_tnode *n;
     while ((n = fw_timer_pop_due(l, srv->now)))
         fw_conn_on_timeout(CONN_OF_TIMER(n));
+}
+
+/* (Most passes expire nothing: the check alone stays inline.) */
+static inline void expire(fw_server *srv, fw_tlist *l)
+{
+    if (fw_timer_due(l, srv->now))
+        expire_list(srv, l);
 }
 
 /* A silent new connection whose request did not come within its grace
@@ -671,11 +678,12 @@ static int next_timeout(fw_server *srv)
     if (srv->own_head)
         return 0;               /* requests kept for the main thread wait (run_own) */
     int64_t next = srv->now + 1000;      /* at least once a second: date, resumes */
-    fw_tlist *lists[] = { &srv->t_head, &srv->t_body, &srv->t_idle, &srv->t_write, &srv->t_linger,
-                          &srv->t_grace };
-    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
-        if (lists[i]->head && lists[i]->head->deadline < next)
-            next = lists[i]->head->deadline;
+    next = fw_timer_earlier(&srv->t_head, next);
+    next = fw_timer_earlier(&srv->t_body, next);
+    next = fw_timer_earlier(&srv->t_idle, next);
+    next = fw_timer_earlier(&srv->t_write, next);
+    next = fw_timer_earlier(&srv->t_linger, next);
+    next = fw_timer_earlier(&srv->t_grace, next);
     if (srv->stopping && srv->stop_deadline < next)
         next = srv->stop_deadline;
     if (srv->pass_waiting && srv->now + PASS_RETRY_MS < next)
@@ -1141,7 +1149,8 @@ static void after_events(fw_server *srv)
     expire(srv, &srv->t_idle);
     expire(srv, &srv->t_write);
     expire(srv, &srv->t_linger);
-    expire_grace(srv);
+    if (fw_timer_due(&srv->t_grace, srv->now))
+        expire_grace(srv);
     if (srv->stopping && srv->handing_on &&
         !fw_balance_hands_on(&srv->bal, srv->retiring || srv->stop_retire))
         stop_handing_on(srv);

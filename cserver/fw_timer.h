@@ -64,14 +64,26 @@ static inline void fw_timer_start(fw_tlist *l, fw_tnode *n, int64_t now)
     l->count++;
 }
 
+/* Question (1 yes, 0 no): has the first deadline of l come (<= now)? */
+static inline int fw_timer_due(const fw_tlist *l, int64_t now)
+{
+    return l->head && l->head->deadline <= now;
+}
+
+/* The earlier of `next` and the first deadline of l. */
+static inline int64_t fw_timer_earlier(const fw_tlist *l, int64_t next)
+{
+    return l->head && l->head->deadline < next ? l->head->deadline : next;
+}
+
 /* The first node of l whose deadline has come (<= now), taken off the
  * list; NULL when none has. Expiry: while ((n = fw_timer_pop_due(l, now)))
  * act on n's owner. */
 static inline fw_tnode *fw_timer_pop_due(fw_tlist *l, int64_t now)
 {
-    fw_tnode *n = l->head;
-    if (!n || n->deadline > now)
+    if (!fw_timer_due(l, now))
         return NULL;
+    fw_tnode *n = l->head;
     fw_timer_stop(n);
     return n;
 }

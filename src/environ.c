@@ -81,13 +81,38 @@ static PyObject *cached(const char *p, size_t n)
     return fw_strcache_get(&values, p, n, latin1);
 }
 
-static int set_new(PyObject *d, PyObject *k, PyObject *v)
+/* env[key] = v (a new reference, taken; NULL: it could not be made), and
+ * *held = v when held is not NULL (borrowed: the environ holds it). */
+static int put(PyObject *env, PyObject *key, PyObject *v, PyObject **held)
 {
     if (!v)
         return -1;
-    int rc = PyDict_SetItem(d, k, v);
+    int rc = PyDict_SetItem(env, key, v);
+    if (held && rc == 0)
+        *held = v;
     Py_DECREF(v);
     return rc;
+}
+
+/* Question (1 yes, 0 no): has o, the value a kept environ holds under an
+ * entry (fw_env_keys.vals; NULL: not known), the bytes p[0..n)? */
+static inline int holds(PyObject *o, const char *p, size_t n)
+{
+    return o && PyUnicode_KIND(o) == PyUnicode_1BYTE_KIND && (size_t)PyUnicode_GET_LENGTH(o) == n &&
+           memcmp(PyUnicode_1BYTE_DATA(o), p, n) == 0;
+}
+
+/* Where an entry's value is noted: vals[i], or nowhere (vals NULL: an
+ * environ that is never kept). */
+#define HELD(vals, i) ((vals) ? &(vals)[i] : NULL)
+
+/* The str of p[0..n) under key, noted in vals[i]; nothing when the environ
+ * is a kept one (kept) whose value there has those bytes already. */
+static int put_bytes(PyObject *env, PyObject *key, PyObject **vals, int i, int kept, const char *p, size_t n)
+{
+    if (kept && holds(vals[i], p, n))
+        return 0;
+    return put(env, key, cached(p, n), HELD(vals, i));
 }
 
 static int hexval(char c)
@@ -122,15 +147,6 @@ static PyObject *decode_path(const char *p, size_t n)
     return s;
 }
 
-static int set_remote(PyObject *env, fw_conn *c)
-{
-    const char *host, *port;
-    fw_conn_peer_text(c, &host, &port);
-    if (set_new(env, k_remote_addr, cached(host, strlen(host))) < 0)
-        return -1;
-    return set_new(env, k_remote_port, cached(port, strlen(port)));
-}
-
 /* One character of a header name as PEP 3333 spells it in the environ key
  * (HTTP_ + the name upper-cased, '-' as '_'). */
 static inline Py_UCS1 env_key_char(char ch)
@@ -156,28 +172,33 @@ static PyObject *make_key(const char *name, size_t n)
     return s;
 }
 
-/* Add one header's value under key; a repeated field becomes one value,
- * joined with ", " (RFC 9110 5.3). */
+/* A repeated field: its value joins the one its key holds (*held, which
+ * then names the joined one), with ", " (RFC 9110 5.3). */
+static int join_field(PyObject *env, PyObject *key, PyObject **held, const fw_header *h)
+{
+    PyObject *val = cached(h->value, h->value_len);
+    if (!val)
+        return -1;
+    PyObject *tmp = PyUnicode_Concat(*held, s_comma);
+    PyObject *joined = tmp ? PyUnicode_Concat(tmp, val) : NULL;
+    Py_XDECREF(tmp);
+    Py_DECREF(val);
+    return put(env, key, joined, held);
+}
+
+/* Add one header's value under key, or join the one a field of the same
+ * name set (join_field). */
 static int add_header(PyObject *env, PyObject *key, const fw_header *h)
 {
     PyObject *val = cached(h->value, h->value_len);
     if (!val)
         return -1;
     Py_ssize_t before = PyDict_GET_SIZE(env);
-    PyObject *old = PyDict_SetDefault(env, key, val);
-    if (!old || PyDict_GET_SIZE(env) != before) {
-        Py_DECREF(val);                 /* inserted (the dict holds it), or failed */
-        return old ? 0 : -1;
-    }
-    PyObject *tmp = PyUnicode_Concat(old, s_comma);
-    PyObject *joined = tmp ? PyUnicode_Concat(tmp, val) : NULL;
-    Py_XDECREF(tmp);
+    PyObject *old = PyDict_SetDefault(env, key, val);       /* borrowed */
     Py_DECREF(val);
-    if (!joined)
-        return -1;
-    int rc = PyDict_SetItem(env, key, joined);
-    Py_DECREF(joined);
-    return rc;
+    if (!old || PyDict_GET_SIZE(env) != before)
+        return old ? 0 : -1;            /* inserted (the dict holds val), or failed */
+    return join_field(env, key, &old, h);
 }
 
 /* ---- the scheme a proxy says the client used ---------------------------- */
@@ -301,7 +322,7 @@ static int add_vars(fw_glue *s, fw_conn *c, PyObject *env, scheme_seen *seen)
         PyObject *key = cached(v->name, v->name_len);
         if (!key)
             return -1;
-        int rc = set_new(env, key, cached(v->value, v->value_len));
+        int rc = put(env, key, cached(v->value, v->value_len), NULL);
         Py_DECREF(key);
         if (rc < 0)
             return -1;
@@ -434,7 +455,7 @@ static uint64_t dict_tag(PyObject *d)
 /* The kept environ if it has exactly the keys *k lists (a new reference
  * the caller owns: the glue keeps it no longer), else NULL; *size: its
  * entry count. */
-static PyObject *take_kept(fw_glue *s, const fw_env_keys *k, Py_ssize_t *size)
+static PyObject *take_kept(fw_glue *s, fw_env_keys *k, Py_ssize_t *size)
 {
     const fw_env_keys *had = &s->spare_keys;
     if (!s->spare_env || had->lst != k->lst || had->n != k->n ||
@@ -443,6 +464,7 @@ static PyObject *take_kept(fw_glue *s, const fw_env_keys *k, Py_ssize_t *size)
     PyObject *env = s->spare_env;
     s->spare_env = NULL;
     *size = s->spare_size;
+    memcpy(k->vals, had->vals, (size_t)(FW_EV_LINE + k->n) * sizeof(k->vals[0]));
     return env;
 }
 
@@ -462,8 +484,12 @@ void fw_environ_done(fw_glue *s, fw_req *r)
     PyObject *env = r->environ;
     if (env && r->env_keys.n >= 0 && Py_REFCNT(env) == 1 && dict_tag(env) == r->env_tag) {
         PyObject *old = s->spare_env;
+        const fw_env_keys *k = &r->env_keys;
         s->spare_env = env;
-        s->spare_keys = r->env_keys;
+        s->spare_keys.n = k->n;
+        s->spare_keys.lst = k->lst;
+        memcpy(s->spare_keys.keys, k->keys, (size_t)k->n * sizeof(k->keys[0]));
+        memcpy(s->spare_keys.vals, k->vals, (size_t)(FW_EV_LINE + k->n) * sizeof(k->vals[0]));
         s->spare_size = r->env_size;
         r->environ = NULL;
         Py_XDECREF(old);        /* (app threads: another request's, kept meanwhile) */
@@ -509,74 +535,96 @@ static int same_key(PyObject *a, PyObject *b)
                       memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), (size_t)PyUnicode_GET_LENGTH(a)) == 0);
 }
 
-/* A header field of a kept environ: its first line replaces the value the
- * last request left under its key, a repeated one joins the value this
- * request set (keys[0..i) are the request's fields before it, one str per
- * key: build_keyed). */
-static int put_header(PyObject *env, PyObject *const *keys, int i, const fw_header *h)
+/* Header field i under its key (keys[0..i) are the request's fields
+ * before it, one str per key: build_keyed), noted in vals[i]: a repeated
+ * field joins the value this request set (at its first's index); a first
+ * one replaces the value a kept environ holds unless that has its bytes. */
+static int put_field(PyObject *env, PyObject *const *keys, PyObject **vals, int i, const fw_header *h, int kept)
 {
     for (int j = 0; j < i; j++)
         if (keys[j] == keys[i])
-            return add_header(env, keys[i], h);
-    return set_new(env, keys[i], cached(h->value, h->value_len));
+            return join_field(env, keys[i], &vals[j], h);
+    return put_bytes(env, keys[i], vals, i, kept, h->value, h->value_len);
 }
+
+/* The entries below are noted in vals (FW_EV_*: the request line's and the
+ * peer's; NULL: nowhere), and left alone in a kept environ (kept) whose
+ * value has the bytes already: put_bytes. */
 
 /* The request line's entries and the peer's, in the environ's order:
  * REQUEST_METHOD, RAW_URI, SERVER_PROTOCOL, REMOTE_ADDR, REMOTE_PORT (then
  * the header fields, then add_path). *path: PATH_INFO's str when it is the
  * RAW_URI str, for add_path (a new reference, or NULL). */
-static int add_request_line(fw_conn *c, PyObject *env, PyObject **path)
+static int add_request_line(fw_conn *c, PyObject *env, PyObject **path, PyObject **vals, int kept)
 {
     const fw_request *r = &c->x->req;
-    PyObject *m = NULL;
     *path = NULL;
-    for (size_t i = 0; i < NMETHODS; i++)
-        if (methods[i].len == r->method_len && !memcmp(methods[i].name, r->method, r->method_len)) {
-            m = methods[i].value;
-            Py_INCREF(m);
-            break;
-        }
-    if (!m)
-        m = latin1(r->method, r->method_len);
-    if (set_new(env, k_method, m) < 0)
-        return -1;
+    if (!kept || !holds(vals[FW_EV_METHOD], r->method, r->method_len)) {
+        PyObject *m = NULL;
+        for (size_t i = 0; i < NMETHODS && !m; i++)
+            if (methods[i].len == r->method_len && !memcmp(methods[i].name, r->method, r->method_len))
+                m = Py_NewRef(methods[i].value);
+        if (put(env, k_method, m ? m : latin1(r->method, r->method_len), HELD(vals, FW_EV_METHOD)) < 0)
+            return -1;
+    }
     /* A target that is all path (no query, nothing to decode: the usual
      * "/" or "/user/7") gives PATH_INFO the RAW_URI str (the cache would
      * find the same one), and no query the empty str: two lookups fewer. */
-    PyObject *raw = cached(r->target, r->target_len);
-    if (raw && !r->path_decoded && r->path == r->target && r->path_len == r->target_len &&
-        !memchr(r->path, '%', r->path_len))
-        *path = Py_NewRef(raw);
-    if (set_new(env, k_raw_uri, raw) < 0 || PyDict_SetItem(env, k_proto, r->minor ? v_http11 : v_http10) < 0 ||
-        set_remote(env, c) < 0) {
-        Py_CLEAR(*path);
-        return -1;
+    if (!kept || !holds(vals[FW_EV_RAW_URI], r->target, r->target_len)) {
+        PyObject *raw = cached(r->target, r->target_len);
+        if (raw && !r->path_decoded && r->path == r->target && r->path_len == r->target_len &&
+            !memchr(r->path, '%', r->path_len))
+            *path = Py_NewRef(raw);
+        if (put(env, k_raw_uri, raw, HELD(vals, FW_EV_RAW_URI)) < 0)
+            goto fail;
     }
+    PyObject *proto = r->minor ? v_http11 : v_http10;
+    if ((!kept || vals[FW_EV_PROTO] != proto) && put(env, k_proto, Py_NewRef(proto), HELD(vals, FW_EV_PROTO)) < 0)
+        goto fail;
+    const char *host, *port;
+    fw_conn_peer_text(c, &host, &port);
+    if (put_bytes(env, k_remote_addr, vals, FW_EV_ADDR, kept, host, strlen(host)) < 0 ||
+        put_bytes(env, k_remote_port, vals, FW_EV_PORT, kept, port, strlen(port)) < 0)
+        goto fail;
     return 0;
+fail:
+    Py_CLEAR(*path);
+    return -1;
 }
 
-/* PATH_INFO (path: add_request_line's, taken) and QUERY_STRING. */
-static int add_path(fw_conn *c, PyObject *env, PyObject *path)
+/* PATH_INFO (path: add_request_line's, taken, or NULL) and QUERY_STRING. */
+static int add_path(fw_conn *c, PyObject *env, PyObject *path, PyObject **vals, int kept)
 {
     const fw_request *r = &c->x->req;
-    if (!path)
-        path = r->path_decoded ? cached(r->path, r->path_len) : decode_path(r->path, r->path_len);
-    if (set_new(env, k_path, path) < 0)
-        return -1;
-    return set_new(env, k_query, r->query_len ? cached(r->query, r->query_len) : Py_NewRef(v_empty));
+    int rc;
+    if (path)
+        rc = put(env, k_path, path, HELD(vals, FW_EV_PATH));
+    else if (r->path_decoded || !memchr(r->path, '%', r->path_len))
+        rc = put_bytes(env, k_path, vals, FW_EV_PATH, kept, r->path, r->path_len);
+    else
+        rc = put(env, k_path, decode_path(r->path, r->path_len), HELD(vals, FW_EV_PATH));
+    if (rc < 0 || (kept && holds(vals[FW_EV_QUERY], r->query, r->query_len)))
+        return rc;
+    return put(env, k_query, r->query_len ? cached(r->query, r->query_len) : Py_NewRef(v_empty),
+               HELD(vals, FW_EV_QUERY));
 }
 
-/* The host of an absolute-form target: a Host field says nothing more
- * (RFC 9112 3.2.2: the origin server ignores it). */
-static int add_authority(fw_conn *c, PyObject *env)
+/* The host of an absolute-form target (noted in vals[i]): a Host field
+ * says nothing more (RFC 9112 3.2.2: the origin server ignores it). */
+static int add_authority(fw_conn *c, PyObject *env, PyObject **vals, int i)
 {
     const fw_request *r = &c->x->req;
-    return r->form == FW_TARGET_ABSOLUTE ? set_new(env, k_http_host, cached(r->authority, r->authority_len)) : 0;
+    return r->form == FW_TARGET_ABSOLUTE ? put(env, k_http_host, cached(r->authority, r->authority_len), HELD(vals, i))
+                                         : 0;
 }
 
-static int add_scheme(PyObject *env, int scheme)
+/* wsgi.url_scheme when the request says it (noted in vals[i]). */
+static int add_scheme(PyObject *env, int scheme, PyObject **vals, int i, int kept)
 {
-    return scheme ? PyDict_SetItem(env, k_url_scheme, scheme == SCHEME_HTTPS ? v_https : v_http) : 0;
+    PyObject *v = scheme == SCHEME_HTTPS ? v_https : v_http;
+    if (!scheme || (kept && vals[i] == v))
+        return 0;
+    return put(env, k_url_scheme, Py_NewRef(v), HELD(vals, i));
 }
 
 /* A request of FW_ENV_KEYS_MAX - 2 header fields at most: the fields' keys
@@ -613,25 +661,36 @@ static PyObject *build_keyed(fw_glue *s, fw_conn *c, int *status, fw_env_keys *k
         goto out;
     memcpy(k->keys, hkeys, (size_t)n * sizeof(hkeys[0]));
     k->n = n;
+    int host_at = FW_EV_LINE + k->n, scheme_at;     /* their indices in k->vals */
     if (r->form == FW_TARGET_ABSOLUTE)
         k->keys[k->n++] = k_http_host;
+    scheme_at = FW_EV_LINE + k->n;
     if (scheme)
         k->keys[k->n++] = k_url_scheme;
     Py_ssize_t kept_size = -1;
-    env = take_kept(s, k, &kept_size);
+    env = take_kept(s, k, &kept_size);          /* (and k->vals, its values) */
+    int kept = env != NULL;
     if (!env && !(env = PyDict_Copy(PyList_GET_ITEM(s->templates, k->lst))))
         goto out;
-    int rc = add_request_line(c, env, &path);
+    int rc = add_request_line(c, env, &path, k->vals, kept);
     for (int i = 0; i < n && rc == 0; i++)
-        rc = kept_size >= 0 ? put_header(env, hkeys, i, fields[i]) : add_header(env, hkeys[i], fields[i]);
-    if (rc == 0)
-        rc = add_authority(c, env);
+        rc = put_field(env, hkeys, k->vals + FW_EV_LINE, i, fields[i], kept);
+    /* An absolute-form target's host replaces a Host field's value: that
+     * one's index in vals names nothing then (the str may be gone), and
+     * the host is put each time (kept or not: the field may have replaced
+     * it since). */
+    if (rc == 0 && r->form == FW_TARGET_ABSOLUTE) {
+        rc = add_authority(c, env, k->vals, host_at);
+        for (int i = 0; i < n; i++)
+            if (hkeys[i] == k_http_host)
+                k->vals[FW_EV_LINE + i] = NULL;
+    }
     if (rc == 0) {
-        rc = add_path(c, env, path);
+        rc = add_path(c, env, path, k->vals, kept);
         path = NULL;            /* add_path took it */
     }
     if (rc == 0)
-        rc = add_scheme(env, scheme);
+        rc = add_scheme(env, scheme, k->vals, scheme_at, kept);
     /* A kept environ has every key the request sets: it does not grow. */
     if (rc < 0 || (kept_size >= 0 && PyDict_GET_SIZE(env) != kept_size)) {
         if (rc == 0)
@@ -658,17 +717,17 @@ PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status, fw_env_keys *k)
     if (!env)
         return NULL;
     scheme_seen seen = { SCHEME_NONE, 0, NULL };
-    int rc = add_request_line(c, env, &path);
+    int rc = add_request_line(c, env, &path, NULL, 0);
     if (rc == 0)
         rc = r->uwsgi ? add_vars(s, c, env, &seen) : add_headers(s, c, env, &seen);
     if (rc == 0 && !r->uwsgi)
-        rc = add_authority(c, env);
+        rc = add_authority(c, env, NULL, 0);
     if (rc == 0) {
-        rc = add_path(c, env, path);
+        rc = add_path(c, env, path, NULL, 0);
         path = NULL;            /* add_path took it */
     }
     int scheme = rc == 0 ? request_scheme(s, c, &seen, status) : -1;
-    if (scheme < 0 || add_scheme(env, scheme) < 0) {
+    if (scheme < 0 || add_scheme(env, scheme, NULL, 0, 0) < 0) {
         Py_XDECREF(path);
         Py_DECREF(env);
         return NULL;

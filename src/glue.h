@@ -23,13 +23,19 @@ typedef struct fw_logq fw_logq;
  * sets (environ.c): its header fields' keys in order (a repeated field's
  * each time), then HTTP_HOST of an absolute-form target and wsgi.url_scheme
  * when the request set them. An environ is kept for the next request only
- * when that request's list is the same (fw_environ_done). */
+ * when that request's list is the same (fw_environ_done); that request
+ * then leaves alone each value that has the bytes it would put (vals). */
 #define FW_ENV_KEYS_MAX 24
+enum { FW_EV_METHOD, FW_EV_RAW_URI, FW_EV_PROTO, FW_EV_ADDR, FW_EV_PORT, FW_EV_PATH, FW_EV_QUERY, FW_EV_LINE };
 typedef struct fw_env_keys {
-    PyObject *keys[FW_ENV_KEYS_MAX];  /* borrowed: from the environ, which holds them (a repeated
-                                       * field's, the first's), or static (HTTP_HOST, ...) */
     int n;                      /* -1: the environ is never kept (uwsgi, more keys) */
     int lst;                    /* its listener, whose template it came from */
+    PyObject *keys[FW_ENV_KEYS_MAX];  /* borrowed: from the environ, which holds them (a repeated
+                                       * field's, the first's), or static (HTTP_HOST, ...) */
+    PyObject *vals[FW_EV_LINE + FW_ENV_KEYS_MAX];  /* borrowed from the environ: the value it
+                                       * holds under each entry the request sets: FW_EV_* first, then
+                                       * keys[i]'s at FW_EV_LINE + i (a repeated field's, the joined
+                                       * value at its first's index); only n of the latter are set */
 } fw_env_keys;
 
 /* One entry of secure_scheme_headers (gunicorn's setting): from a peer in
@@ -116,7 +122,8 @@ struct fw_req {
     int sendfile_pending;       /* the loop is sending the file; close it afterwards */
     uint64_t env_tag;           /* the environ's version once built (fw_environ_seal) */
     Py_ssize_t env_size;        /* ... and its entry count then */
-    fw_env_keys env_keys;       /* ... and its keys (fw_environ_build) */
+    fw_env_keys env_keys;       /* ... and its keys and values (fw_environ_build); last: req_alloc
+                                 * clears what comes before it, fw_environ_build fills it */
 };
 
 extern PyTypeObject StartResponse_Type;

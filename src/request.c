@@ -225,7 +225,8 @@ static fw_req *req_alloc(void)
 {
     fw_req *r = fw_freelist_pop(&req_free_list);
     if (r) {
-        memset(r, 0, sizeof(*r));
+        memset(r, 0, offsetof(fw_req, env_keys));     /* (fw_environ_build fills env_keys) */
+        r->env_keys.n = -1;
         return r;
     }
     return PyMem_Calloc(1, sizeof(fw_req));

@@ -79,6 +79,17 @@ def test_requests_of_other_fields_in_turn_get_the_environ_a_fresh_server_gives(m
         cases.append(get("/a?q=1", f))
         cases.append(get("/b", f))
     cases.append(get("/", b"Host: t\r\n", target="http://other.example/abs"))
+    # The same keys (HTTP_HOST twice): the Host field's value changes, the
+    # target's host (HTTP_HOST's value) does not.
+    cases.append(get("/", b"Host: u\r\n", target="http://other.example/abs"))
+    # The same keys, one value of the request line changing at a time: the
+    # method (one the server knows by name, and one it does not), the
+    # protocol, a path that decodes to another's.
+    for line in (b"DELETE /b HTTP/1.1", b"PURGE /b HTTP/1.1", b"GET /b HTTP/1.0", b"GET /x%41 HTTP/1.1",
+                 b"GET /xA HTTP/1.1", b"GET /xA?q=1 HTTP/1.1"):
+        cases.append(line + b"\r\nHost: t\r\nConnection: keep-alive\r\n\r\n")
+    cases.append(get("/b", b"Host: t\r\nAccept: a\r\n"))     # a field's value only
+    cases.append(get("/b", b"Host: t\r\nAccept: \r\n"))
     cases.append(get("/", b"Host: t\r\nX-Forwarded-Proto: https\r\n"))
     cases.append(get("/", b"Host: t\r\nX-Forwarded-Proto: http\r\n"))
     for args in ((), ("--forwarded-allow-ips", "127.0.0.1")):
@@ -95,6 +106,17 @@ def test_requests_of_other_fields_in_turn_get_the_environ_a_fresh_server_gives(m
             fresh.stop()
         for i, req in enumerate(order):
             assert seen[i] == want[req], (args, i, req)
+
+
+def test_requests_of_two_connections_in_turn_get_their_own_peer(srv):
+    """The same request on two connections in turn (one process: the
+    second may get the environ the first left): each gets its own
+    connection's REMOTE_PORT."""
+    with Conn(srv.port) as a, Conn(srv.port) as b:
+        for _ in range(3):
+            for c in (a, b, b, a):
+                env = env_of(c, get("/?m=none"))["env"]
+                assert (env["REMOTE_ADDR"], int(env["REMOTE_PORT"])) == c.sock.getsockname()
 
 
 # src/strcache.c's slot of a string (sc_hash & (FW_STRCACHE_SLOTS - 1)),
