@@ -461,6 +461,12 @@ static PyObject *take_kept(fw_glue *s, fw_env_keys *k, Py_ssize_t *size)
     if (!s->spare_env || had->lst != k->lst || had->n != k->n ||
         memcmp(had->keys, k->keys, (size_t)k->n * sizeof(k->keys[0])) != 0)
         return NULL;
+#ifdef ENV_KEEP
+    if (dict_tag(s->spare_env) != s->spare_tag) {
+        Py_CLEAR(s->spare_env);         /* changed while it waited: its vals may name freed strs */
+        return NULL;
+    }
+#endif
     PyObject *env = s->spare_env;
     s->spare_env = NULL;
     *size = s->spare_size;
@@ -491,6 +497,7 @@ void fw_environ_done(fw_glue *s, fw_req *r)
         memcpy(s->spare_keys.keys, k->keys, (size_t)k->n * sizeof(k->keys[0]));
         memcpy(s->spare_keys.vals, k->vals, (size_t)(FW_EV_LINE + k->n) * sizeof(k->vals[0]));
         s->spare_size = r->env_size;
+        s->spare_tag = r->env_tag;
         r->environ = NULL;
         Py_XDECREF(old);        /* (app threads: another request's, kept meanwhile) */
         return;

@@ -74,6 +74,8 @@ typedef struct fw_glue {
                                  * same keys (environ.c); the GIL guards it */
     fw_env_keys spare_keys;     /* its keys (spare_keys.keys borrowed from it) */
     Py_ssize_t spare_size;      /* its entry count */
+    uint64_t spare_tag;         /* its version when kept: changed since (an app that found it
+                                 * through gc), it is dropped, not reused */
 } fw_glue;
 
 typedef struct WriterObject WriterObject;

@@ -14,8 +14,10 @@
         popitem      environ.popitem()
         keep         keeps the environ (a module list) and answers as usual
         kept         answers the environ the last "keep" kept, instead
+        poke         changes HTTP_ACCEPT of the other environs it finds through gc
         none         nothing
 """
+import gc
 import json
 
 _kept = []
@@ -50,5 +52,13 @@ def app(environ, start_response):
         environ.popitem()
     elif what == "keep":
         _kept.append(environ)
+    elif what == "poke":
+        # Another environ the process holds (one the server keeps for a
+        # later request), found through gc: its HTTP_ACCEPT changed. This
+        # one changes too, so that it is not kept in its place.
+        for o in gc.get_objects():
+            if type(o) is dict and o is not environ and "wsgi.input" in o and "HTTP_ACCEPT" in o:
+                o["HTTP_ACCEPT"] = "poked"
+        environ["x.poked"] = 1
     start_response("200 OK", [("Content-Type", "application/json")])
     return [body]

@@ -108,6 +108,16 @@ def test_requests_of_other_fields_in_turn_get_the_environ_a_fresh_server_gives(m
             assert seen[i] == want[req], (args, i, req)
 
 
+def test_a_kept_environ_changed_while_it_waited_is_not_reused(srv):
+    """An app that finds the environ the server keeps (through gc) and
+    changes it: the next request with its fields does not get the change."""
+    accept = fields(("Host", "t"), ("Accept", "a"))
+    with Conn(srv.port) as c:
+        assert env_of(c, get("/?m=none", accept))["env"]["HTTP_ACCEPT"] == "a"          # kept
+        env_of(c, get("/?m=poke", accept + b"X-Poke: 1\r\n"))   # other fields: a new one, which pokes
+        assert env_of(c, get("/?m=none", accept))["env"]["HTTP_ACCEPT"] == "a"
+
+
 def test_requests_of_two_connections_in_turn_get_their_own_peer(srv):
     """The same request on two connections in turn (one process: the
     second may get the environ the first left): each gets its own
