@@ -436,11 +436,17 @@ PyObject *fw_environ_template(PyObject *base, PyObject *info)
  * Flask, which stores its request object in it, nor Django, which rewrites
  * PATH_INFO) leaves a dict that already holds the next request's keys when
  * that request's header fields have the same names: it is kept, and the
- * next request replaces its values. "Unchanged" is the dict's version tag
- * (every insert, delete or replace gives it a new one) against the tag
- * noted once the server's own entries were in (fw_environ_seal);
- * "unshared" is a reference count of one. CPython 3.14 dropped the tag:
- * there, and in a build without the GIL, nothing is kept. */
+ * next request replaces its values, or rather those that differ: the str
+ * under each entry is noted as it is put (fw_env_keys.vals), and one that
+ * already has the bytes the request would put stays (a kept-alive client,
+ * or a proxy's pooled connection, repeats its Host, method, protocol,
+ * address and most fields: no dict store and no cache lookup for those).
+ * "Unchanged" is the dict's version tag (every insert, delete or replace
+ * gives it a new one) against the tag noted once the server's own entries
+ * were in (fw_environ_seal), and again when the next request takes it (an
+ * app could reach it meanwhile, through gc); "unshared" is a reference
+ * count of one. CPython 3.14 dropped the tag: there, and in a build
+ * without the GIL, nothing is kept. */
 #if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
 #define ENV_KEEP 1
 static uint64_t dict_tag(PyObject *d)
@@ -452,9 +458,9 @@ static uint64_t dict_tag(PyObject *d)
 }
 #endif
 
-/* The kept environ if it has exactly the keys *k lists (a new reference
- * the caller owns: the glue keeps it no longer), else NULL; *size: its
- * entry count. */
+/* The kept environ if it has exactly the keys *k lists and is unchanged
+ * since it was kept (a new reference the caller owns: the glue keeps it no
+ * longer), else NULL; *size: its entry count, k->vals: its values. */
 static PyObject *take_kept(fw_glue *s, fw_env_keys *k, Py_ssize_t *size)
 {
     const fw_env_keys *had = &s->spare_keys;

@@ -72,7 +72,7 @@ typedef struct fw_glue {
     PyObject *spare_env;        /* owned, or NULL: the environ of an ended request that the app
                                  * left untouched and unshared, for the next request with the
                                  * same keys (environ.c); the GIL guards it */
-    fw_env_keys spare_keys;     /* its keys (spare_keys.keys borrowed from it) */
+    fw_env_keys spare_keys;     /* its keys and values (borrowed from it) */
     Py_ssize_t spare_size;      /* its entry count */
     uint64_t spare_tag;         /* its version when kept: changed since (an app that found it
                                  * through gc), it is dropped, not reused */
@@ -140,8 +140,8 @@ extern PyTypeObject FileWrapper_Type;
  * fw_environ_seal notes the environ's version; at the request's end
  * fw_environ_done drops r->environ, or keeps it for the next request when
  * no one else holds it and it is unchanged since (a new request then
- * replaces the values of the same keys instead of copying the template
- * and inserting them: about 1,700 instructions less a request).
+ * replaces the values of the same keys that differ, instead of copying the
+ * template and inserting them all).
  * fw_environ_forget drops the kept one. All with the GIL held. */
 int fw_environ_init(void);
 PyObject *fw_environ_build(fw_glue *s, fw_conn *c, int *status, fw_env_keys *keys);
