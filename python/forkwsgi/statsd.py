@@ -205,16 +205,19 @@ class Statsd:
         if workers != self.workers:
             self.workers = workers
             out.append(self.line("gunicorn.workers", workers, "g"))
+        # Each count on its own: a worker counts a request, its status and
+        # its duration one after the other, and a flush may read between
+        # them; what it did not see yet goes with the next one (self.sent
+        # moves to these totals whatever changed).
         sent = self.sent
         n = totals["requests"] - sent["requests"]
-        if n <= 0:
-            return out
-        out.append(self.line("gunicorn.requests", n, "c", 1.0))
+        if n > 0:
+            out.append(self.line("gunicorn.requests", n, "c", 1.0))
         for code, count in sorted(totals["codes"].items()):
             d = count - sent["codes"].get(code, 0)
             if d > 0:
                 out.append(self.line(f"gunicorn.request.status.{code}", d, "c", 1.0))
-        hist = [a - b for a, b in zip(totals["total_hist"], sent["total_hist"])]
+        hist = [max(0, a - b) for a, b in zip(totals["total_hist"], sent["total_hist"])]
         for ms, k, rate in sampled(duration_samples(hist, totals["total_us"] - sent["total_us"])):
             one = self.line("gunicorn.request.duration", f"{ms:.3f}", "ms", rate if rate < 1.0 else None)
             out += [one] * k
