@@ -1299,7 +1299,7 @@ static enum drive step_write(fw_conn *c)
         return DRIVE_WAIT;
     }
     if (c->x->resp.sf_left > 0 || srv->cfg.gil_each_write)
-        fw_server_app_unlock(srv);        /* sendfile may wait for the disk; gil_each_write: fw_server_app_unlock */
+        fw_server_app_unlock(srv);        /* sendfile may wait for the disk; gil_each_write: before each write */
     uint64_t before = pending_out(c);
     int rc = fw_conn_flush(c);
     /* The write timeout is "no progress for that long": a reader that

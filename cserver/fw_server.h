@@ -267,8 +267,9 @@ void fw_server_free(fw_server *srv);
  * Dropped between two requests, it also lets a thread of the app's own
  * (a producer's) take it, and the next request waits until that thread
  * gives it back, up to the switch interval (5 ms). It is let go before
- * anything that may wait: before the loop sleeps (fw_server.c, run_pass), before a
- * body that may be spooled to a file, before a file is sent (the disk).
+ * anything that may wait: before the loop sleeps (fw_server.c, run_pass),
+ * before a body that may be spooled to a file, before a file is sent (the
+ * disk).
  * Meanwhile it is held over non-blocking socket calls only (read, send,
  * accept, close, epoll_ctl), a few microseconds each; and a thread that
  * waits for it 5 ms gets it in the next app call, as from any thread.

@@ -548,16 +548,15 @@ static int same_key(PyObject *a, PyObject *b)
                       memcmp(PyUnicode_1BYTE_DATA(a), PyUnicode_1BYTE_DATA(b), (size_t)PyUnicode_GET_LENGTH(a)) == 0);
 }
 
-/* Header field i under its key (keys[0..i) are the request's fields
- * before it, one str per key: build_keyed), noted in vals[i]: a repeated
- * field joins the value this request set (at its first's index); a first
- * one replaces the value a kept environ holds unless that has its bytes. */
-static int put_field(PyObject *env, PyObject *const *keys, PyObject **vals, int i, const fw_header *h, int kept)
+/* Header field i under key, noted in vals[i]: a repeated field (first:
+ * the index of its name's first field, below i: build_keyed) joins the
+ * value this request set there; a first one (first == i) replaces the
+ * value a kept environ holds unless that has its bytes. */
+static int put_field(PyObject *env, PyObject *key, PyObject **vals, int i, int first, const fw_header *h, int kept)
 {
-    for (int j = 0; j < i; j++)
-        if (keys[j] == keys[i])
-            return join_field(env, keys[i], &vals[j], h);
-    return put_bytes(env, keys[i], vals, i, kept, h->value, h->value_len);
+    if (first < i)
+        return join_field(env, key, &vals[first], h);
+    return put_bytes(env, key, vals, i, kept, h->value, h->value_len);
 }
 
 /* The entries below are noted in vals (FW_EV_*: the request line's and the
@@ -647,6 +646,7 @@ static PyObject *build_keyed(fw_glue *s, fw_conn *c, int *status, fw_env_keys *k
     const fw_request *r = &c->x->req;
     PyObject *hkeys[FW_ENV_KEYS_MAX];          /* owned: the fields' keys */
     const fw_header *fields[FW_ENV_KEYS_MAX];
+    int first[FW_ENV_KEYS_MAX];                /* the index of field i's name's first field (i, or below) */
     int n = 0;
     PyObject *env = NULL, *path = NULL;
     scheme_seen seen = { SCHEME_NONE, 0, NULL };
@@ -661,9 +661,11 @@ static PyObject *build_keyed(fw_glue *s, fw_conn *c, int *status, fw_env_keys *k
          * ("Accept", "ACCEPT") has a str of its own in the key cache, which
          * the environ does not hold (its entry keeps the first one's), and
          * which the cache may free; fw_env_keys names the first. */
+        first[n] = n;
         for (int j = 0; j < n; j++)
             if (same_key(hkeys[j], key)) {
                 Py_SETREF(key, Py_NewRef(hkeys[j]));
+                first[n] = j;
                 break;
             }
         hkeys[n] = key;
@@ -687,7 +689,7 @@ static PyObject *build_keyed(fw_glue *s, fw_conn *c, int *status, fw_env_keys *k
         goto out;
     int rc = add_request_line(c, env, &path, k->vals, kept);
     for (int i = 0; i < n && rc == 0; i++)
-        rc = put_field(env, hkeys, k->vals + FW_EV_LINE, i, fields[i], kept);
+        rc = put_field(env, hkeys[i], k->vals + FW_EV_LINE, i, first[i], fields[i], kept);
     /* An absolute-form target's host replaces a Host field's value: that
      * one's index in vals names nothing then (the str may be gone), and
      * the host is put each time (kept or not: the field may have replaced
