@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import datetime
 import json
-import math
 import os
 import shutil
 import signal
@@ -43,7 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_core  # noqa: E402
-from common import free_port, invocation, log, rotated, run_quiet, stop_all, write_section  # noqa: E402
+from common import free_port, invocation, log, median_ci, rotated, run_quiet, stop_all, write_section  # noqa: E402
 from run_core import (BENCH, CLIENT_CPU, OUT, RESULTS, SERVER_CPU, WORKLOADS, display_command,  # noqa: E402
                       median, num)
 
@@ -197,20 +196,6 @@ def summarize(results, threads_list, workloads):
             row["cpu_ratio"] = median(list(row["cpu_ratios"].values()))
             rows.append(row)
     return rows
-
-
-def median_ci(values, level=0.95):
-    """A distribution-free interval for the median of `values`: the order
-    statistics k and n-k+1, k the largest with P(Binom(n, 1/2) < k) within
-    (1 - level) / 2. None with fewer than 6 values (no such k)."""
-    xs, n = sorted(values), len(values)
-    k, tail = 0, 0.0
-    while k < n:
-        p = math.comb(n, k) / 2 ** n
-        if tail + p > (1 - level) / 2:
-            break
-        tail, k = tail + p, k + 1
-    return (xs[k - 1], xs[n - k]) if k else None
 
 
 def above_floor(results, threads_list, workloads):

@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import (BENCH, OUT, RESULTS, ServerTree, free_port, git_head, invocation, log,  # noqa: E402
+from common import (BENCH, OUT, RESULTS, ServerTree, free_port, git_head, invocation, log, median_ci,  # noqa: E402
                     peer_command, peers_ready, rotated, run_wrk, stop_all, wait_until_quiet, write_section)
 
 VENV_PY = os.path.join(BENCH, ".venv", "bin", "python")
@@ -66,20 +66,27 @@ def report(results, servers, apps, rounds, seconds):
              f"({rounds} rounds interleaved, {seconds} s measured per cell after a 1 s warm-up; server on CPU 0, "
              f"wrk -t1 -c50 keep-alive on CPU 1; GET {PATH}).", "",
              "Requests per server CPU-second (the server's whole process tree, from schedstat), as a ratio to "
-             "bjoern's in the same round: median (range). p99 is wrk's, median over rounds.", ""]
+             "bjoern's in the same round: median (range); then a 95 % interval for that median (distribution-free: "
+             "order statistics, 6 rounds or more) and the rounds in which the server did more than bjoern. "
+             "p99 is wrk's, median over rounds.", ""]
     for app in apps:
-        lines += [f"**{app}**", "", "| server | req per server CPU-s | × bjoern | req/s | p99 ms | errors |",
-                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"**{app}**", "",
+                  "| server | req per server CPU-s | × bjoern | 95 % interval | ahead of bjoern | req/s | p99 ms | errors |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for server in servers:
             cells = [r for r in results[app][server] if "per_cpu_s" in r]
             if not cells:
                 err = next((r["error"] for r in results[app][server] if "error" in r), "no result")
-                lines.append(f"| {server} | failed: {err.splitlines()[-1][:80] if err else ''} | | | | |")
+                lines.append(f"| {server} | failed: {err.splitlines()[-1][:80] if err else ''} | | | | | | |")
                 continue
             ratios = [r["per_cpu_s"] / b["per_cpu_s"] for r, b in zip(results[app][server], results[app]["bjoern"])
                       if "per_cpu_s" in r and "per_cpu_s" in b]
             ratio = (f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-")
+            ci = median_ci(ratios) if server != "bjoern" else None
+            interval = f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
+            ahead = f"{sum(x > 1 for x in ratios)} of {len(ratios)}" if ratios and server != "bjoern" else "-"
             lines.append(f"| {server} | {statistics.median(r['per_cpu_s'] for r in cells):,.0f} | {ratio} | "
+                         f"{interval} | {ahead} | "
                          f"{statistics.median(r['rps'] for r in cells):,.0f} | "
                          f"{statistics.median(r['p99_ms'] for r in cells):.2f} | {sum(r['errors'] for r in cells)} |")
         lines.append("")

@@ -22,7 +22,8 @@ cpu, servers, uwsgi, wrk, results):
   uwsgi_command(); uWSGI's virtualenv: ensure_uwsgi(), UWSGI_BIN;
 - nginx in front: nginx_conf(), start_nginx();
 - reports: write_section() (a section of bench/RESULTS.md, the replaced one
-  moved to bench/HISTORY.md), git_head(), invocation(), log(), run_quiet(),
+  moved to bench/HISTORY.md), median_ci() (a distribution-free interval for
+  a median over rounds), git_head(), invocation(), log(), run_quiet(),
   apt_install(), first_error_line(); rotated() (the order of a round's runs);
   wait_until() (a bounded wait for an observable event).
 """
@@ -31,7 +32,7 @@ from .base import (BENCH, CLIENT_CPU, HOST, OUT, RESULTS, ROOT, SERVER_CPU, apt_
 from .cpu import (CpuMeter, CpuSpan, children_cpu_seconds, cpu_times, pid_cpu_seconds, proc_table,
                   self_cpu_seconds, steal_seconds, wait_until_quiet)
 from .peers import FRAMEWORKS, PEER_PY, PEER_VENV, PINS, ensure_peers, ensure_system_packages, peers_ready
-from .results import write_section
+from .results import median_ci, write_section
 from .servers import (LAYOUTS, LIVE, ServerTree, free_port, nginx_conf, peer_command, pin_self,
                       pinned, pinned_self, start_nginx, stop_all, uwsgi_command, wait_http, wait_listening)
 from .uwsgi import UWSGI_BIN, UWSGI_VENV, UWSGI_VERSION, ensure_uwsgi
@@ -41,7 +42,7 @@ __all__ = [
     "BENCH", "CLIENT_CPU", "HOST", "OUT", "RESULTS", "ROOT", "SERVER_CPU", "apt_install",
     "first_error_line", "git_head", "invocation", "log", "rotated", "run_quiet", "wait_until", "CpuMeter",
     "CpuSpan", "children_cpu_seconds", "cpu_times", "pid_cpu_seconds", "proc_table",
-    "self_cpu_seconds", "steal_seconds", "wait_until_quiet", "write_section", "FRAMEWORKS", "PEER_PY",
+    "self_cpu_seconds", "steal_seconds", "wait_until_quiet", "median_ci", "write_section", "FRAMEWORKS", "PEER_PY",
     "PEER_VENV", "PINS", "ensure_peers", "ensure_system_packages", "peers_ready", "LIVE", "ServerTree",
     "free_port", "nginx_conf", "peer_command", "pin_self", "pinned", "pinned_self", "start_nginx", "stop_all",
     "wait_http", "wait_listening", "WrkLoad", "WrkRun", "run_wrk", "start_wrk", "wrk_stats", "LAYOUTS", "uwsgi_command",

@@ -1,5 +1,6 @@
 """The sections of bench/RESULTS.md (each benchmark's latest run) and the
 history they move to when replaced (bench/HISTORY.md)."""
+import math
 import os
 import re
 import time
@@ -70,3 +71,17 @@ def write_section(path, title, section, replaces=None):
         text = text.rstrip() + "\n\n" + section
     with open(path, "w") as f:
         f.write(text.rstrip() + "\n")
+
+
+def median_ci(values, level=0.95):
+    """A distribution-free interval for the median of `values`: the order
+    statistics k and n-k+1, k the largest with P(Binom(n, 1/2) < k) within
+    (1 - level) / 2. None with fewer than 6 values (no such k)."""
+    xs, n = sorted(values), len(values)
+    k, tail = 0, 0.0
+    while k < n:
+        p = math.comb(n, k) / 2 ** n
+        if tail + p > (1 - level) / 2:
+            break
+        tail, k = tail + p, k + 1
+    return (xs[k - 1], xs[n - k]) if k else None
