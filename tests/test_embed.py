@@ -162,3 +162,108 @@ def test_run_with_bjoerns_host_and_port():
         assert srv.addresses == [("127.0.0.1", port)]
     assert forkwsgi.server.address("::1", 9000) == "[::1]:9000"
     assert forkwsgi.server.address("unix:/run/a.sock", 9000) == "unix:/run/a.sock"
+
+
+# bjoern's pre-fork pattern and SO_REUSEPORT: each process serves with a loop
+# of its own. The script prints each response body (the serving pid), and
+# how each child ended.
+BJOERN_PREFORK = """
+import http.client, os, signal, sys, threading, time
+sys.path.insert(0, {here!r})
+import forkwsgi, apps
+form, port = sys.argv[1], int(sys.argv[2])
+kids = []
+if form == "listen-fork":
+    sock = forkwsgi.listen(apps.pid, "127.0.0.1", port)
+    assert sock.getsockname() == ("127.0.0.1", port), sock     # bjoern returns the socket
+    try:
+        forkwsgi.listen(apps.pid, "127.0.0.1", port + 1)
+        raise SystemExit("a second listen() was taken")
+    except RuntimeError:
+        pass
+for i in range(2):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if form == "listen-fork":
+                forkwsgi.run()
+            else:
+                forkwsgi.run(apps.pid, "127.0.0.1", port, reuse_port=True)
+        finally:
+            os._exit(0)
+    kids.append(pid)
+seen, lock = {{}}, threading.Lock()
+def client():
+    for _ in range(25):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            for _ in range(3):
+                c.request("GET", "/")
+                body = c.getresponse().read().decode()
+            c.close()
+        except (OSError, http.client.HTTPException) as e:
+            body = type(e).__name__
+        with lock:
+            seen[body] = seen.get(body, 0) + 1
+deadline = time.monotonic() + 15
+while time.monotonic() < deadline:
+    try:
+        http.client.HTTPConnection("127.0.0.1", port, timeout=1).request("GET", "/")
+        break
+    except OSError:
+        time.sleep(0.05)
+threads = [threading.Thread(target=client) for _ in range(8)]
+[t.start() for t in threads]
+[t.join(30) for t in threads]
+ends = []
+for k in kids:
+    os.kill(k, signal.SIGTERM)
+    ends.append(os.waitpid(k, 0)[1])
+print(repr((sorted(seen.items()), ends)))
+"""
+
+
+@pytest.mark.parametrize("form", ["listen-fork", "reuse-port"])
+def test_bjoern_prefork_forms_serve_from_every_process(tmp_path, form):
+    """bjoern's listen() then fork() then run() in each child, and run(...,
+    reuse_port=True) in independent processes: every process serves, none
+    crashes, no request fails. listen() used to build the C loop (its epoll
+    set) before the fork, which the children then shared: one served it
+    all and the other died of a segfault under 8 keep-alive clients; and
+    reuse_port changed nothing, so the second process could not bind."""
+    import ast
+    from httpraw import free_port
+    script = tmp_path / "prefork.py"
+    script.write_text(BJOERN_PREFORK.format(here=HERE))
+    p = subprocess.run([sys.executable, str(script), form, str(free_port())], capture_output=True, text=True,
+                       timeout=90)
+    assert p.returncode == 0, p.stderr[-2000:]
+    seen, ends = ast.literal_eval(p.stdout.strip().splitlines()[-1])
+    bodies = dict(seen)
+    assert sum(bodies.values()) == 200 and all(b.isdigit() for b in bodies), seen
+    assert len(bodies) == 2, f"not every process served: {seen}"
+    assert ends == [0, 0], f"a child did not end cleanly (wait statuses {ends}): {p.stderr[-2000:]}"
+
+
+def test_run_removes_its_unix_socket_file_when_it_ends(tmp_path):
+    """bjoern unlinks a unix socket's file when run() ends; so does forkwsgi.run."""
+    import socket
+    path = str(tmp_path / "app.sock")
+    script = tmp_path / "unix_run.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nimport forkwsgi, apps\n"
+                      "forkwsgi.run(apps.echo, 'unix:' + sys.argv[1])\n")
+    p = subprocess.Popen([sys.executable, str(script), path], stderr=subprocess.PIPE, text=True)
+    try:
+        def up():
+            try:
+                with socket.socket(socket.AF_UNIX) as c:
+                    c.connect(path)
+                    return True
+            except OSError:
+                return False
+        assert wait_for(up, timeout=15)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(15)
+    assert p.returncode == 0, p.stderr.read()[-1000:]
+    assert not os.path.exists(path)

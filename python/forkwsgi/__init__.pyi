@@ -100,8 +100,10 @@ class Server:
     def __exit__(self, *exc: object) -> None: ...
 
 def listen(app: WSGIApplication, host: str | None = None, port: int | None = None, reuse_port: bool = False,
-           **options: Any) -> Server:
-    """bjoern's listen(): bind now; run() with no app serves it."""
+           listen_backlog: int | None = None, **options: Any) -> socket.socket:
+    """bjoern's listen(): bind now and return the listening socket; run()
+    with no app serves it (in this process, or in each child forked since).
+    Once per process: RuntimeError the second time."""
 
 def run(app: WSGIApplication | None = None, host: str | None = None, port: int | None = None, *,
         bind: str | Sequence[str] | None = None, reuse_port: bool = False, **options: Any) -> None:

@@ -5,9 +5,11 @@ serve() runs the C loop on the calling thread until stop(). Several servers
 may live in one process, each serving on its own thread; there is no
 module-level state.
 """
+import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 
@@ -306,21 +308,58 @@ def address(host, port):
     return f"[{h}]:{p}" if ":" in h and not h.startswith("[") else f"{h}:{p}"
 
 
-# bjoern's listen(app, host, port) then run(): the server listen() bound,
-# which run() without an app serves (bjoern has one such, module-wide).
+# bjoern's listen(app, host, port) then run(): listen() binds (errors show
+# there) and returns the socket; run() without an app serves it. Nothing
+# of the C loop is made before run(): a process may fork between the two
+# (bjoern's pre-fork pattern), and each child then runs a loop of its own
+# on the socket it inherited. One per process, as in bjoern.
 _listened = []
 
 
-def listen(app, host=None, port=None, reuse_port=False, **options):
-    """bjoern.listen: bind now (errors show here); run() serves it."""
-    server = Server(app, host=host, port=port, **_bjoern_options(options))
-    _listened[:] = [server]
-    return server
+def listen(app, host=None, port=None, reuse_port=False, listen_backlog=None, **options):
+    """bjoern.listen: bind now and return the listening socket; run()
+    serves it. reuse_port sets SO_REUSEPORT (TCP), so that independent
+    processes may each listen on the port (the kernel spreads the
+    connections); listen_backlog is --backlog."""
+    if not callable(app):
+        raise TypeError("app must be a WSGI callable")
+    if _listened:
+        raise RuntimeError("listen() was called already: one server per process (as in bjoern)")
+    options = _bjoern_options(options, listen_backlog)
+    settings = _settings(None, host, port, options)          # a bad option fails here, as bjoern's
+    sock = bjoern_socket(address(host, port), settings["backlog"], reuse_port)
+    _listened.append((sock, app, options))
+    return sock
 
 
-def _bjoern_options(options):
-    """bjoern's statsd={...} needs a master here (forkwsgi --workers N
-    --statsd-host HOST:PORT): said, then left out."""
+def bjoern_socket(addr, backlog, reuse_port):
+    """A listening socket as bjoern makes it: reuse_port sets SO_REUSEPORT on
+    a TCP one before it binds (a unix one takes no such flag: bjoern ignores
+    it there too)."""
+    kind, value = binding.parse(addr, "0.0.0.0")
+    if not reuse_port or kind != "tcp":
+        return binding.create(addr, backlog)
+    family, host, port = value
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError as e:
+        sock.close()
+        raise binding.BindError(f"cannot listen on {addr}: {e.strerror}") from None
+    return sock
+
+
+def _bjoern_options(options, listen_backlog=None):
+    """bjoern's listen_backlog is --backlog. Its statsd={...} needs a master
+    here (forkwsgi --workers N --statsd-host HOST:PORT): said, then left
+    out."""
+    options = dict(options)
+    if listen_backlog is not None:
+        options["backlog"] = listen_backlog
     statsd = options.pop("statsd", None)
     if statsd and statsd.get("enable", True):
         log.warning("statsd=: forkwsgi sends statsd metrics from its master: run forkwsgi --workers N "
@@ -331,23 +370,47 @@ def _bjoern_options(options):
 def run(app=None, host=None, port=None, *, bind=None, reuse_port=False, **options):
     """Serve `app` until SIGTERM (graceful) or SIGINT (immediate).
 
-    bjoern's forms work as they are: run(app, host, port),
-    run(app, "unix:/path") (and unix:@name, an abstract socket), and
-    listen(app, host, port) then run(). bind= (one address or a list)
+    bjoern's forms work as they are: run(app, host, port), run(app,
+    "unix:/path") (and unix:@name, an abstract socket), run(app, host,
+    port, reuse_port=True) (SO_REUSEPORT: independent processes share the
+    port), and listen(app, host, port) then run(), in one process or in
+    each child forked between the two. bind= (one address or a list)
     serves those and nothing else; with neither, 127.0.0.1:8000 (none with
-    uwsgi_socket=). reuse_port is bjoern's flag: one process has no peers
-    to share a port with, so it changes nothing here (forkwsgi --balance
-    reuseport is the pre-forked form)."""
+    uwsgi_socket=). A unix socket's file is removed when it ends, as in
+    bjoern."""
     if app is None:
         if not _listened:
             raise TypeError("run() needs an app, or listen(app, host, port) before it")
-        server = _listened.pop()
+        sock, app, options = _listened.pop()
+        server = _served(app, sock, options)
+    elif reuse_port and bind is None:
+        listen(app, host, port, reuse_port=True, **options)
+        sock, app, options = _listened.pop()
+        server = _served(app, sock, options)
     else:
         server = Server(app, bind, host=host, port=port, **_bjoern_options(options))
-    with server:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, lambda *_: server.stop(graceful=True))
-        try:
-            server.serve()
-        except KeyboardInterrupt:
-            pass
+    paths = [name for name in (s.getsockname() for s in server.sockets if s.family == socket.AF_UNIX)
+             if isinstance(name, str) and name]            # not an abstract one (bytes)
+    try:
+        with server:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, lambda *_: server.stop(graceful=True))
+            try:
+                server.serve()
+            except KeyboardInterrupt:
+                pass
+    finally:
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _served(app, sock, options):
+    """The Server of a socket listen() made, which it then owns (closes)."""
+    try:
+        server = Server(app, sockets=[sock], **options)
+    except BaseException:
+        sock.close()
+        raise
+    server._own_sockets = True
+    return server
