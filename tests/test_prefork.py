@@ -334,17 +334,47 @@ def test_timeout_lets_the_workers_other_requests_finish(make_server, app_mode, t
     assert "did not stop within" not in s.log()
 
 
-def test_a_stuck_request_ends_with_its_worker_after_the_graceful_timeout(make_server):
+def test_a_stuck_request_ends_with_its_worker_after_the_graceful_timeout(make_server, app_mode):
     """...and one that never ends goes with its worker after the graceful
-    timeout: a retiring worker never lingers for ever."""
-    s = make_server("apps:sleep", "--workers", "1", "--timeout", "1", "--graceful-timeout", "2")
+    timeout (more than one app thread: gunicorn gthread's users): a
+    retiring worker never lingers for ever."""
+    if app_mode == "threads":
+        pytest.skip("sets its own --threads")
+    s = make_server("apps:sleep", "--workers", "1", "--threads", "2", "--timeout", "1", "--graceful-timeout", "2")
     assert wait_for(lambda: len(s.worker_pids()) == 1)
     stuck = s.worker_pids()[0]
     with Conn(s.port, timeout=20) as c:
         c.send(b"GET /?t=60 HTTP/1.1\r\nHost: a\r\n\r\n")
-        assert c.is_closed(15)
-    assert "did not stop within --graceful-timeout 2 s (still in 'GET /?t=60'" in s.log(), s.log()[-2000:]
+        assert c.is_closed(15)          # by the worker, at the graceful timeout (its loop runs on)
+    assert wait_for(lambda: "did not stop within --graceful-timeout 2 s (still in 'GET /?t=60'" in s.log(),
+                    timeout=15), s.log()[-2000:]
     assert wait_for(lambda: stuck not in s.worker_pids())
+
+
+def test_with_one_app_thread_a_timed_out_call_is_cut_at_once(make_server, app_mode):
+    """Hostile review (uWSGI migration): with harakiri = 2 (--timeout 2) a
+    5 s request got its 200 after 5 s, and one of 40 s after 40 s: the
+    timed-out worker waited for its stuck call through the graceful time
+    (twice --graceful-timeout, 61 s by default), while its loop, on that
+    same thread, served nothing. uWSGI's harakiri and gunicorn's sync
+    timeout kill it; so does forkwsgi now with one app thread, once the
+    stack is logged."""
+    if app_mode == "threads":
+        pytest.skip("sets its own --threads")
+    s = make_server("apps:sleep", "--workers", "1", "--threads", "1", "--timeout", "1", "--graceful-timeout", "30")
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    stuck = s.worker_pids()[0]
+    t0 = time.monotonic()
+    with Conn(s.port, timeout=40) as c:
+        c.send(b"GET /?t=20 HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert c.is_closed(35)
+    ended = time.monotonic() - t0
+    assert ended < 6.0, f"the stuck call ran on for {ended:.1f} s past --timeout 1"
+    log = s.log()
+    assert "its one app thread is stuck" in log and "in sleep" in log, log[-2000:]   # the stack came first
+    assert "killed, its calls left in the app all past --timeout 1" in log, log[-2000:]
+    assert wait_for(lambda: len(s.worker_pids()) == 1 and stuck not in s.worker_pids())
+    assert request(s.port, b"GET /?t=0 HTTP/1.1\r\nHost: a\r\n\r\n").status == 200
 
 
 def test_timeout_does_not_touch_slow_clients_or_quick_requests(make_server):

@@ -8,6 +8,10 @@ import os
 import signal
 import time
 
+# How long a timed-out worker lives on at least, for faulthandler to write
+# its stacks (SIGUSR2) before a SIGKILL could cut them short.
+STACKS_GRACE = 0.5
+
 
 def rss_mib(pid):
     """Process pid's resident memory in MiB, or None when it cannot be read."""
@@ -48,10 +52,14 @@ class WorkerChecks:
                                    self.slots.thread_label(t), limit)
                     self.kill(w.pid, signal.SIGUSR2)
                 continue
-            self.log.error("Worker %d (pid %d) timed out: %.1f s in %r on %s (--timeout %g); "
-                           "its Python stacks follow; it takes no more requests, its other requests get "
-                           "--graceful-timeout %g s to finish, and a new worker replaces it", w.index, w.pid,
-                           (now - began) / 1e9, line, self.slots.thread_label(t), limit, self.cfg["graceful_timeout"])
+            if self.cfg["threads"] == 1:
+                then = "it is killed (its one app thread is stuck)"
+            else:
+                then = (f"it takes no more requests, its requests in the app get --graceful-timeout "
+                        f"{self.cfg['graceful_timeout']:g} s to finish (this one too), then it is killed")
+            self.log.error("Worker %d (pid %d) timed out: %.1f s in %r on %s (--timeout %g); its Python stacks "
+                           "follow; %s, and a new worker replaces it", w.index, w.pid, (now - began) / 1e9, line,
+                           self.slots.thread_label(t), limit, then)
             for h in self.log.handlers:
                 h.flush()
             self.kill(w.pid, signal.SIGUSR2)       # faulthandler writes the stack to stderr
@@ -83,6 +91,18 @@ class WorkerChecks:
                     self.retired_by_itself(w)
             if w.stopping_since is None or w.killed:
                 continue
+            if (w.retire_reason == "timeout" and self.cfg["threads"] == 1 and
+                    now - w.stopping_since >= STACKS_GRACE and self.only_timed_out(w)):
+                # One app thread (gunicorn's sync worker, uWSGI's default):
+                # its loop waits for the stuck call, so nothing else of the
+                # worker moves; it goes now, as under gunicorn's timeout and
+                # uWSGI's harakiri. With more threads (gthread, which never
+                # cuts a request) the stuck call has the graceful time too.
+                self.log.warning("Worker %d (pid %d): killed, its calls left in the app all past --timeout %g "
+                                 "(%s)", w.index, w.pid, self.cfg["timeout"], self.requests_in_app(w))
+                w.killed = True
+                self.kill(w.pid, signal.SIGKILL)
+                continue
             if now - w.stopping_since > 2 * self.cfg["graceful_timeout"] + 1.0:
                 serving = self.requests_in_app(w)
                 self.log.warning("Worker %d (pid %d) did not stop within --graceful-timeout %g s%s: killing it",
@@ -90,6 +110,16 @@ class WorkerChecks:
                                  f" (still in {serving})" if serving else " (nor its atexit handlers)")
                 w.killed = True
                 self.kill(w.pid, signal.SIGKILL)
+
+    def only_timed_out(self, w):
+        """Question: are the calls w has in the app, one at least, all past
+        --timeout?"""
+        limit = self.cfg["timeout"]
+        if not limit or w.slot is None:
+            return False
+        now = time.monotonic_ns()
+        serving = self.slots.serving(w.slot)
+        return bool(serving) and all((now - began) / 1e9 > limit for _, began, _ in serving)
 
     def check_due(self):
         """--max-requests with --lazy-apps or --balance reuseport
