@@ -675,3 +675,15 @@ def where_gated(environ, start_response):
     body = json.dumps({"pid": os.getpid(), "start": start, "end": time.monotonic()})
     start_response("200 OK", [("Content-Type", "application/json")])
     return [body.encode()]
+
+
+def chatty(environ, start_response):
+    """Writes to standard output and error as apps do (print, a warning to
+    sys.stderr); ?raise=1 raises after that (a traceback in the log)."""
+    print("chatty: printed to stdout", environ["PATH_INFO"], flush=True)
+    sys.stderr.write("chatty: written to stderr\n")
+    sys.stderr.flush()
+    if "raise=1" in environ.get("QUERY_STRING", ""):
+        raise RuntimeError("chatty gives up")
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"chatty"]

@@ -85,11 +85,11 @@ OUTCOME = {
     "limit_request_fields": "set", "limit_request_field_size": "ignored", "reload": "ignored",
     "reload_engine": "ignored", "reload_extra_files": "ignored", "spew": "ignored", "check_config": "set",
     "print_config": "set", "preload_app": "set", "sendfile": "ignored", "reuse_port": "ignored",
-    "chdir": "set", "daemon": "ignored", "raw_env": "set", "pidfile": "set", "worker_tmp_dir": "ignored",
+    "chdir": "set", "daemon": "refused", "raw_env": "set", "pidfile": "set", "worker_tmp_dir": "ignored",
     "user": "set", "group": "set", "umask": "set", "initgroups": "set", "forwarded_allow_ips": "set",
     "accesslog": "set", "disable_redirect_access_to_syslog": "ignored", "access_log_format": "set",
-    "errorlog": "set", "loglevel": "set", "capture_output": "ignored", "logger_class": "ignored",
-    "logconfig": "set", "logconfig_json": "set", "syslog_addr": "ignored", "syslog": "ignored",
+    "errorlog": "set", "loglevel": "set", "capture_output": "set", "logger_class": "refused",
+    "logconfig": "set", "logconfig_json": "set", "syslog_addr": "ignored", "syslog": "refused",
     "syslog_prefix": "ignored", "syslog_facility": "ignored", "enable_stdio_inheritance": "ignored",
     "statsd_host": "ignored", "dogstatsd_tags": "ignored", "statsd_prefix": "ignored",
     "enable_backlog_metric": "ignored", "proc_name": "set", "pythonpath": "set", "paste": "ignored",
@@ -249,7 +249,7 @@ def test_gunicorn_command_line_starts_the_server(tmp_path, servers):
     servers.append(s)
     assert s.get("/").status == 200
     warned = [ln for ln in s.log().splitlines() if "WARNING" in ln]
-    expected = [("--worker-tmp-dir", "shared memory"), ("--capture-output", "stdout"), ("--reload", "SIGHUP"),
+    expected = [("--worker-tmp-dir", "shared memory"), ("--reload", "SIGHUP"),
                 ("--limit-request-field_size", "--limit-request-head")]
     if "statsd_host" not in config.BY_NAME:             # not (yet) a setting here
         expected.append(("--statsd-host", "--metrics"))
@@ -378,7 +378,7 @@ def test_check_config_verdicts_beside_gunicorns(case, tmp_path):
         assert f"config file {tmp_path}/gunicorn.conf.py" in out, out
     if case.startswith("ignored"):
         warned = [ln for ln in err.splitlines() if ln.startswith("forkwsgi: warning:")]
-        assert len(warned) == {"ignored-names": 6, "ignored-flags": 5}[case], err
+        assert len(warned) == {"ignored-names": 5, "ignored-flags": 4}[case], err
         assert all("has no counterpart here: ignored; " in ln for ln in warned), err
         assert "forkwsgi: error" not in err and "configuration OK" in out, (out, err)
 
@@ -405,7 +405,7 @@ def test_print_config_lists_the_names_it_ignores(tmp_path):
             assert re.search(rf"^{ours}\s+= .*  {re.escape(origin)}$", f_out, re.M), name
         else:
             assert origin in ignored[name] and gunicorn_compat.NO_COUNTERPART[name] in ignored[name], name
-    assert set(ignored) == {"worker_tmp_dir", "capture_output", "reload", "reuse_port",
+    assert set(ignored) == {"worker_tmp_dir", "reload", "reuse_port",
                             "limit_request_field_size", "sendfile"}
 
 

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from conftest import HERE, ServerProc
 from httpraw import Conn, wait_for
@@ -110,5 +111,38 @@ def test_the_core_log_thread_starts_with_the_first_line():
         s.signal(signal.SIGTERM)
         assert s.proc.wait(15) == 0
         assert f"[{pid}] [DEBUG] stopping: 0 connection(s) in flight" in s.log()
+    finally:
+        s.stop()
+
+
+def test_capture_output_sends_the_apps_output_to_the_error_logfile(tmp_path):
+    """Hostile review (gunicorn migration): capture_output was ignored, so
+    the app's print()s and tracebacks stayed on standard output and error
+    (lost where those go to /dev/null) instead of the error log file, as
+    gunicorn's capture_output puts them. They follow the file through
+    SIGUSR1 after logrotate moved it."""
+    path = str(tmp_path / "error.log")
+    s = ServerProc("apps:chatty", "--workers", "1", "--error-logfile", path, "--capture-output", wait=False)
+    try:
+        assert wait_for(lambda: "Listening at" in text(path), 15), s.log()[-2000:]
+        s.port = int(text(path).split("Listening at: http://127.0.0.1:")[1].split()[0])
+        assert wait_for(lambda: "Booted worker" in text(path), 10)
+        with Conn(s.port) as c:
+            c.send(b"GET /one HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert c.read_response().status == 200
+            c.send(b"GET /two?raise=1 HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert c.read_response().status == 500
+        assert wait_for(lambda: "chatty gives up" in text(path), 5), text(path)
+        log = text(path)
+        assert "chatty: printed to stdout /one" in log and "chatty: written to stderr" in log, log
+        assert "chatty" not in s.log(), s.log()               # nothing on the process's own stdout/stderr
+        os.rename(path, path + ".1")
+        s.signal(signal.SIGUSR1)
+        os.kill(s.worker_pids()[0], signal.SIGUSR1)
+        time.sleep(0.5)
+        with Conn(s.port) as c:
+            c.send(b"GET /three HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert c.read_response().status == 200
+        assert wait_for(lambda: "chatty: printed to stdout /three" in text(path), 5), (text(path), s.log())
     finally:
         s.stop()

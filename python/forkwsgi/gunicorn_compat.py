@@ -45,7 +45,6 @@ NO_COUNTERPART = {
     "worker_tmp_dir": "the master watches workers through shared memory, not a file",
     "tmp_upload_dir": "use --spool-dir",
     "limit_request_field_size": "the whole head is limited by --limit-request-head",
-    "capture_output": "the app's stdout and stderr are the server's (journald, docker logs)",
     "enable_stdio_inheritance": "the app's stdout and stderr are the server's",
     "strip_header_spaces": "headers with spaces before the colon are refused (400), never stripped",
     "permit_unconventional_http_method": "methods are any RFC 9110 token",
@@ -92,6 +91,12 @@ NO_COUNTERPART = {
     "dirty_worker_exit": "no dirty (background) workers: run such jobs in a process of their own",
     "websocket_max_message_size": "WSGI only: no websockets",
 }
+
+# Of NO_COUNTERPART, the settings whose absence would change what the user
+# relies on, in silence but for a warning: the server does not start with
+# them (a daemon that stays in the foreground hangs an init script; a
+# logger class that filters or ships lines, and syslog, would lose them).
+REFUSED = ("daemon", "logger_class", "syslog")
 
 # Names only a config file written for gunicorn assigns (forkwsgi's own
 # settings have other names): with ALIASES and NO_COUNTERPART, they mark
@@ -154,8 +159,8 @@ GUNICORN_FLAGS = {
     "disable_redirect_access_to_syslog": ("--disable-redirect-access-to-syslog",),
     "access_log_format": ("--access-logformat",),
     "errorlog": ("--error-logfile", "--log-file"),
-    "loglevel": ("--log-level",),
     "capture_output": ("--capture-output",),
+    "loglevel": ("--log-level",),
     "logger_class": ("--logger-class",),
     "logconfig": ("--log-config",),
     "logconfig_json": ("--log-config-json",),
@@ -217,7 +222,7 @@ GUNICORN_FLAGS = {
 GUNICORN_SWITCHES = {
     "reload": True, "spew": True, "check_config": True, "print_config": True, "preload_app": True,
     "sendfile": False, "reuse_port": True, "daemon": True, "initgroups": True,
-    "disable_redirect_access_to_syslog": True, "capture_output": True, "syslog": True,
+    "disable_redirect_access_to_syslog": True, "syslog": True,
     "enable_stdio_inheritance": True, "enable_backlog_metric": True, "suppress_ragged_eofs": True,
     "do_handshake_on_connect": True, "permit_obsolete_folding": True, "strip_header_spaces": True,
     "permit_unconventional_http_method": True, "permit_unconventional_http_version": True,
@@ -300,6 +305,10 @@ def judge(given):
         if name == "worker_class" or name in TLS_ON or (tls and name in TLS_ONLY) or asks_nothing(name, value):
             continue
         why = NO_COUNTERPART.get(name, "forkwsgi has no counterpart")
+        if name in REFUSED:
+            refused.append(f"{where}: {label(name, where)} = {value!r} (gunicorn) has no counterpart here, and "
+                           f"running without it would differ: {why}")
+            continue
         if name in TLS_ONLY:
             why = "gunicorn uses it only with certfile/keyfile, which are not set; " + why
         ignored.append((name, value, where, why))

@@ -123,6 +123,36 @@ def setup(cfg):
     log.handlers[:] = [handler]
     log.setLevel(level)
     log.propagate = False
+    if cfg.get("capture_output") and path != "-":
+        _captured[:] = [os.path.abspath(path)]
+        capture()
+
+
+# --capture-output: the file standard output and error go to (none: empty).
+_captured = []
+
+
+def capture():
+    """--capture-output: file descriptors 1 and 2 of this process (the
+    workers inherit them) point at the error log file, opened anew at its
+    path (SIGUSR1 calls this again after logrotate moved it)."""
+    if not _captured:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+    try:
+        fd = os.open(_captured[0], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise ConfigError(f"--capture-output: --error-logfile {_captured[0]}: {e.strerror}") from None
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
 
 
 def _say_where_access_goes(cfg):
@@ -166,3 +196,7 @@ def reopen():
         for h in logger.handlers:
             if isinstance(h, logging.FileHandler):
                 h.close()
+    try:
+        capture()
+    except ConfigError as e:
+        log.warning("%s: standard output and error still go to the file they went to", e)

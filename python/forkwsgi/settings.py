@@ -144,6 +144,10 @@ SETTINGS = [
     Setting("log_level", ["--log-level"], "INFO", log_level, "debug, info, warning, error or critical", section="General"),
     Setting("error_logfile", ["--error-logfile"], "-", metavar="FILE", section="Logging",
             help="the server's own log ('-': standard error, as gunicorn's errorlog); SIGUSR1 reopens the file"),
+    Setting("capture_output", ["--capture-output"], False, boolean, section="Logging",
+            help="the standard output and error of the server's processes (the app's print() and "
+                 "tracebacks) go to --error-logfile, as gunicorn's capture_output (a file only; SIGUSR1 "
+                 "reopens it)"),
     Setting("log_json", ["--log-json"], False, boolean, section="Logging",
             help="the server's own log as JSON objects, one per line (time, level, pid, message, exception)"),
     Setting("log_config", ["--log-config"], None, metavar="FILE", section="Logging",
@@ -296,7 +300,7 @@ BY_NAME = {s.name: s for s in SETTINGS}
 # Settings of the process model (master, CLI), not of one server loop.
 PROCESS_ONLY = ("config", "ini", "check_config", "print_config", "chdir", "pythonpath", "raw_env", "pidfile", "umask",
                 "stats", "stats_query_strings", "metrics", "statsd_host", "statsd_prefix", "dogstatsd_tags",
-                "error_logfile", "log_json", "log_config", "log_config_dict",
+                "error_logfile", "capture_output", "log_json", "log_config", "log_config_dict",
                 "user", "group", "initgroups",
                 "proc_name", "preload_app", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
                 "max_requests_jitter", "max_rss", "timeout", "heartbeat_timeout") + tuple(s.name for s in SETTINGS
