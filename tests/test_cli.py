@@ -128,6 +128,24 @@ def test_unix_socket_bind(tmp_path, make_server):
         assert d["remote_addr"] == "" and d["remote_port"] == ""
 
 
+def test_the_unix_socket_file_is_kept_by_a_reload_and_removed_at_the_stop(tmp_path, make_server):
+    """Hostile review (gunicorn migration): the unix socket's file was left
+    behind at the stop; gunicorn removes it. An in-place reload (SIGHUP)
+    keeps it, and serves on it."""
+    path = str(tmp_path / "s.sock")
+    s = make_server("apps:echo", "--workers", "1", bind=[f"unix:{path}"])
+    before = s.worker_pids()
+    s.signal(signal.SIGHUP)
+    assert wait_for(lambda: s.worker_pids() and not set(s.worker_pids()) & set(before), timeout=20), s.log()
+    assert os.path.exists(path)
+    with Conn(None, path=path) as c:
+        c.send(b"GET /u HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert c.read_response().status == 200
+    s.signal(signal.SIGTERM)
+    s.proc.wait(20)
+    assert not os.path.exists(path), s.log()[-2000:]
+
+
 def test_fd_bind(make_server):
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

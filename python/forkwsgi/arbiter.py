@@ -20,14 +20,16 @@ signals are queued by the handler and dispatched by name from the main loop
   workers keep dying right after they start; a worker that cannot import the
   app stops the master with that message instead of looping.
 """
+import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from collections import Counter
 
-from . import config, hooks, logs, observer, process, reexec, systemd
+from . import binding, config, hooks, logs, observer, process, reexec, systemd
 from .checks import WorkerChecks
 from .heldimport import HeldImport
 from .lifecycle import HaltServer, WorkerInfo, WorkerLifecycle
@@ -262,8 +264,15 @@ class Arbiter(StartUp, WorkerLifecycle, WorkerChecks, HeldImport, reexec.InPlace
         queue nobody took from, reset when the master exited after the
         drain (behind a proxy, a 502 it cannot retry for a POST; a refused
         connect it retries elsewhere). A socket systemd or a parent passed
-        in (LISTEN_FDS, fd://) lives on in their copy."""
+        in (LISTEN_FDS, fd://) lives on in their copy. The file of a unix
+        socket the master made (--bind unix:PATH) is removed, as gunicorn
+        removes it; a passed one's is its owner's."""
+        made = {binding.parse(addr)[1] for addr, _ in binding.listeners(self.cfg) if addr.startswith("unix:")}
         for s in self.sockets:
+            name = s.getsockname() if s.family == socket.AF_UNIX else None
+            if isinstance(name, str) and name in made:          # not an abstract one (bytes)
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
             s.close()
         self.sockets = []
 

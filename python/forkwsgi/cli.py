@@ -75,13 +75,22 @@ def main(argv=None):
 
 
 def take_passed_sockets(cfg, origins):
-    """systemd socket activation: the passed sockets, unless --bind says otherwise."""
+    """systemd socket activation: the passed sockets, and no others, as
+    gunicorn serves them whatever its bind says (the socket unit is where
+    clients connect; a --bind of a unix path would even replace its file).
+    They speak uwsgi when --uwsgi-socket alone was given (nginx's
+    uwsgi_pass to the socket unit), else HTTP."""
     passed = systemd.listen_fds()
-    if passed and "bind" in origins:
-        log.warning("systemd passed %d socket(s) (LISTEN_FDS), but --bind is given (%s): serving --bind",
-                    len(passed), origins["bind"])
-    elif passed:
-        cfg["bind"] = [f"fd://{fd}" for fd in passed]
+    if not passed:
+        return
+    fds = [f"fd://{fd}" for fd in passed]
+    uwsgi = bool(cfg["uwsgi_socket"]) and "bind" not in origins
+    given = [f"{name} ({origins[key]})" for name, key in (("--bind", "bind"), ("--uwsgi-socket", "uwsgi_socket"))
+             if key in origins]
+    if given:
+        log.warning("systemd passed %d socket(s) (LISTEN_FDS): serving them%s, as gunicorn does; %s not used",
+                    len(passed), " as uwsgi sockets" if uwsgi else "", " and ".join(given))
+    cfg["bind"], cfg["uwsgi_socket"] = ([], fds) if uwsgi else (fds, [])
 
 
 def workers_owner(cfg):
