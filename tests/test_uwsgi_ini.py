@@ -190,7 +190,14 @@ def test_harakiri_retires_a_stuck_worker(tmp_path):
     try:
         assert wait_for(lambda: len(s.worker_pids()) == 1)
         first = s.worker_pids()
-        stuck = threading.Thread(target=lambda: get(s.port, "/sleep?4", timeout=15))
+        answer = []
+
+        def ask():
+            try:
+                answer.append(get(s.port, "/sleep?4", timeout=15).status)
+            except (OSError, Closed) as e:
+                answer.append(type(e).__name__)
+        stuck = threading.Thread(target=ask)
         stuck.start()
         # The master logs the stuck request and starts a replacement at once.
         assert wait_for(lambda: "timed out" in s.log() and "(--timeout 1)" in s.log(), 8), s.log()
@@ -198,6 +205,9 @@ def test_harakiri_retires_a_stuck_worker(tmp_path):
         r = get(s.port)
         assert r.status == 200 and json.loads(r.body)["pid"] not in first
         stuck.join(15)
+        # uWSGI's harakiri kills the worker, the stuck request with it: so
+        # does forkwsgi with one app thread (no 200 after the 4 s sleep).
+        assert answer and answer[0] != 200, answer
     finally:
         s.stop()
 
@@ -230,8 +240,17 @@ def test_wsgi_file_callable_pythonpath_and_a_unix_socket(tmp_path):
 
 def test_logto_takes_the_server_log_and_the_request_lines(tmp_path):
     """logto = FILE: the server's log and, as uWSGI logs each request, the
-    access lines in that file."""
-    text = "[uwsgi]\nchdir = %d\nmodule = mysite.wsgi\nhttp-socket = 127.0.0.1:0\nlogto = %dlogs/app.log\n"
+    access lines in that file; and, as uWSGI, what the app writes to its
+    standard output and error (it stayed on the console before)."""
+    text = "[uwsgi]\nchdir = %d\nmodule = printing\nhttp-socket = 127.0.0.1:0\nlogto = %dlogs/app.log\n"
+    (tmp_path / "printing.py").write_text(
+        "import sys\n"
+        "print('PRINTED-AT-IMPORT', flush=True)\n"
+        "def application(environ, start_response):\n"
+        "    print('PRINTED-BY-REQUEST', flush=True)\n"
+        "    sys.stderr.write('WRITTEN-TO-STDERR\\n')\n"
+        "    start_response('200 OK', [('Content-Length', '2')])\n"
+        "    return [b'ok']\n")
     (tmp_path / "logs").mkdir()
     logfile = tmp_path / "logs" / "app.log"
     s = ServerProc(None, "--ini", project(tmp_path, text), bind=[], wait=False)
@@ -242,7 +261,10 @@ def test_logto_takes_the_server_log_and_the_request_lines(tmp_path):
         assert wait_for(port, 20)
         assert get(port()).status == 200
         assert wait_for(lambda: '"GET / HTTP/1.1" 200' in logfile.read_text(), 5)
-        assert "Listening at" not in s.log()
+        assert wait_for(lambda: "WRITTEN-TO-STDERR" in logfile.read_text(), 5), logfile.read_text()
+        log = logfile.read_text()
+        assert "PRINTED-AT-IMPORT" in log and "PRINTED-BY-REQUEST" in log, log
+        assert "Listening at" not in s.log() and "PRINTED" not in s.log(), s.log()
     finally:
         s.stop()
 
@@ -267,10 +289,10 @@ def test_another_section(tmp_path):
 def test_options_without_counterpart_typos_and_unknown_names_are_warned_of(tmp_path):
     text = ("[uwsgi]\nchdir = %d\nmodule = mysite.wsgi\nhttp-socket = 127.0.0.1:0\n"
             "proccesses = 4\n"                       # a typo
-            "cheaper = 2\n"                          # uWSGI's, no counterpart
-            "static-map = /static=%dstatic\n"
+            "cheaper = 2\n"                          # uWSGI's, no counterpart (every worker runs)
+            "offload-threads = 4\n"                  # accepted: the C core sends files itself
             "frobnicate = 1\n"                       # nobody's
-            "base = /srv\nchdir2 = %(base)\n"        # a placeholder in use: silent
+            "base = shop\nprocname = %(base)\n"      # a placeholder in use: silent
             "disable-logging = true\n")
     ini = project(tmp_path, text)
     s = start(ini)
@@ -280,10 +302,10 @@ def test_options_without_counterpart_typos_and_unknown_names_are_warned_of(tmp_p
         warnings = [l for l in log.splitlines() if "[WARNING]" in l]
         assert any("'proccesses' is not a uWSGI option: ignored (did you mean processes?)" in l for l in warnings)
         assert any("'cheaper' (uWSGI) has no counterpart here: ignored; --workers N" in l for l in warnings)
-        assert any("'static-map' (uWSGI) has no counterpart here" in l and "nginx" in l for l in warnings)
+        assert any("'procname' (uWSGI) has no counterpart here: ignored; --name NAME" in l for l in warnings)
         assert any("'frobnicate' is no uWSGI option forkwsgi takes: ignored" in l for l in warnings)
-        assert not any("'base'" in l for l in warnings)
-        assert len(warnings) == 5, warnings                  # chdir2's too
+        assert not any("'base'" in l or "offload-threads" in l for l in warnings)
+        assert len(warnings) == 4, warnings
         time.sleep(0.5)
         assert "GET / HTTP/1.1" not in s.log()               # disable-logging: no access log
     finally:

@@ -181,6 +181,9 @@ def _apply_env(environ, cfg, origins):
 
 def _settle_the_rest(cfg, origins, warnings):
     """What follows from the settings as a whole, once all are in."""
+    no_address = origins.pop("ini_no_address", None)
+    if no_address and "bind" not in origins and "uwsgi_socket" not in origins:
+        raise ConfigError(no_address)          # uWSGI does not start without a socket either
     if cfg["uwsgi_socket"] and "bind" not in origins:
         cfg["bind"] = []          # uwsgi sockets alone: no HTTP address nobody asked for
     unknown_atoms = accesslog.unknown_atoms(cfg["access_logformat"])
@@ -206,6 +209,8 @@ def apply_ini(spec, cfg, origins, warnings, environ):
         cfg[name] = value if value is None else BY_NAME[name].parse(value, where)
         origins[name] = where
     warnings += t.warnings
+    if t.no_address:
+        origins["ini_no_address"] = t.no_address
     return (t.app, ini.where()) if t.app else None
 
 

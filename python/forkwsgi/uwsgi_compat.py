@@ -2,11 +2,16 @@
 `uwsgi --ini uwsgi.ini` served: translate() turns the options of an Ini
 (uwsgi_ini.py reads the file) into forkwsgi settings (MAPPED says which),
 the app spec (module / wsgi-file / callable), and warnings: an option with
-no counterpart here names what to use instead (uwsgi_unmapped.py), a typo
-gets a "did you mean", any other name is ignored with a warning (uWSGI
-takes it as a placeholder: one that another option refers to is silent here
-too). What cannot be served as configured (the uwsgi protocol without
---uwsgi-socket, TLS, FastCGI) is an IniError: the server does not start.
+no counterpart here whose absence changes nothing a user relies on names
+what to use instead (uwsgi_unmapped.py), a typo gets a "did you mean", any
+other name is ignored with a warning (uWSGI takes it as a placeholder: one
+that another option refers to is silent here too). What cannot be served
+as configured (the uwsgi protocol without --uwsgi-socket, TLS, FastCGI, a
+route, a static map, a mule, a hook, ...) is an IniError: the server does
+not start. Where uWSGI's default differs from forkwsgi's (no harakiri: no
+timeout; unix sockets made under the process's umask; 60 s of reload
+mercy), the translation sets uWSGI's, so that the command line still
+overrides it.
 
 It imports nothing of forkwsgi but its uwsgi_* siblings (config.py applies
 what it returns to the settings registry).
@@ -18,7 +23,7 @@ import re
 import sys
 
 from .uwsgi_ini import IniError
-from .uwsgi_unmapped import ACCEPTED, LOGS, NO_COUNTERPART, REFUSED, no_counterpart
+from .uwsgi_unmapped import ACCEPTED, LOGS, NO_COUNTERPART, REFUSED, no_counterpart, refused
 
 UWSGI_FALSE = ("false", "off", "no", "0")
 
@@ -46,6 +51,11 @@ def address(value, key):
     return v
 
 
+HTTP_PROTOCOLS = ("http", "http11")
+NO_ADDRESS = ("no socket, http-socket or http: uWSGI does not start without one (\"The -s/--socket option "
+              "is missing and stdin is not a socket.\"): add http-socket = HOST:PORT (or give --bind / "
+              "--uwsgi-socket on the command line)")
+
 UWSGI_PROTOCOL_MISSING = ("the uwsgi protocol is not available in this forkwsgi: use http-socket "
                           "(and nginx's proxy_pass instead of uwsgi_pass)")
 
@@ -64,6 +74,13 @@ class Translation:
         self.logto = None
         self.logging = True
         self.app = None
+        self.protocol = "uwsgi"           # of `socket` (protocol = http: HTTP there)
+        self.mercy = []                   # (seconds, key) of reload-mercy, worker-reload-mercy
+        # Set when the ini gives no address to serve on: uWSGI refuses to
+        # start then, and so must forkwsgi unless an address comes from
+        # elsewhere (--bind, --uwsgi-socket, FORKWSGI_BIND, PORT): the text
+        # of that refusal, for the caller that knows (config.py).
+        self.no_address = None
 
     def set(self, name, value, key):
         self.values[name] = (value, key)
@@ -112,6 +129,28 @@ def _socket_mode(value):
 
 def _bind(t, key, value):
     t.add("bind", address(value, key), key)
+
+
+def _socket(t, key, value):
+    """socket speaks the default protocol: uwsgi, or HTTP under protocol = http."""
+    if t.protocol in HTTP_PROTOCOLS:
+        _bind(t, key, value)
+    else:
+        _uwsgi_socket(t, key, value)
+
+
+def _protocol(t, key, value):
+    pass                                  # read before the other options: translate()
+
+
+def _mercy(t, key, value):
+    """reload-mercy (the whole reload or shutdown) and worker-reload-mercy
+    (each worker's): seconds the workers get to finish before they are
+    killed; forkwsgi's --graceful-timeout bounds them both."""
+    try:
+        t.mercy.append((float(value), key))
+    except ValueError:
+        t.fail(f"{key} = {value!r}: a number of seconds")
 
 
 def _uwsgi_socket(t, key, value):
@@ -199,8 +238,7 @@ def _limit_post(t, key, value):
 def _logto(t, key, value):
     v = value.strip()
     if ":" in v and "/" not in v:
-        t.warn(f"{key} = {v}: logging over UDP has no counterpart here: ignored; " + LOGS)
-        return
+        t.fail(f"{key} = {v}: logging over UDP is not done here (the log would not reach it): " + LOGS)
     t.logto = v
 
 
@@ -239,7 +277,9 @@ MAPPED = {
     "max-requests": _set_as("max_requests"),
     "reload-on-rss": _set_as("max_rss", _megabytes),
     "http-socket": _bind, "http": _bind, "http11-socket": _bind,
-    "socket": _uwsgi_socket, "uwsgi-socket": _uwsgi_socket,
+    "socket": _socket, "uwsgi-socket": _uwsgi_socket,
+    "protocol": _protocol, "socket-protocol": _protocol,
+    "reload-mercy": _mercy, "worker-reload-mercy": _mercy,
     "chmod-socket": _set_as("chmod_socket", _socket_mode), "chmod": _set_as("chmod_socket", _socket_mode),
     "stats": _stats, "stats-server": _stats,
     "buffer-size": _buffer_size,
@@ -271,12 +311,13 @@ def translate(ini, settings, suggest):
     the name a typo was meant to be, or None."""
     t = Translation(ini, settings)
     strict = any(k == "strict" and flag(v) for k, v in ini.options)
+    _read_protocol(t, ini.options)
     unknown = []
     for key, value in ini.options:
         if key in MAPPED:
             MAPPED[key](t, key, value)
-        elif key in REFUSED:
-            t.fail(f"{key} = {value}: {REFUSED[key]}")
+        elif refused(key):
+            t.fail(f"{key} = {value}: {refused(key)}")
         elif key in ACCEPTED:
             continue
         elif no_counterpart(key):
@@ -304,7 +345,43 @@ def translate(ini, settings, suggest):
         t.set("uwsgi_socket", addresses[0], key)
     _finish_app(t)
     _finish_logs(t)
+    _uwsgi_defaults(t)
     return t
+
+
+def _read_protocol(t, options):
+    """protocol (socket-protocol): the protocol of every `socket`, wherever
+    it is in the file (the last one given, as uWSGI takes it)."""
+    given = [(k, v.strip().lower()) for k, v in options if k in ("protocol", "socket-protocol")]
+    if not given:
+        return
+    key, value = given[-1]
+    if value in HTTP_PROTOCOLS:
+        t.protocol = "http"
+    elif value not in ("uwsgi", ""):
+        t.fail(f"{key} = {value}: only the uwsgi and http protocols are spoken here "
+               "(http-socket for HTTP, terminate TLS in the proxy in front)")
+
+
+def _uwsgi_defaults(t):
+    """uWSGI's defaults where they differ from forkwsgi's, as settings of
+    the ini (the command line, the environment, -c still override them)."""
+    if "timeout" not in t.values:
+        t.set("timeout", "0", "uWSGI's default: no harakiri")
+    if t.mercy:
+        seconds, key = min(t.mercy)       # both given: each worker's bound, within the whole one
+        t.set("graceful_timeout", str(seconds), key)
+    else:
+        t.set("graceful_timeout", "60", "uWSGI's default: worker-reload-mercy 60")
+    if "chmod_socket" not in t.values and "umask" not in t.values:
+        # uWSGI makes its unix sockets under the process's umask (0777 less
+        # it), where forkwsgi's default is 0 (0777: any local user could
+        # write uwsgi variables into the app). Read without changing it.
+        current = os.umask(0o022)
+        os.umask(current)
+        t.set("umask", f"0o{current:03o}", "uWSGI's default: the process's umask (no chmod-socket, no umask)")
+    if "bind" not in t.values and "uwsgi_socket" not in t.values:
+        t.no_address = f"{t.ini.where()}: {NO_ADDRESS}"
 
 
 def _finish_app(t):
@@ -323,9 +400,11 @@ def _finish_app(t):
 def _finish_logs(t):
     """uWSGI logs every request unless disable-logging, to logto's file (or
     stderr) with its own lines: here the access log (gunicorn's format) goes
-    to the same file (or standard output)."""
+    to the same file (or standard output), and so does what the app writes
+    to its standard output and error (capture_output), as in uWSGI."""
     if t.logto:
         t.set("error_logfile", t.logto, "logto")
+        t.set("capture_output", True, "logto")
     if t.logging:
         t.set("access_logfile", t.logto or "-", "logto" if t.logto else
               "request logging, uWSGI's default (disable-logging turns it off)")
