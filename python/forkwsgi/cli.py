@@ -57,8 +57,8 @@ def main(argv=None):
         process.prepare_import(cfg)
     except OSError as e:
         return fail(f"cannot change to {cfg['chdir']}: {e.strerror}")
-    if cfg["umask"] is not None:
-        os.umask(cfg["umask"])
+    if cfg["umask"] is not None and origins.get("umask", "").startswith("ini file"):
+        os.umask(cfg["umask"])        # uWSGI's umask is the process's; gunicorn's, the unix sockets' only
     process.set_name(cfg["proc_name"])
     if cfg["check_config"]:
         return check(app_spec, cfg, origins, unknown, ignored, refused)

@@ -122,10 +122,10 @@ SETTINGS = [
     Setting("pidfile", ["--pid"], None, metavar="FILE", section="General",
             help="write the master's PID to FILE once the sockets are bound (removed at exit)"),
     Setting("umask", ["--umask"], None, umask, metavar="MASK", section="General",
-            help="the file mode mask of the server's processes and of the unix sockets it binds (octal, "
-                 "e.g. 027). Unset, the processes keep theirs and a unix socket is made under 0, gunicorn's "
-                 "default: srwxrwxrwx, so a proxy running as another user (nginx as www-data) can connect "
-                 "(the socket's directory decides who reaches it)"),
+            help="the file mode mask of the unix sockets the server binds (octal, e.g. 027), as gunicorn's; "
+                 "the processes keep theirs (a uWSGI ini's umask is the processes' too, as in uWSGI). Unset, "
+                 "a unix socket is made under 0, gunicorn's default: srwxrwxrwx, so a proxy running as "
+                 "another user (nginx as www-data) can connect (the socket's directory decides who reaches it)"),
     Setting("user", ["-u", "--user"], None, user, metavar="USER", section="Processes",
             help="workers and the offload sibling run as this user (name or uid), the master keeps its own "
                  "(needs root; with the default preload it imports the app as root: --lazy-apps does not); "
