@@ -145,6 +145,7 @@ cdef extern from "glue.h":
         PyObject *pending_exc
         const fw_scheme_header *scheme_headers
         int n_scheme_headers
+        int forwarded_proto
         Py_buffer status
         PyThreadState *tstate
         int gil_kept

@@ -206,6 +206,7 @@ cdef class Server:
         cdef fw_config *cfg = &self.cfg
         spool_dir = settings.pop("spool_dir", None)
         self._scheme_setup(settings.pop("secure_scheme_headers", None) or {})
+        self.g.forwarded_proto = 1 if settings.pop("forwarded_proto", False) else 0
         self._settings_setup(settings, balance, accept_batch, release_listeners)
         if scoreboard is not None:
             self._balance_setup(scoreboard, slot, kick_fds, pass_fds, pass_recv_fd)

@@ -280,7 +280,7 @@ static void see_scheme(const fw_glue *s, const fw_request *r, const fw_header *h
     if (said) {
         seen->conflict |= seen->scheme && said != seen->scheme;
         seen->scheme = said;
-    } else if (header_is(r, h, "forwarded", 9)) {
+    } else if (s->forwarded_proto && header_is(r, h, "forwarded", 9)) {
         seen->forwarded = h;          /* the last line holds the last element */
     }
 }
@@ -336,7 +336,7 @@ static int add_vars(fw_glue *s, fw_conn *c, PyObject *env, scheme_seen *seen)
  * bytes or more share bit 63. */
 static uint64_t scheme_name_lengths(const fw_glue *s)
 {
-    uint64_t bits = UINT64_C(1) << 9;           /* "forwarded" */
+    uint64_t bits = s->forwarded_proto ? UINT64_C(1) << 9 : 0;     /* "forwarded" */
     for (int i = 0; i < s->n_scheme_headers; i++)
         bits |= UINT64_C(1) << (s->scheme_headers[i].name_len < 63 ? s->scheme_headers[i].name_len : 63);
     return bits;

@@ -62,6 +62,7 @@ typedef struct fw_glue {
     PyObject *pending_exc;      /* owned: BaseException raised by the app, re-raised by serve() */
     const fw_scheme_header *scheme_headers;   /* borrowed (the Server object's), n_scheme_headers */
     int n_scheme_headers;
+    int forwarded_proto;        /* Forwarded's proto= says the scheme too (--forwarded-proto) */
     Py_buffer status;           /* optional shared slots for the master (--timeout), one per
                                  * app thread; buf NULL if none (released by the Server object) */
     PyThreadState *tstate;      /* the serving thread's state while serve() runs */

@@ -40,6 +40,14 @@ def plain():
     s.stop()
 
 
+@pytest.fixture(scope="module")
+def forwarded():
+    """--forwarded-proto: Forwarded's proto= says the scheme too."""
+    s = ServerProc("apps:client", "--forwarded-proto")
+    yield s
+    s.stop()
+
+
 # ---- the scheme: --forwarded-allow-ips and secure_scheme_headers --------------
 
 @pytest.mark.parametrize("header, scheme", [
@@ -72,10 +80,26 @@ def test_scheme_headers_from_another_peer_are_plain_headers(plain):
     b"X-Forwarded-Proto: https\r\nX-Forwarded-Proto: http\r\n",
     b"X-Forwarded-Proto: http\r\nForwarded: proto=https\r\n",
 ])
-def test_scheme_headers_that_disagree_answer_400(plain, header):
-    status, _ = ask(plain, header)
+def test_scheme_headers_that_disagree_answer_400(forwarded, header):
+    status, _ = ask(forwarded, header)
     assert status == 400
-    assert wait_for(lambda: "400 scheme headers disagree" in plain.log())
+    assert wait_for(lambda: "400 scheme headers disagree" in forwarded.log())
+
+
+@pytest.mark.parametrize("header, scheme", [
+    (b"Forwarded: proto=https\r\n", "http"),
+    (b"X-Forwarded-Proto: http\r\nForwarded: proto=https\r\n", "http"),
+    (b"X-Forwarded-Proto: https\r\nForwarded: proto=http\r\n", "https"),
+])
+def test_forwarded_is_a_plain_header_by_default_as_in_gunicorn(plain, header, scheme):
+    """Hostile review (gunicorn migration): nginx passes a client's own
+    Forwarded header on by default, and forkwsgi took its proto= from the
+    allowed proxy: a plain-HTTP client got wsgi.url_scheme https (gunicorn:
+    http), and one that sent proto=https behind nginx's X-Forwarded-Proto
+    $scheme got a 400. gunicorn reads no Forwarded; neither does forkwsgi
+    without --forwarded-proto."""
+    status, d = ask(plain, header)
+    assert status == 200 and d["url_scheme"] == scheme
 
 
 @pytest.mark.parametrize("header, scheme", [
@@ -88,8 +112,8 @@ def test_scheme_headers_that_disagree_answer_400(plain, header):
     (b"Forwarded: for=192.0.2.60\r\n", "http"),
     (b"Forwarded: proto=https\r\nX-Forwarded-Proto: https\r\n", "https"),
 ])
-def test_forwarded_proto_from_an_allowed_proxy(plain, header, scheme):
-    status, d = ask(plain, header)
+def test_forwarded_proto_from_an_allowed_proxy(forwarded, header, scheme):
+    status, d = ask(forwarded, header)
     assert status == 200 and d["url_scheme"] == scheme
     assert d["remote_addr"] == "127.0.0.1"          # for= is the app's business, as X-Forwarded-For
 

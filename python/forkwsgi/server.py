@@ -71,7 +71,8 @@ def _base_environ(settings, multiprocess, offload):
 def _core_settings(settings, balance, release_listeners):
     """The settings of the C loop, by their registry names:
     _forkwsgi.CORE_SETTINGS (src/_forkwsgi.pyx) says where each lands."""
-    core = {name: settings[name] for name in (*_forkwsgi.CORE_SETTINGS, "spool_dir", "secure_scheme_headers")
+    core = {name: settings[name] for name in (*_forkwsgi.CORE_SETTINGS, "spool_dir", "secure_scheme_headers",
+                                              "forwarded_proto")
             if settings[name] is not None}
     # A lone server has no peers: least-busy then just stops watching its
     # listeners while every app thread is busy (connections wait in the

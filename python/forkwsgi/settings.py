@@ -226,7 +226,8 @@ SETTINGS = [
     Setting("forwarded_allow_ips", ["--forwarded-allow-ips"], ["127.0.0.1", "::1"], addresses, metavar="ADDRS",
             section="Behind a proxy",
             help="the proxies (comma-separated IPs and CIDR networks, '*' for any) whose headers of "
-                 "secure_scheme_headers and Forwarded proto= set wsgi.url_scheme; from other peers they are "
+                 "secure_scheme_headers (and Forwarded proto=, with --forwarded-proto) set wsgi.url_scheme; "
+                 "from other peers they are "
                  "plain headers. Unix-socket peers always count. Default: $FORWARDED_ALLOW_IPS, as gunicorn"),
     Setting("secure_scheme_headers", ["--secure-scheme-headers"],
             {"X-FORWARDED-PROTOCOL": "ssl", "X-FORWARDED-PROTO": "https", "X-FORWARDED-SSL": "on"},
@@ -234,6 +235,10 @@ SETTINGS = [
             help="headers (and their exact values) by which a proxy in --forwarded-allow-ips says the client "
                  "used https; the header with another value says http, and two that disagree get a 400 "
                  "(gunicorn's setting: a dict in a config file)"),
+    Setting("forwarded_proto", ["--forwarded-proto"], False, boolean, section="Behind a proxy",
+            help="the proto= of the last element of a Forwarded header (RFC 7239) from a proxy in "
+                 "--forwarded-allow-ips sets wsgi.url_scheme too. Off by default, as gunicorn reads no "
+                 "Forwarded: nginx and HAProxy pass a client's own Forwarded on unless told to replace it"),
     Setting("proxy_protocol", ["--proxy-protocol"], "off", proxy_protocol, metavar="MODE", const="auto",
             section="Behind a proxy",
             help="every connection starts with a PROXY protocol header (HAProxy send-proxy / send-proxy-v2, "
