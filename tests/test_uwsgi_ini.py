@@ -481,3 +481,58 @@ def test_the_same_ini_under_uwsgi_and_forkwsgi(tmp_path):
             s.stop()
     assert answers["uwsgi"] == answers["forkwsgi"] == (200, "mysite.settings", str(tmp_path), "mysite.wsgi",
                                                       200, 200)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a socket to another user needs root")
+def test_chown_socket_gives_the_socket_to_nginxs_user(tmp_path):
+    """Hostile review (uWSGI migration): chown-socket = www-data:www-data
+    with chmod-socket = 660 was warned of and ignored, so the socket stayed
+    root's and nginx (as www-data) got 502 on every request. Now the socket
+    is theirs (--chown-socket), and such a user connects."""
+    import pwd
+    import shutil
+    import tempfile
+    open_dir = tempfile.mkdtemp(prefix="forkwsgi-chown-")      # nobody reaches it (tmp_path's parents: no)
+    os.chmod(open_dir, 0o755)
+    sock = os.path.join(open_dir, "app.sock")
+    text = ("[uwsgi]\nchdir = %d\nmodule = mysite.wsgi\nprocesses = 1\n"
+            f"http-socket = {sock}\nchmod-socket = 660\nchown-socket = nobody:nogroup\n")
+    s = ServerProc(None, "--ini", project(tmp_path, text), bind=[], wait=False)
+    try:
+        assert wait_for(lambda: os.path.exists(sock) and "Booted worker" in s.log(), 20), s.log()
+        st = os.stat(sock)
+        nobody = pwd.getpwnam("nobody")
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (nobody.pw_uid, nobody.pw_gid, 0o660)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                        # the client, as nobody (nginx as www-data)
+            try:
+                os.close(r)
+                os.setgroups([])
+                os.setgid(nobody.pw_gid)
+                os.setuid(nobody.pw_uid)
+                c = socket.socket(socket.AF_UNIX)
+                c.settimeout(10)
+                c.connect(sock)
+                c.sendall(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                os.write(w, c.recv(12))
+            except BaseException as e:
+                os.write(w, repr(e).encode()[:200])
+            finally:
+                os._exit(0)
+        os.close(w)
+        got = b""
+        while True:
+            chunk = os.read(r, 256)
+            if not chunk:
+                break
+            got += chunk
+        os.close(r)
+        os.waitpid(pid, 0)
+        assert got.startswith(b"HTTP/1.1 200"), got
+    finally:
+        s.stop()
+        shutil.rmtree(open_dir, ignore_errors=True)
+    rc, out, err = run_cli("--ini", project(tmp_path, text.replace("nobody:nogroup", "no-such-user")),
+                           "--check-config")
+    assert rc != 0 and "chown" in err and "no such user" in err, (rc, err)

@@ -3,7 +3,7 @@ default, value type, help and --help section), from which the command line
 (flags.py), the environment, config files (config.py) and the embedding API
 (resolve) all take theirs.
 """
-from .valuetypes import (KAFKA_PRODUCERS, addresses, balance, boolean, brief_seconds, choice, env_pair, fsync, group, json_dict,
+from .valuetypes import (KAFKA_PRODUCERS, addresses, balance, boolean, brief_seconds, choice, env_pair, fsync, group, json_dict, socket_owner,
                          kafka_option, kafka_producer, log_level, nice, non_negative_int, offload_sink, overflow,
                          positive_int, proxy_protocol, rate, root_path, scheme_headers, seconds, size, socket_mode,
                          statsd_address, topic, umask, user)
@@ -126,6 +126,9 @@ SETTINGS = [
                  "the processes keep theirs (a uWSGI ini's umask is the processes' too, as in uWSGI). Unset, "
                  "a unix socket is made under 0, gunicorn's default: srwxrwxrwx, so a proxy running as "
                  "another user (nginx as www-data) can connect (the socket's directory decides who reaches it)"),
+    Setting("chown_socket", ["--chown-socket"], None, socket_owner, metavar="USER[:GROUP]", section="General",
+            help="the owner of the unix sockets the server binds (uWSGI's chown-socket; needs root), e.g. "
+                 "www-data:www-data with --chmod-socket 660: only nginx's user and group connect"),
     Setting("user", ["-u", "--user"], None, user, metavar="USER", section="Processes",
             help="workers and the offload sibling run as this user (name or uid), the master keeps its own "
                  "(needs root; with the default preload it imports the app as root: --lazy-apps does not); "
@@ -306,7 +309,7 @@ BY_NAME = {s.name: s for s in SETTINGS}
 PROCESS_ONLY = ("config", "ini", "check_config", "print_config", "chdir", "pythonpath", "raw_env", "pidfile", "umask",
                 "stats", "stats_query_strings", "metrics", "statsd_host", "statsd_prefix", "dogstatsd_tags",
                 "error_logfile", "capture_output", "log_json", "log_config", "log_config_dict",
-                "user", "group", "initgroups",
+                "user", "group", "initgroups", "chown_socket",
                 "proc_name", "preload_app", "log_level", "workers", "lazy_apps", "worker_nice", "master_nice",
                 "max_requests_jitter", "max_rss", "timeout", "heartbeat_timeout") + tuple(s.name for s in SETTINGS
                                                                       if s.name.startswith("offload_"))

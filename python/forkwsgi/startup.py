@@ -88,11 +88,16 @@ class StartUp:
                                                umask=binding.unix_umask(self.cfg["umask"]),
                                                mode=self.cfg["chmod_socket"]))
             self.protocols.append(proto)
-            if self.owner and binding.parse(addr)[0] == "unix":
+            if binding.parse(addr)[0] != "unix":
+                continue
+            path = binding.describe(self.sockets[-1])[0]
+            if self.cfg["chown_socket"]:
+                binding.chown(path, self.cfg["chown_socket"])
+            elif self.owner:
                 # gunicorn's: a socket it made is the user's, whose clients
                 # may be the user's too (the mode: binding.unix_umask); one
                 # systemd passed (fd://) is left as it is.
-                self.owner.give(binding.describe(self.sockets[-1])[0])
+                self.owner.give(path)
 
     def _open_observers(self, st):
         """The --stats and --metrics sockets: new, or kept from the image

@@ -280,6 +280,7 @@ MAPPED = {
     "socket": _socket, "uwsgi-socket": _uwsgi_socket,
     "protocol": _protocol, "socket-protocol": _protocol,
     "reload-mercy": _mercy, "worker-reload-mercy": _mercy,
+    "chown-socket": _set_as("chown_socket"),
     "chmod-socket": _set_as("chmod_socket", _socket_mode), "chmod": _set_as("chmod_socket", _socket_mode),
     "stats": _stats, "stats-server": _stats,
     "buffer-size": _buffer_size,

@@ -172,7 +172,6 @@ NO_COUNTERPART = {
     "carbon": "--metrics ADDR (Prometheus)",
     "optimize": "set PYTHONOPTIMIZE in the environment",
     "wsgi-disable-file-wrapper": "wsgi.file_wrapper is always offered (sendfile)",
-    "chown-socket": "--user USER: the unix sockets --bind makes are given to it",
     "py-tracebacker": "--timeout logs every thread's Python stack of a stuck worker",
 }
 

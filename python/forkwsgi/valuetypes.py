@@ -189,6 +189,20 @@ def account(kind):
 user, group = account("user"), account("group")
 
 
+def socket_owner(v):
+    """--chown-socket USER[:GROUP] (uWSGI's chown-socket): names or numbers
+    that exist here; returned as written."""
+    s = str(v).strip()
+    name, sep, grp_name = s.partition(":")
+    if not name and not grp_name:
+        raise ValueError("USER, USER:GROUP or :GROUP")
+    if name:
+        user(name)
+    if sep and grp_name:
+        group(grp_name)
+    return s
+
+
 def boolean(v):
     if isinstance(v, bool):
         return v
