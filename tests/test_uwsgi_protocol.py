@@ -437,3 +437,18 @@ def test_nginx_connection_per_request_load(nginx, which):
                          timeout=40).stdout
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     assert requests > 200 and "Non-2xx" not in out and "Socket errors" not in out, out
+
+
+def test_a_uwsgi_socket_beyond_this_machine_says_who_may_use_it(servers):
+    """Hostile review (uWSGI migration): socket = 0.0.0.0:3031 closed every
+    peer but 127.0.0.1 and ::1 (uWSGI takes any), and said so only per
+    connection. Now the start says it, once; not for a loopback address,
+    nor once --uwsgi-allow-from is given."""
+    cases = [(["--uwsgi-socket", f"0.0.0.0:{free_port()}"], True),
+             (["--uwsgi-socket", f"127.0.0.1:{free_port()}"], False),
+             (["--uwsgi-socket", f"0.0.0.0:{free_port()}", "--uwsgi-allow-from", "10.0.0.0/8"], False)]
+    for args, said in cases:
+        s = ServerProc("uwsgi_apps:app", *args)           # with an HTTP --bind too: ServerProc's ready check
+        servers.append(s)
+        assert wait_for(lambda: "Booted worker" in s.log()), s.log()
+        assert ("takes uwsgi requests from 127.0.0.1 and ::1 only" in s.log()) == said, (args, s.log())

@@ -201,3 +201,12 @@ def chown(path, owner):
         os.chown(path, uid, gid)
     except OSError as e:
         raise BindError(f"--chown-socket {owner}: cannot give {path} to it: {e.strerror}") from None
+
+
+def loopback_only(addr):
+    """Question: does a listening address reach this machine's peers only (a
+    unix socket, a passed fd, 127.0.0.0/8, ::1, localhost)?"""
+    if addr.startswith(("unix:", "fd://")) or ":" not in addr:
+        return True
+    host = addr.rpartition(":")[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")

@@ -10,6 +10,7 @@ import socket
 import threading
 
 from . import appload, appmetrics, binding, config, process, statsd
+from .settings import BY_NAME
 from .server import check_spool_dir
 
 
@@ -88,6 +89,15 @@ class StartUp:
                                                umask=binding.unix_umask(self.cfg["umask"]),
                                                mode=self.cfg["chmod_socket"]))
             self.protocols.append(proto)
+            if proto == "uwsgi" and not binding.loopback_only(addr) and \
+                    self.cfg["uwsgi_allow_ips"] == BY_NAME["uwsgi_allow_ips"].default:
+                # uWSGI takes uwsgi requests from any peer; the variables
+                # they carry (REMOTE_ADDR, HTTPS, REMOTE_USER) are trusted,
+                # so here only the default peers may: said once, at start.
+                self.log.warning("--uwsgi-socket %s listens beyond this machine, but takes uwsgi requests from "
+                                 "127.0.0.1 and ::1 only (--uwsgi-allow-from's default): a proxy elsewhere has "
+                                 "its connections closed; give its address with --uwsgi-allow-from (uWSGI takes "
+                                 "them from anyone)", addr)
             if binding.parse(addr)[0] != "unix":
                 continue
             path = binding.describe(self.sockets[-1])[0]
