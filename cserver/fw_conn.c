@@ -1089,7 +1089,7 @@ static enum drive uwsgi_head(fw_conn *c, const char *buf, size_t used)
 static enum drive step_head(fw_conn *c)
 {
     fw_server *srv = c->srv;
-    if (c->proxy == FW_PX_WAIT) {
+    if (c->proxy == FW_PX_WAIT || c->proxy == FW_PX_PLAIN_ONLY) {
         int rc = fw_peer_read_proxy(c);
         if (rc < 0) {
             fw_conn_close(c);   /* said why */
@@ -1535,7 +1535,7 @@ void fw_conn_on_timeout(fw_conn *c)
         /* Bytes of a request arrived but not a whole head: 408. A connection
          * that sent nothing (or is idle between requests) just closes. Part
          * of a PROXY header is no request: it closes, said why. */
-        if (c->proxy == FW_PX_WAIT && in_used(c) > 0) {
+        if ((c->proxy == FW_PX_WAIT || c->proxy == FW_PX_PLAIN_ONLY) && in_used(c) > 0) {
             fw_peer_log(c, FW_LOG_INFO, 1, "PROXY protocol: header not complete within --header-timeout: "
                         "connection closed");
             fw_conn_close(c);

@@ -79,6 +79,8 @@ enum fw_body_src { FW_B_NONE, FW_B_MEM, FW_B_FILE };
 enum fw_conn_proxy {
     FW_PX_OFF = 0,      /* none expected */
     FW_PX_WAIT,         /* expected before the first request, not read yet */
+    FW_PX_PLAIN_ONLY,   /* a peer not in --proxy-allow-from, in a mode that takes connections
+                         * without one: it may send none (it is closed if it does) */
     FW_PX_READ,         /* read; it named no client (LOCAL, UNKNOWN): peer is the socket's */
     FW_PX_NAMED         /* read; peer is the client it named */
 };

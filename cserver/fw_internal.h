@@ -57,12 +57,15 @@ size_t fw_resp_frame(fw_conn *c, size_t len, const char **tail, size_t *tail_len
  * path (kept as text). Any text made of the one before is dropped. */
 void fw_peer_set(fw_conn *c, const struct sockaddr *sa, socklen_t len);
 /* A new connection (client: what a handing worker knew, fw_balance.h):
- * decide whether a PROXY protocol header is to come. Returns 0, or -1 when
- * the peer may not send one (said in the log): close c. */
+ * decide whether a PROXY protocol header is to come (or, with
+ * FW_PROXY_PLAIN, may). Returns 0, or -1 when the peer may not send one and
+ * must (said in the log): close c. */
 int fw_peer_start(fw_conn *c, fw_pass_client client);
 /* The PROXY protocol header at the start of `in`: 1 when read (consumed;
- * the peer is now the client it named), 0 when incomplete, -1 when
- * malformed (said in the log): close c. */
+ * the peer is now the client it named) or, with FW_PROXY_PLAIN, when the
+ * connection starts without one (nothing consumed); 0 when incomplete, -1
+ * when malformed or from a peer that may not send one (said in the log):
+ * close c. */
 int fw_peer_read_proxy(fw_conn *c);
 /* A uwsgi request (c->x->req) names its client in REMOTE_ADDR and
  * REMOTE_PORT: when they are an IP address and a port, they become the

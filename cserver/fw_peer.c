@@ -147,6 +147,10 @@ int fw_peer_start(fw_conn *c, fw_pass_client client)
     if (!cfg->proxy_protocol)
         return 0;
     if (!fw_netlist_match(cfg->proxy_allow, &c->peer.sa, peer_len(c))) {
+        if (cfg->proxy_protocol & FW_PROXY_PLAIN) {
+            c->proxy = FW_PX_PLAIN_ONLY;
+            return 0;
+        }
         fw_peer_log(c, FW_LOG_INFO, 0, "PROXY protocol: peer not in --proxy-allow-from: connection closed");
         return -1;
     }
@@ -159,9 +163,20 @@ int fw_peer_read_proxy(fw_conn *c)
     fw_proxy_hdr h;
     if (!c->x)
         return 0;       /* nothing read yet */
-    long n = fw_proxy_parse(fw_buf_head(&c->x->in), fw_buf_used(&c->x->in), c->srv->cfg.proxy_protocol, &h);
+    const char *buf = fw_buf_head(&c->x->in);
+    size_t len = fw_buf_used(&c->x->in);
+    if ((c->srv->cfg.proxy_protocol & FW_PROXY_PLAIN) && fw_proxy_absent(buf, len)) {
+        c->proxy = FW_PX_OFF;   /* a plain request: its client is the socket's peer */
+        return 1;
+    }
+    long n = fw_proxy_parse(buf, len, c->srv->cfg.proxy_protocol, &h);
     if (n == FW_PROXY_INCOMPLETE)
         return 0;
+    if (c->proxy == FW_PX_PLAIN_ONLY) {
+        fw_peer_log(c, FW_LOG_INFO, 0, "PROXY protocol: header from a peer not in --proxy-allow-from: "
+                    "connection closed");
+        return -1;
+    }
     if (n < 0) {
         fw_peer_log(c, FW_LOG_INFO, 1, "PROXY protocol: %s: connection closed", h.why);
         return -1;

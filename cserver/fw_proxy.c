@@ -182,3 +182,8 @@ long fw_proxy_parse(const char *buf, size_t len, int versions, fw_proxy_hdr *out
         return bad(out, "a PROXY v2 header, but only v1 is accepted");
     return bad(out, "no PROXY header");
 }
+
+int fw_proxy_absent(const char *buf, size_t len)
+{
+    return len > 0 && !prefix_of(buf, len, "PROXY ", 6) && !prefix_of(buf, len, V2_SIG, sizeof(V2_SIG));
+}

@@ -22,8 +22,10 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
-/* The versions a receiver accepts (a mask; 3: either). */
-enum { FW_PROXY_V1 = 1, FW_PROXY_V2 = 2 };
+/* The versions a receiver accepts (a mask; 3: either), and FW_PROXY_PLAIN:
+ * a connection may also start with no header at all (gunicorn's
+ * proxy_protocol, which detects one). */
+enum { FW_PROXY_V1 = 1, FW_PROXY_V2 = 2, FW_PROXY_PLAIN = 4 };
 
 #define FW_PROXY_BAD (-1)
 #define FW_PROXY_INCOMPLETE (-2)
@@ -43,5 +45,9 @@ typedef struct fw_proxy_hdr {
  * header: read more), or FW_PROXY_BAD (not a header of an accepted
  * version, or a malformed one: out->why says which). */
 long fw_proxy_parse(const char *buf, size_t len, int versions, fw_proxy_hdr *out);
+
+/* Question (1 yes, 0 no): can buf[0..len) no longer become a header of
+ * either version (so the connection starts without one)? 0 for no bytes. */
+int fw_proxy_absent(const char *buf, size_t len);
 
 #endif

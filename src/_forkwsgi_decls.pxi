@@ -159,6 +159,7 @@ cdef extern from "glue.h":
         FW_BAL_REUSEPORT
         FW_PROXY_V1
         FW_PROXY_V2
+        FW_PROXY_PLAIN
 
     object fw_environ_template(object base, object info)
     void fw_environ_forget(fw_glue *s)

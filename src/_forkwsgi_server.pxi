@@ -87,7 +87,8 @@ CORE_SETTINGS = {
     "uwsgi_allow_ips": (K_NETS, _at(&_layout.uwsgi_allow)),
 }
 
-_PROXY_VERSIONS = {"off": 0, "v1": FW_PROXY_V1, "v2": FW_PROXY_V2, "auto": FW_PROXY_V1 | FW_PROXY_V2}
+_PROXY_VERSIONS = {"off": 0, "v1": FW_PROXY_V1, "v2": FW_PROXY_V2, "auto": FW_PROXY_V1 | FW_PROXY_V2,
+                   "detect": FW_PROXY_V1 | FW_PROXY_V2 | FW_PROXY_PLAIN}
 
 
 cdef int _ms(double seconds):

@@ -238,22 +238,50 @@ def closed_with(s, data, reason, source=None, timeout=5.0):
 
 
 @pytest.mark.parametrize("data, reason", [
-    (GET + b"\r\n", "PROXY protocol: no PROXY header: connection closed"),
     (b"PROXY TCP4 192.0.2.1 198.51.100.2 56324\r\n" + GET + b"\r\n", "v1 header: not five fields"),
     (b"PROXY TCP4 192.0.2.1 198.51.100.2 70000 80\r\n", "v1 header: bad port"),
     (b"PROXY UNKNOWN " + b"x" * 100 + b"\r\n", "v1 header longer than 107 bytes"),
     (V2_SIG + b"\x21\x11\x00\x0b" + bytes(11), "v2 header: addresses longer than the header"),
     (V2_SIG + b"\x22\x11\x00\x0c", "v2 header: command not LOCAL or PROXY"),
     (v1("192.0.2.1", 1).replace(b"\r\n", b"\n"), "a byte that is not printable ASCII"),
-], ids=["missing", "v1-fields", "v1-port", "v1-too-long", "v2-short", "v2-command", "v1-lf"])
-def test_malformed_or_missing_proxy_header_closes(proxied, data, reason):
+], ids=["v1-fields", "v1-port", "v1-too-long", "v2-short", "v2-command", "v1-lf"])
+def test_malformed_proxy_header_closes(proxied, data, reason):
     closed_with(proxied, data, reason)
 
 
 def test_proxy_header_from_a_peer_not_allowed_closes(proxied):
     closed_with(proxied, v1("192.0.2.1", 1) + GET + b"\r\n",
                 "127.0.0.2:", source="127.0.0.2")
-    assert wait_for(lambda: "PROXY protocol: peer not in --proxy-allow-from: connection closed" in proxied.log())
+    assert wait_for(lambda: "PROXY protocol: header from a peer not in --proxy-allow-from: connection closed"
+                    in proxied.log())
+
+
+def test_detect_serves_connections_without_a_header_as_gunicorn(proxied):
+    """Hostile review (gunicorn migration): gunicorn's proxy_protocol
+    (--proxy-protocol) serves a connection that starts without a header (a
+    health check, a kubelet probe that reaches the pod directly); forkwsgi
+    closed it, so such probes never passed. Now the flag alone (and
+    proxy_protocol = True) is `detect`: such a connection is served, its
+    peer the client, from any peer; a header still needs --proxy-allow-from."""
+    for source, addr in ((None, "127.0.0.1"), ("127.0.0.2", "127.0.0.2")):
+        status, d = ask(proxied, source=source)
+        assert status == 200 and d["remote_addr"] == addr, (source, d)
+    with Conn(proxied.port) as c:               # a request split at its first byte waits for the rest
+        c.send(b"\r")
+        time.sleep(0.1)
+        c.send(b"\n" + GET + b"\r\n")
+        assert c.read_response().status == 200
+    status, d = ask(proxied, prefix=v1("192.0.2.9", 9))
+    assert status == 200 and d["remote_addr"] == "192.0.2.9"
+
+
+def test_a_strict_mode_closes_a_connection_without_a_header():
+    s = ServerProc("apps:client", "--proxy-protocol", "auto")
+    try:
+        closed_with(s, GET + b"\r\n", "PROXY protocol: no PROXY header: connection closed")
+        closed_with(s, GET + b"\r\n", "peer not in --proxy-allow-from", source="127.0.0.2")
+    finally:
+        s.stop()
 
 
 def test_proxy_header_incomplete_at_the_header_timeout_closes(proxied):

@@ -242,12 +242,14 @@ SETTINGS = [
             help="the proto= of the last element of a Forwarded header (RFC 7239) from a proxy in "
                  "--forwarded-allow-ips sets wsgi.url_scheme too. Off by default, as gunicorn reads no "
                  "Forwarded: nginx and HAProxy pass a client's own Forwarded on unless told to replace it"),
-    Setting("proxy_protocol", ["--proxy-protocol"], "off", proxy_protocol, metavar="MODE", const="auto",
+    Setting("proxy_protocol", ["--proxy-protocol"], "off", proxy_protocol, metavar="MODE", const="detect",
             section="Behind a proxy",
-            help="every connection starts with a PROXY protocol header (HAProxy send-proxy / send-proxy-v2, "
-                 "AWS NLB): v1, v2, or auto (either; the flag alone); the client it names becomes "
-                 "REMOTE_ADDR/REMOTE_PORT and the address in log lines. A connection without one, with a "
-                 "malformed one, or from a peer not in --proxy-allow-from is closed and logged"),
+            help="connections start with a PROXY protocol header (HAProxy send-proxy / send-proxy-v2, AWS "
+                 "NLB); the client it names becomes REMOTE_ADDR/REMOTE_PORT and the address in log lines. "
+                 "detect (the flag alone, gunicorn's): a connection may also come without one (a health "
+                 "check, a probe), its peer then the client; v1, v2, auto (either): every connection must "
+                 "start with one. A malformed header, or one from a peer not in --proxy-allow-from, is "
+                 "closed and logged"),
     Setting("proxy_allow_ips", ["--proxy-allow-from"], ["127.0.0.1", "::1"], addresses, metavar="ADDRS",
             section="Behind a proxy",
             help="the peers (comma-separated IPs and CIDR networks, '*' for any) that may connect with "

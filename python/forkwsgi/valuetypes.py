@@ -121,17 +121,19 @@ def addresses(v):
 
 
 PROXY_PROTOCOL_MODES = {"off": "off", "false": "off", "0": "off", "none": "off", "no": "off",
-                        "auto": "auto", "true": "auto", "1": "auto", "yes": "auto", "on": "auto",
-                        "v1": "v1", "v2": "v2"}
+                        "detect": "detect", "true": "detect", "1": "detect", "yes": "detect", "on": "detect",
+                        "auto": "auto", "v1": "v1", "v2": "v2"}
 
 
 def proxy_protocol(v):
-    """gunicorn's forms: a bool (True: auto), or off, v1, v2, auto."""
+    """gunicorn's forms: a bool (True: detect, as gunicorn's, which serves a
+    connection without a header too), or off, v1, v2, auto (a header of
+    either version on every connection), detect."""
     if isinstance(v, bool) or v is None:
-        return "auto" if v else "off"
+        return "detect" if v else "off"
     mode = PROXY_PROTOCOL_MODES.get(str(v).strip().lower())
     if mode is None:
-        raise ValueError("use off, v1, v2 or auto (or true, false)")
+        raise ValueError("use off, v1, v2, auto or detect (or true, false)")
     return mode
 
 

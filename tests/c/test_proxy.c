@@ -273,6 +273,26 @@ static fw_netlist *parse_list(const char *spec)
     return l;
 }
 
+/* fw_proxy_absent: a connection that can no longer start with a header
+ * (detect mode serves it as it is); undecided while a prefix of one. */
+static void test_absent(void)
+{
+    static const char v2[] = "\r\n\r\n\0\r\nQUIT\n";
+    CHECK(!fw_proxy_absent("", 0));
+    CHECK(fw_proxy_absent("G", 1));
+    CHECK(fw_proxy_absent("GET / HTTP/1.1\r\n", 16));
+    CHECK(!fw_proxy_absent("P", 1));
+    CHECK(!fw_proxy_absent("PROXY ", 6));
+    CHECK(!fw_proxy_absent("PROXY TCP4 1.2.3.4", 18));
+    CHECK(fw_proxy_absent("POST / HTTP/1.1", 15));
+    CHECK(fw_proxy_absent("PROXYX", 6));
+    CHECK(!fw_proxy_absent("\r", 1));
+    CHECK(!fw_proxy_absent("\r\n", 2));
+    CHECK(!fw_proxy_absent(v2, 12));
+    CHECK(fw_proxy_absent("\r\nGET", 5));          /* a CRLF before a request line: plain */
+    CHECK(fw_proxy_absent("\r\n\r\nG", 5));
+}
+
 static void test_netmask(void)
 {
     ctx = "gunicorn's default";
@@ -346,6 +366,7 @@ int main(void)
     check_init();
     test_v1();
     test_v2();
+    test_absent();
     test_netmask();
     return check_report();
 }
