@@ -213,7 +213,9 @@ fw_pass_client fw_peer_passed(const fw_conn *c)
     static const struct sockaddr unspec = { .sa_family = AF_UNSPEC };
     if (c->proxy == FW_PX_NAMED)
         return (fw_pass_client){ &c->peer.sa, peer_len(c) };
-    if (c->proxy == FW_PX_READ)
+    /* Read, or none came in detect mode (FW_PROXY_PLAIN): the receiver
+     * keeps the socket's peer and waits for no header mid-connection. */
+    if (c->proxy == FW_PX_READ || (c->proxy == FW_PX_OFF && c->srv->cfg.proxy_protocol))
         return (fw_pass_client){ &unspec, sizeof(unspec) };
     return (fw_pass_client){ NULL, 0 };
 }

@@ -334,6 +334,31 @@ def test_proxied_client_survives_keep_alive_hand_off(header, addr, port):
         s.stop()
 
 
+def test_a_plain_connection_in_detect_mode_takes_no_header_after_a_hand_off():
+    """detect: a connection that came without a header keeps its peer when
+    a retiring worker hands it on, and the worker taking it waits for no
+    header: one sent mid-connection is no header (it would let a client
+    name any address once its connection moved)."""
+    s = ServerProc("apps:client", "--workers", "2", "--threads", "1", "--max-requests", "2",
+                   "--proxy-protocol")
+    try:
+        assert wait_for(lambda: len(s.worker_pids()) >= 2)
+        with Conn(s.port) as c:
+            pids = []
+            for _ in range(2):
+                c.send(GET + b"\r\n")
+                d = json.loads(c.read_response().body)
+                assert d["remote_addr"] == "127.0.0.1"
+                pids.append(d["pid"])
+            assert pids[0] == pids[1]
+            assert wait_for(lambda: proc_gone(pids[0]), timeout=20), s.log()
+            c.send(v1("192.0.2.66", 66) + GET + b"\r\n")
+            r = c.read_response()
+            assert r.status != 200 or json.loads(r.body)["remote_addr"] != "192.0.2.66", r
+    finally:
+        s.stop()
+
+
 def test_proxied_client_survives_hand_off_to_a_free_worker(tmp_path):
     """With threads, a request arriving on a kept-alive connection at a
     saturated worker moves (unread) to a free one: with the client its
