@@ -281,7 +281,7 @@ def test_gunicorn_names_without_counterpart_warn_typos_and_refusals_fail_check_c
     p = run_forkwsgi("-c", str(conf), "--check-config")
     assert p.returncode == 1
     err = p.stderr
-    assert "warning: " in err and "'daemon' (gunicorn) has no counterpart here" in err and "systemd" in err
+    assert "error: " in err and "'daemon' = True (gunicorn) has no counterpart here" in err and "systemd" in err
     assert "'enable_backlog_metric' (gunicorn) has no counterpart here" in err and "--metrics" in err
     assert "error: " in err and "worker class 'gevent' has no counterpart" in err
     assert "'workerz' is not a setting: ignored (did you mean workers?)" in err
@@ -306,16 +306,17 @@ def test_a_hook_with_the_wrong_arguments_is_a_one_line_error(tmp_path):
     assert "pre_fork must take 2 argument(s)" in p.stderr
 
 
-def test_a_hook_that_raises_is_logged_and_the_server_goes_on(tmp_path):
+def test_a_post_request_that_raises_is_logged_and_the_server_goes_on(tmp_path):
+    # (what every other hook that raises does, as in gunicorn: test_hooks_failures.py)
     conf = tmp_path / "raise.conf.py"
-    conf.write_text("def pre_request(worker, req):\n    raise RuntimeError('hook bug')\n")
+    conf.write_text("def post_request(worker, req, environ, resp):\n    raise RuntimeError('hook bug')\n")
     s = ServerProc("apps:hello", "-c", str(conf), "--workers", "1")
     try:
         with Conn(s.port) as c:
             for _ in range(2):
                 c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
                 assert c.read_response().status == 200
-        assert wait_for(lambda: s.log().count("hook pre_request raised") == 2, 5)
+        assert wait_for(lambda: s.log().count("hook post_request raised") == 2, 5)
         assert "RuntimeError: hook bug" in s.log()
         time.sleep(0.1)
         assert s.alive()

@@ -14,10 +14,27 @@ calls them:
 below): .pid, .log, .cfg, .num_workers, .address, .LISTENERS, .WORKERS,
 .proc_name. `worker` is a Worker below, `req` a Request, `resp` a
 Response: what gunicorn's hooks use of its own, where forkwsgi can say it
-truly (resp.chunked cannot be: the C core decides the framing after the
-app returns). A hook that raises is logged with its traceback; the
-server goes on. pre_request and post_request cost nothing unless
-defined: only then is the app wrapped (one Python call each per request).
+truly; a gunicorn attribute with no true counterpart here raises an
+AttributeError that says what to use instead (resp.chunked: the C core
+decides the framing as it sends). pre_request and post_request cost
+nothing unless defined: only then is the app wrapped (one Python call
+each per request).
+
+A hook that raises does what it does in gunicorn (FAILURE below):
+on_starting, when_ready and the first nworkers_changed stop the start
+(exit 1); pre_fork, child_exit, on_reload and a later nworkers_changed
+stop the master and its workers (exit 255: gunicorn's "Unhandled exception
+in main loop"); post_fork and post_worker_init mean the worker cannot boot
+(exit 3: before anything has served, the master stops with "failed to
+boot", as gunicorn's; after, the master's back-off retries it while the
+others serve on); pre_request answers 500 without calling the app;
+on_exit makes the exit status 1; post_request, worker_exit, worker_int,
+worker_abort and pre_exec are logged and the server goes on.
+
+pre_request may change req.headers, .path, .query, .method, .uri,
+.scheme, .version and .body: the app gets the environ as they are after
+the hook (gunicorn builds the environ then), with the server's mapping
+of header names (Request.apply).
 
 At start, nworkers_changed(server, N, None) comes first, before
 on_starting, as in gunicorn (which calls it when it first sets the
@@ -28,7 +45,7 @@ import os
 import socket
 import sys
 
-from . import binding, gunicorn_compat
+from . import binding, gunicorn_compat, process
 
 # name -> number of positional arguments (gunicorn's).
 SIGNATURES = {
@@ -38,8 +55,41 @@ SIGNATURES = {
 }
 
 
+# What a hook that raises does (gunicorn's arbiter.py, workers/base.py):
+#   start   the master does not start: exit 1 (the exception leaves gunicorn's Arbiter.run)
+#   master  the master stops its workers now and exits 255 ("Unhandled exception in main loop")
+#   fork    (in the worker, before worker.run) it cannot boot: worker_exit, exit 3
+#   boot    (in worker.run) it cannot boot: raised on, worker.run exits 3 ("Worker failed to boot")
+#   request raised on to the server: 500, the app is not called (Request, wrap)
+#   exit    the master's exit status is 1
+#   log     logged with its traceback; the server goes on
+FAILURE = {
+    "on_starting": "start", "when_ready": "start", "nworkers_changed": "master", "pre_fork": "master",
+    "child_exit": "master", "on_reload": "master", "post_fork": "fork", "post_worker_init": "boot",
+    "pre_request": "request", "on_exit": "exit", "post_request": "log", "worker_exit": "log",
+    "worker_int": "log", "worker_abort": "log", "pre_exec": "log",
+}
+
+# The hooks whose first argument is the master (`server`): they get it as a
+# MasterView.
+SERVER_FIRST = ("on_starting", "when_ready", "on_reload", "pre_fork", "post_fork", "pre_exec", "child_exit",
+                "nworkers_changed", "on_exit", "worker_exit")
+
+BOOT_ERROR = 3          # worker.WORKER_BOOT_ERROR (gunicorn's number)
+MAIN_LOOP_ERROR = 255   # gunicorn's sys.exit(-1) after "Unhandled exception in main loop"
+
+
 class HookError(ValueError):
     pass
+
+
+def _missing(obj, name, instead):
+    """The AttributeError for gunicorn's attribute `name`, which has no
+    true counterpart here: `instead` says what to use."""
+    why = instead.get(name)
+    if why is None:
+        return AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
+    return AttributeError(f"{name}: not in forkwsgi ({why})")
 
 
 def check(name, fn):
@@ -95,6 +145,50 @@ class Cfg(dict):
         """The --bind addresses, as configured (port 0 stays 0)."""
         return [gunicorn_address(*binding.parse(a)) for a in self["bind"]]
 
+    @property
+    def settings(self):
+        """gunicorn's cfg.settings: {name: setting}, each with .name, .value
+        and .get(); by forkwsgi's names and by gunicorn's that differ
+        (loglevel, accesslog, ...), and worker_class and preload_app. A
+        copy: changing it changes nothing."""
+        out = {k: Setting(k, v) for k, v in self.items()}
+        for gname, name in gunicorn_compat.ALIASES.items():
+            if name in self:
+                out[gname] = Setting(gname, self[name])
+        for name in ("worker_class", "preload_app"):
+            out[name] = Setting(name, getattr(self, name))
+        return out
+
+    @property
+    def env(self):
+        """gunicorn's cfg.env: raw_env (-e KEY=VALUE) as {KEY: VALUE}."""
+        return dict(e.partition("=")[::2] for e in self.get("raw_env") or ())
+
+    @property
+    def uid(self):
+        """The user id the workers run as (--user; else this process's)."""
+        return process.Owner(self.get("user"), self.get("group")).uid
+
+    @property
+    def gid(self):
+        """The group id the workers run as (--group; else --user's group,
+        else this process's)."""
+        return process.Owner(self.get("user"), self.get("group")).gid
+
+
+class Setting:
+    """One entry of cfg.settings (gunicorn's Setting: what hooks read of it)."""
+
+    def __init__(self, name, value):
+        self.name = name
+        self.value = value
+
+    def get(self):
+        return self.value
+
+    def __repr__(self):
+        return f"<Setting {self.name}={self.value!r}>"
+
 
 class Listener:
     """A listening socket as gunicorn's LISTENERS hold them: str() is its
@@ -145,6 +239,83 @@ class GunicornServer:
         return self.cfg["proc_name"] or self.app_spec
 
 
+class MasterView:
+    """What hooks get as `server`: the master itself (every attribute is
+    the master's, GunicornServer's included, and what a hook sets on it is
+    set on the master), plus what gunicorn's Arbiter has besides under
+    names the master does not use: .app (gunicorn's Application), .timeout,
+    .master_name, .reexec_pid."""
+
+    __slots__ = ("_master",)
+
+    master_name = "Master"      # gunicorn's "Master.2" is the new master of a USR2 upgrade:
+                                # forkwsgi re-executes in place (same PID), there is no other
+    reexec_pid = 0              # gunicorn's pid of that new master while both run: never here
+
+    def __init__(self, master):
+        object.__setattr__(self, "_master", master)
+
+    def __getattr__(self, name):
+        return getattr(self._master, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._master, name, value)
+
+    def __delattr__(self, name):
+        delattr(self._master, name)
+
+    def __repr__(self):
+        return f"<forkwsgi master {getattr(self._master, 'pid', '?')}>"
+
+    @property
+    def app(self):
+        return Application(self._master)
+
+    @property
+    def timeout(self):
+        """--timeout, in seconds (gunicorn's server.timeout)."""
+        return self._master.cfg["timeout"]
+
+
+class Application:
+    """server.app: what hooks use of gunicorn's Application (its settings and
+    the WSGI app). The master itself keeps the WSGI app as its own .app."""
+
+    INSTEAD = {"load": "the app is imported by the master (preloaded) or by each worker (--lazy-apps)",
+               "reload": "SIGHUP reloads", "load_config": "the config is read at start and on SIGHUP"}
+
+    def __init__(self, master):
+        self._master = master
+
+    def __getattr__(self, name):
+        raise _missing(self, name, self.INSTEAD)
+
+    @property
+    def cfg(self):
+        return self._master.cfg
+
+    @property
+    def app_uri(self):
+        """The app as given (MODULE:APP)."""
+        return self._master.app_spec
+
+    @property
+    def callable(self):
+        """The WSGI app this process imported, or None: with --lazy-apps
+        (preload_app = False) the master never imports it (worker.wsgi is
+        each worker's)."""
+        return self._master.app
+
+    def wsgi(self):
+        """The WSGI app this process imported. With --lazy-apps the master
+        has none, and does not import it for a hook (gunicorn would, in
+        the master): a RuntimeError says so."""
+        if self._master.app is None:
+            raise RuntimeError("server.app.wsgi(): the app is imported by each worker here (--lazy-apps, "
+                               "preload_app = False), not by the master: use worker.wsgi in a worker's hook")
+        return self._master.app
+
+
 class Worker:
     """A worker as hooks see it (gunicorn's Worker, what hooks use of it)."""
 
@@ -187,34 +358,155 @@ class Worker:
         self._count = None              # the master's reader: the worker sets its own
         return self
 
+    def notify(self):
+        """gunicorn's heartbeat (it touches worker.tmp): nothing to do here.
+        The master does not time a worker's boot (a long post_worker_init
+        is fine), and --timeout times each call into the app, which this
+        does not extend."""
+
+    INSTEAD = {
+        "tmp": "no heartbeat file: the master watches the workers through shared memory (--timeout, "
+               "--heartbeat-timeout); worker.notify() is there and has nothing to do",
+        "wait_fds": "the C core's event loop waits on the sockets",
+        "PIPE": "the C core's event loop waits on the sockets",
+        "reloader": "no file reloader: SIGHUP reloads",
+    }
+
+    def __getattr__(self, name):
+        raise _missing(self, name, self.INSTEAD)
+
 
 class Hooks:
     def __init__(self, fns, log=None):
         self.fns = dict(fns)
         self.log = log or logging.getLogger("forkwsgi")
+        self.exit_status = None         # a master hook failed during a stop: the exit status (on_exit)
+        self.said_underscore = set()    # header names with '_' a pre_request added (said once each)
 
     def __contains__(self, name):
         return name in self.fns
 
     def call(self, name, *args):
+        """Call hook `name` if defined. True when it returned (or is not
+        defined); when it raised, what gunicorn does then (FAILURE): False
+        once logged, or the exception, or the process's exit."""
         fn = self.fns.get(name)
-        if fn is None:
-            return
+        if fn is not None:
+            given = args
+            if name in SERVER_FIRST and args and args[0] is not None:
+                given = (MasterView(args[0]),) + args[1:]
+            try:
+                fn(*given)
+            except Exception:  # noqa: BLE001 - user code: what gunicorn does with it
+                then = self._failed(name, args)
+            else:
+                then = None
+            if then is not None:
+                then()              # out of the except block: what fails there is not "during handling"
+            ok = then is None
+        else:
+            ok = True
+        if name == "on_exit" and self.exit_status is not None:
+            self._exit(args[0], self.exit_status)
+        return ok
+
+    def _failed(self, name, args):
+        """Hook `name` raised (the exception is being handled)."""
+        how = FAILURE[name]
+        if how == "start" or (how == "master" and name == "nworkers_changed" and args[2] is None):
+            # nworkers_changed(server, N, None): gunicorn's Arbiter() sets
+            # the number of workers before anything else.
+            self.log.exception("hook %s raised: not starting (exit 1), as gunicorn", name)
+            self._exit(args[0], 1)
+        if how == "master":
+            return self._stop_master(name, args[0])
+        if how == "fork":
+            self._cannot_boot(name, args[0], args[1])
+        if how == "boot":
+            self.log.error("hook %s raised: worker %s cannot boot (exit %d), as in gunicorn; the traceback follows",
+                           name, getattr(args[0], "index", "?"), BOOT_ERROR)
+            raise
+        if how == "request":
+            raise
+        if how == "exit":
+            self.log.exception("hook %s raised: exit status 1, as gunicorn's", name)
+            self.exit_status = 1
+            return _nothing
+        self.log.exception("hook %s raised", name)
+        return _nothing
+
+    def _stop_master(self, name, master):
+        """A master hook raised where gunicorn's arbiter stops for it: the
+        workers stop now, the master exits 255 (what to do once out of the
+        except block). During a stop, the stop goes on and the exit status
+        says it."""
+        if self.exit_status is None:
+            self.exit_status = MAIN_LOOP_ERROR
+        if getattr(master, "stopping", False):
+            self.log.exception("hook %s raised during the stop: exit status %d, as gunicorn's", name,
+                               self.exit_status)
+            return _nothing
+        self.log.exception("hook %s raised: the master stops now (exit %d), as gunicorn's", name, MAIN_LOOP_ERROR)
+
+        def stop():
+            master.stop(graceful=False)
+            raise SystemExit(MAIN_LOOP_ERROR)
+        return stop
+
+    def _cannot_boot(self, name, master, worker):
+        """post_fork raised, in the new worker (which has not run anything
+        of its own yet): it ends as one that cannot boot (gunicorn: exit 3,
+        worker_exit first), and never returns into the master's code."""
         try:
-            fn(*args)
-        except Exception:  # noqa: BLE001 - user code: logged, the server goes on
-            self.log.exception("hook %s raised", name)
+            self.log.exception("hook %s raised: worker %s cannot boot (exit %d), as in gunicorn", name,
+                               getattr(worker, "index", "?"), BOOT_ERROR)
+            if worker is not None:
+                worker.alive = False
+            self.call("worker_exit", master, worker)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
+        finally:
+            os._exit(BOOT_ERROR)
+
+    def _exit(self, master, status):
+        """End the master with `status`: what it would still remove goes
+        first (arbiter: discard)."""
+        discard = getattr(master, "discard", None)
+        if discard:
+            try:
+                discard()
+            except Exception:  # noqa: BLE001 - the exit goes on
+                self.log.exception("while stopping")
+        raise SystemExit(status)
+
+
+def _nothing():
+    pass
 
 
 class Request:
     """What pre_request/post_request get as `req` (gunicorn's Request, the
-    parts hooks use)."""
+    parts hooks use). What pre_request changes of it the app sees (apply)."""
+
+    INSTEAD = {
+        "req_number": "the server does not count requests per connection; worker.nr counts the worker's",
+        "trailers": "the trailer fields of a chunked body are checked and dropped by the server, not kept",
+        "proxy_protocol_info": "with --proxy-protocol, REMOTE_ADDR and REMOTE_PORT (req.peer_addr) are the "
+                               "client the PROXY header names",
+        "must_close": "req.should_close() says whether the client asked to close",
+        "unreader": "the server's C core reads the request",
+    }
 
     def __init__(self, environ):
         self.method = environ["REQUEST_METHOD"]
-        self.path = environ.get("PATH_INFO", "")
+        self.uri = environ.get("RAW_URI") or environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+        # As gunicorn's: the path of the request line as sent (percent-
+        # encoded, with the --root-path prefix), not PATH_INFO.
+        self.path = _path_of(self.uri)
         self.query = environ.get("QUERY_STRING", "")
-        self.uri = environ.get("RAW_URI", self.path)
         self.fragment = self.uri.partition("#")[2]
         self.scheme = environ.get("wsgi.url_scheme", "http")
         # The body stream the app reads (reading it here takes it from the
@@ -232,29 +524,140 @@ class Request:
         # socket's peer has no port: its address alone.
         port = environ.get("REMOTE_PORT", "")
         self.peer_addr = (self.remote_addr, int(port)) if port.isdigit() else self.remote_addr
+        self._was = (self.method, self.uri, self.path, self.query, self.scheme, self.version, self.body,
+                     list(self.headers))
+
+    def __getattr__(self, name):
+        raise _missing(self, name, self.INSTEAD)
+
+    def should_close(self):
+        """gunicorn's: does the client want the connection closed after
+        this request (Connection: close, HTTP/1.0 without keep-alive,
+        CONNECT)?"""
+        if self.method == "CONNECT":
+            return True
+        for name, value in self.headers:
+            if name.upper() == "CONNECTION":
+                value = value.lower().strip(" \t")
+                if value == "close":
+                    return True
+                if value == "keep-alive":
+                    return False
+                break
+        return self.version <= (1, 0)
+
+    def apply(self, environ, hooks):
+        """What pre_request changed, into the environ the app gets (gunicorn
+        builds the environ after pre_request). Only what changed is
+        touched."""
+        method, uri, path, query, scheme, version, body, headers = self._was
+        if self.headers != headers:
+            _put_headers(environ, self.headers, hooks)
+        if self.path != path:
+            _put_path(environ, self.path)
+        if self.query != query:
+            environ["QUERY_STRING"] = self.query
+        if self.method != method:
+            environ["REQUEST_METHOD"] = self.method
+        if self.uri != uri:
+            environ["RAW_URI"] = self.uri
+        if self.scheme != scheme:
+            environ["wsgi.url_scheme"] = self.scheme
+        if self.version != version:
+            environ["SERVER_PROTOCOL"] = "HTTP/%s" % ".".join(str(v) for v in self.version)
+        if self.body is not body:
+            environ["wsgi.input"] = self.body
+
+
+def _path_of(uri):
+    """The path of a request target, as gunicorn splits it (its query and
+    fragment off; the absolute form's scheme and host off)."""
+    if uri.startswith("/") or uri == "*":
+        return uri.partition("#")[0].partition("?")[0]
+    from urllib.parse import urlsplit       # the absolute form (a proxy's): rare
+    return urlsplit(uri).path
+
+
+def _put_headers(environ, headers, hooks):
+    """The environ's header entries from req.headers, mapped as the server
+    maps a request's fields: CONTENT_TYPE and CONTENT_LENGTH, else HTTP_
+    and the name upper-cased with '-' as '_'; a name with '_' left out (so
+    it cannot pose as its '-' twin, as the server does for a client's);
+    a repeated name's values joined with ", "."""
+    for key in [k for k in environ if k.startswith("HTTP_") or k in ("CONTENT_TYPE", "CONTENT_LENGTH")]:
+        del environ[key]
+    for name, value in headers:
+        name = str(name).upper()
+        if "_" in name:
+            if name not in hooks.said_underscore:
+                hooks.said_underscore.add(name)
+                hooks.log.warning("pre_request put the header %r in req.headers: a name with '_' is left out of "
+                                  "the environ, as the server leaves out a client's (gunicorn's header_map = "
+                                  "'drop'); use '-'", name)
+            continue
+        key = ("CONTENT_TYPE" if name == "CONTENT-TYPE" else "CONTENT_LENGTH" if name == "CONTENT-LENGTH"
+               else "HTTP_" + name.replace("-", "_"))
+        environ[key] = environ[key] + ", " + value if key in environ else value
+
+
+def _put_path(environ, path):
+    """PATH_INFO from a path a pre_request set: percent-decoded once, as a
+    WSGI (latin-1) str, the --root-path prefix (SCRIPT_NAME) taken off the
+    front as the server does."""
+    from urllib.parse import unquote_to_bytes
+    decoded = unquote_to_bytes(path).decode("latin-1")
+    prefix = environ.get("SCRIPT_NAME", "")
+    n = len(prefix)
+    if prefix and decoded.startswith(prefix) and (len(decoded) == n or decoded[n] == "/"):
+        decoded = decoded[n:]
+    environ["PATH_INFO"] = decoded
 
 
 class Response:
     """`resp` of post_request: the status and headers the app gave, the body
-    bytes it produced (sent), and the length its Content-Length header
-    announced (response_length, None without one)."""
+    bytes it produced (sent), the length its Content-Length header
+    announced (response_length, None without one), its request (req) and
+    the server's name (version: what the Server header says)."""
 
-    def __init__(self):
+    version = "forkwsgi"
+
+    INSTEAD = {
+        "chunked": "the C core chooses the framing as it sends (it gives a body it has whole a "
+                   "Content-Length); resp.response_length is the app's own Content-Length",
+        "should_close": "the C core decides whether the connection stays open; req.should_close() says "
+                        "whether the client asked to close",
+        "headers_sent": "post_request runs once the response is done",
+        "must_close": "the C core decides whether the connection stays open",
+    }
+
+    def __init__(self, req=None):
+        self.req = req
         self.status = None
         self.status_code = None
         self.headers = []
         self.sent = 0
         self.response_length = None
 
+    def __getattr__(self, name):
+        raise _missing(self, name, self.INSTEAD)
+
 
 def wrap(app, hooks, worker):
     """The app with pre_request/post_request around it (only called when one
     of them is defined). post_request runs when the response is done (the
-    server closes its iterable)."""
+    server closes its iterable). A pre_request that raises: the app is not
+    called, post_request gets ({}, None) as in gunicorn, and the exception
+    goes on to the server, which logs it ("Error handling request") and
+    answers 500."""
     def with_hooks(environ, start_response):
         req = Request(environ)
-        hooks.call("pre_request", worker, req)
-        resp = Response()
+        try:
+            hooks.call("pre_request", worker, req)
+        except Exception:
+            hooks.call("post_request", worker, req, {}, None)
+            raise
+        req.apply(environ, hooks)
+        resp = Response(req)
 
         def start(status, headers, exc_info=None):
             resp.status, resp.headers = status, list(headers)

@@ -220,7 +220,11 @@ class InPlaceReload:
             self.log.info("reload: a stop came first; no re-execution")
             return
         state, fds = self._state()
-        self.hooks.call("pre_exec", self)
+        if self.hooks.call("pre_exec", self) is False:
+            # As gunicorn, whose new master does not start when pre_exec raises.
+            self.log.error("reload: the pre_exec hook raised (above): no re-execution; the workers serve on")
+            self.announce_ready()
+            return
         err = execute(state, fds, self.argv, self.cwd, self.SIGNALS, self.notifier.environ(), self.sig_queue)
         self.log.error("reload: cannot re-execute %s: %s; the workers serve on", sys.executable, err)
         self.announce_ready()
