@@ -304,21 +304,3 @@ def test_a_hook_with_the_wrong_arguments_is_a_one_line_error(tmp_path):
     assert p.returncode == 2
     assert p.stderr.strip().count("\n") == 0
     assert "pre_fork must take 2 argument(s)" in p.stderr
-
-
-def test_a_post_request_that_raises_is_logged_and_the_server_goes_on(tmp_path):
-    # (what every other hook that raises does, as in gunicorn: test_hooks_failures.py)
-    conf = tmp_path / "raise.conf.py"
-    conf.write_text("def post_request(worker, req, environ, resp):\n    raise RuntimeError('hook bug')\n")
-    s = ServerProc("apps:hello", "-c", str(conf), "--workers", "1")
-    try:
-        with Conn(s.port) as c:
-            for _ in range(2):
-                c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-                assert c.read_response().status == 200
-        assert wait_for(lambda: s.log().count("hook post_request raised") == 2, 5)
-        assert "RuntimeError: hook bug" in s.log()
-        time.sleep(0.1)
-        assert s.alive()
-    finally:
-        s.stop()
