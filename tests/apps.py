@@ -685,5 +685,9 @@ def chatty(environ, start_response):
     sys.stderr.flush()
     if "raise=1" in environ.get("QUERY_STRING", ""):
         raise RuntimeError("chatty gives up")
+    if "big=1" in environ.get("QUERY_STRING", ""):
+        for _ in range(200):
+            print("x" * 1000)
+        sys.stdout.flush()
     start_response("200 OK", [("Content-Type", "text/plain")])
     return [b"chatty"]

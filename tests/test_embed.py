@@ -176,11 +176,13 @@ kids = []
 if form == "listen-fork":
     sock = forkwsgi.listen(apps.pid, "127.0.0.1", port)
     assert sock.getsockname() == ("127.0.0.1", port), sock     # bjoern returns the socket
-    try:
-        forkwsgi.listen(apps.pid, "127.0.0.1", port + 1)
-        raise SystemExit("a second listen() was taken")
-    except RuntimeError:
-        pass
+    for call in (lambda: forkwsgi.listen(apps.pid, "127.0.0.1", port + 1),
+                 lambda: forkwsgi.run(apps.pid, "127.0.0.1", port + 1)):
+        try:
+            call()
+            raise SystemExit("a second listen() (or a run() with an app) was taken")
+        except RuntimeError:
+            pass
 for i in range(2):
     pid = os.fork()
     if pid == 0:

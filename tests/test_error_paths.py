@@ -838,3 +838,58 @@ def test_a_body_under_the_spool_threshold_is_read_in_place_whole(one_worker):
         c.send(b"POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         r = c.read_response()
         assert r.status == 200 and r.body == b"%d" % len(body)
+
+
+# ---- a reload that meets a full disk, a huge environment, systemd's sockets --------
+
+def test_a_reload_with_capture_output_on_a_full_disk_goes_ahead(servers, small_disk):
+    """Hostile review: with --capture-output on a full disk, SIGHUP killed
+    the master and every worker without a word: the master's flush of
+    stderr before its re-execution raised ENOSPC. The reload goes ahead
+    (what could not be written is lost) and the server serves on."""
+    log = small_disk / "error.log"
+    conf = small_disk.parent / "chatty.conf.py"
+    conf.write_text("def when_ready(server):\n"
+                    "    print('ready, says a hook')\n")     # in the master's stdout buffer until a flush
+    s = ServerProc("apps:chatty", "-c", str(conf), "--workers", "1", "--error-logfile", str(log),
+                   "--capture-output", wait=False)
+    servers.append(s)
+    assert wait_for(lambda: log.exists() and "Booted worker" in log.read_text(), 15)
+    s.port = int(log.read_text().split("Listening at: http://127.0.0.1:")[1].split()[0])
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    before = s.worker_pids()
+    fd = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT)      # the disk is full from here
+    try:
+        while os.write(fd, b"x" * 65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    with Conn(s.port) as c:
+        c.send(b"GET /full?big=1 HTTP/1.1\r\nHost: t\r\n\r\n")
+        c.read_response()                  # its print() fails: a 500, an answer all the same
+    s.signal(signal.SIGHUP)
+    assert wait_for(lambda: s.worker_pids() and not set(s.worker_pids()) & set(before), timeout=30), \
+        "no new workers after the reload"
+    assert s.alive()
+    assert request(s.port, b"GET /after HTTP/1.1\r\nHost: t\r\n\r\n").status in (200, 500)
+
+
+def test_a_reload_whose_environment_cannot_be_passed_is_refused_and_the_workers_serve_on(servers, tmp_path):
+    """Hostile review: an environment variable over 128 KiB (an ini's
+    env = X=@(/etc/ssl/certs/ca-certificates.crt)) made the reload's check
+    fail to start (E2BIG) and the exception ended the master. The reload
+    is refused with a log line; the workers serve on."""
+    conf = tmp_path / "big.conf.py"
+    conf.write_text("raw_env = ['HUGE=' + 'a' * 200000]\n")
+    s = ServerProc("apps:pid", "-c", str(conf), "--workers", "1", cwd=str(tmp_path))
+    servers.append(s)
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    before = s.worker_pids()
+    s.signal(signal.SIGHUP)
+    assert wait_for(lambda: "reload: cannot start the check of the new code" in s.log(), timeout=20), \
+        s.log()[-2000:]
+    time.sleep(0.3)
+    assert s.alive() and s.worker_pids() == before
+    assert request(s.port, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").status == 200

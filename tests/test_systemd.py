@@ -105,6 +105,41 @@ def test_passed_sockets_win_over_bind_as_in_gunicorn(tmp_path):
         log.close()
 
 
+@needs_activate
+def test_a_passed_unix_sockets_file_outlives_a_reload_and_the_stop(tmp_path):
+    """Hostile review: with socket activation on a unix path and --bind
+    naming it too, a reload (SIGHUP) then a stop removed the socket unit's
+    file: the re-executed master no longer knew the socket was passed in,
+    and removed what --bind names. nginx then got ENOENT until the .socket
+    unit was restarted. A passed socket's file is never removed."""
+    path = str(tmp_path / "app.sock")
+    log = open(tmp_path / "log", "w")
+    proc = subprocess.Popen(["systemd-socket-activate", "-l", path, sys.executable, "-m", "forkwsgi",
+                             "apps:hello", "--workers", "1", "--bind", f"unix:{path}"],
+                            cwd=HERE, env=env(), stdout=log, stderr=log, start_new_session=True)
+
+    def served():
+        try:
+            with socket.socket(socket.AF_UNIX) as c:
+                c.settimeout(5)
+                c.connect(path)
+                c.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                return c.recv(12) == b"HTTP/1.1 200"
+        except OSError:
+            return False
+    try:
+        assert wait_for(served, timeout=15), open(log.name).read()
+        assert wait_for(lambda: "Booted worker 1" in open(log.name).read(), timeout=10)
+        os.kill(proc.pid, signal.SIGHUP)
+        assert wait_for(lambda: open(log.name).read().count("Booted worker 1") >= 2, timeout=20), \
+            open(log.name).read()
+        assert served()
+    finally:
+        stop(proc)
+        log.close()
+    assert os.path.exists(path), open(tmp_path / "log").read()[-2000:]
+
+
 def read_notifications(sock, until, timeout):
     """Datagrams from the notify socket until one contains `until`."""
     got = []

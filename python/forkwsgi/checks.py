@@ -32,14 +32,27 @@ class WorkerChecks:
         if not limit:
             return
         now = time.monotonic_ns()
+        inline = self.cfg["threads"] == 1
         for w in list(self.workers.values()):
-            if w.retiring or not w.ready or w.slot is None:
+            if not w.ready or w.slot is None or w.killed or w.timed_out_at is not None:
                 continue
+            if w.retiring and not inline:
+                continue            # draining: --graceful-timeout bounds its calls now
             stuck = [(began, t, line) for t, began, line in self.slots.serving(w.slot)
                      if (now - began) / 1e9 > limit]
             if not stuck:
                 continue
             began, t, line = min(stuck)
+            if w.retiring:
+                # Retiring already (a reload, --max-requests, --max-rss) with
+                # its one app thread stuck: the time limit holds all the same
+                # (gunicorn's timeout covers the old workers of a reload).
+                self.log.error("Worker %d (pid %d), retiring (%s), timed out: %.1f s in %r on %s (--timeout %g); "
+                               "its Python stacks follow; it is killed (its one app thread is stuck)", w.index,
+                               w.pid, w.retire_reason or "by itself", (now - began) / 1e9, line,
+                               self.slots.thread_label(t), limit)
+                self._timed_out(w)
+                continue
             if self.no_app:
                 # No app to start a replacement with: retiring it would take
                 # its capacity away for good. It serves on, on its other
@@ -60,14 +73,23 @@ class WorkerChecks:
             self.log.error("Worker %d (pid %d) timed out: %.1f s in %r on %s (--timeout %g); its Python stacks "
                            "follow; %s, and a new worker replaces it", w.index, w.pid, (now - began) / 1e9, line,
                            self.slots.thread_label(t), limit, then)
-            for h in self.log.handlers:
-                h.flush()
-            self.kill(w.pid, signal.SIGUSR2)       # faulthandler writes the stack to stderr
-            self.timeouts[w.index] += 1
+            self._timed_out(w)
             # As any retirement: no new work, idle connections handed on, the
             # requests in flight on its other threads finish; the stuck one
             # ends with the worker (check_stopping).
             self.retire(w, "timeout")
+
+    def _timed_out(self, w):
+        """w is past --timeout: its stacks are asked for (the kill waits
+        STACKS_GRACE for them: check_stopping)."""
+        for h in self.log.handlers:
+            try:
+                h.flush()
+            except (OSError, ValueError):
+                pass
+        self.kill(w.pid, signal.SIGUSR2)       # faulthandler writes the stack to stderr
+        self.timeouts[w.index] += 1
+        w.timed_out_at = time.monotonic()
 
     def check_stopping(self):
         """A worker that stops (retiring, or retiring by itself at
@@ -91,8 +113,8 @@ class WorkerChecks:
                     self.retired_by_itself(w)
             if w.stopping_since is None or w.killed:
                 continue
-            if (w.retire_reason == "timeout" and self.cfg["threads"] == 1 and
-                    now - w.stopping_since >= STACKS_GRACE and self.only_timed_out(w)):
+            if (w.timed_out_at is not None and self.cfg["threads"] == 1 and
+                    now - w.timed_out_at >= STACKS_GRACE and self.only_timed_out(w)):
                 # One app thread (gunicorn's sync worker, uWSGI's default):
                 # its loop waits for the stuck call, so nothing else of the
                 # worker moves; it goes now, as under gunicorn's timeout and
@@ -105,7 +127,8 @@ class WorkerChecks:
                 continue
             if now - w.stopping_since > 2 * self.cfg["graceful_timeout"] + 1.0:
                 serving = self.requests_in_app(w)
-                self.log.warning("Worker %d (pid %d) did not stop within --graceful-timeout %g s%s: killing it",
+                self.log.warning("Worker %d (pid %d) did not stop within twice --graceful-timeout %g s (its "
+                                 "requests', then its atexit handlers')%s: killing it",
                                  w.index, w.pid, self.cfg["graceful_timeout"],
                                  f" (still in {serving})" if serving else " (nor its atexit handlers)")
                 w.killed = True

@@ -56,7 +56,11 @@ class HeldImport:
             return
         if self.import_check is None:
             if time.monotonic() >= self.import_retry_at:
-                self.import_check = reexec.Preflight(self.argv, self.cwd)
+                try:
+                    self.import_check = reexec.Preflight(self.argv, self.cwd)
+                except OSError as e:
+                    self.log.error("cannot start the import check: %s; trying again later", e)
+                    self.import_retry_at = time.monotonic() + 10.0
             return
         result = self.import_check.result()
         if result is None:

@@ -40,6 +40,7 @@ class WorkerInfo:
         self.rss_at_ready = None     # its RSS (MiB) when it said it was ready (--max-rss)
         self.rss_born_over = False   # over --max-rss from the start: not recycled for memory
         self.timeout_held = False    # past --timeout, kept because no replacement can start
+        self.timed_out_at = None     # time.monotonic() when --timeout found it stuck (its stacks asked for)
         self.max_requests = 0        # its own --max-requests (jitter included)
         self.due = False             # --lazy-apps: past --max-requests or --max-rss (the reason), replaced
                                      # once a new one serves (check_due, check_memory)

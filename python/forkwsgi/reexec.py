@@ -173,11 +173,18 @@ class InPlaceReload:
         self.notifier.reloading()
         self.announce = True
         self.hooks.call("on_reload", self)
+        try:
+            self.preflight = Preflight(self.argv, self.cwd)
+        except OSError as e:
+            # E2BIG: an environment of over 128 KiB in one variable (an ini's
+            # env = X=@(FILE)); the exec would fail the same way.
+            self.log.error("reload: cannot start the check of the new code: %s; the workers serve on", e)
+            self.announce_ready()
+            return
         if self.offload:
             # The sibling hands over now, as on any reload (a SIGHUP sent to
             # the whole group tells it so itself): its exit is expected.
             self.offload.reload()
-        self.preflight = Preflight(self.argv, self.cwd)
 
     def check_preflight(self):
         """Once the check of a reload has ended: exec, or say why not."""
@@ -250,10 +257,11 @@ def execute(state, fds, argv, cwd, signals, extra_env, queued):
     env = dict(os.environ, **extra_env)
     env[ENV] = json.dumps(state, separators=(",", ":"))
     signal.pthread_sigmask(signal.SIG_BLOCK, signals)
-    for h in log.handlers:
-        h.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in [*log.handlers, sys.stdout, sys.stderr]:
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass        # a full disk under --capture-output: what was not written is lost, the reload goes on
     for sig in dict.fromkeys(queued):
         # To this thread, which blocks it: its pending set survives exec
         # (a signal to the process could go to another thread, unblocked).

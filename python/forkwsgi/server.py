@@ -384,6 +384,9 @@ def run(app=None, host=None, port=None, *, bind=None, reuse_port=False, **option
             raise TypeError("run() needs an app, or listen(app, host, port) before it")
         sock, app, options = _listened.pop()
         server = _served(app, sock, options)
+    elif _listened:
+        raise RuntimeError("listen() was called already: run() serves what it bound (as in bjoern, whose run() "
+                           "with an app listens again)")
     elif reuse_port and bind is None:
         listen(app, host, port, reuse_port=True, **options)
         sock, app, options = _listened.pop()

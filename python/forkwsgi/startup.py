@@ -69,7 +69,12 @@ class StartUp:
         self.protocols = st.get("protocols") or ["http"] * len(self.sockets)
         was = {"bind": st.get("bind") or [], "uwsgi_socket": st.get("uwsgi_socket", []),
                "protocol": st.get("protocol", "http")}
-        if any(self.cfg[k] != v for k, v in was.items()) and not all(b.startswith("fd://") for b in was["bind"]):
+        given = [*was["bind"], *(was["uwsgi_socket"] or [])]
+        if given and all(b.startswith("fd://") for b in given):
+            # Passed in (systemd's LISTEN_FDS, which the image before took):
+            # they are what is served, and whose files are never removed.
+            self.cfg.update(was)
+        elif any(self.cfg[k] != v for k, v in was.items()):
             # The workers that serve on, and the hand-offs between them,
             # number the listening sockets: they stay as they are.
             self.log.warning("reload: --bind changed to %s; a reload keeps the listening sockets (%s): "
