@@ -170,6 +170,19 @@ def request(port, data, method="GET", timeout=10.0):
         return c.read_response(method)
 
 
+def serves_on_unix(path, timeout=5.0):
+    """Question: does a GET on a new connection to the unix socket at path
+    get a 200?"""
+    try:
+        with socket.socket(socket.AF_UNIX) as c:
+            c.settimeout(timeout)
+            c.connect(path)
+            c.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            return c.recv(100).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
 def get_each_on_a_new_connection(port, n, path="/"):
     """n GET requests, each on its own connection; every answer must be a 200."""
     for _ in range(n):

@@ -10,7 +10,7 @@ import pytest
 
 import forkwsgi
 from conftest import HERE
-from httpraw import request, wait_for
+from httpraw import request, serves_on_unix, wait_for
 
 sys.path.insert(0, HERE)
 import apps  # noqa: E402
@@ -128,16 +128,8 @@ def test_run_on_a_unix_socket_opens_nothing_else(tmp_path, call):
     p = subprocess.Popen([sys.executable, str(script), path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     try:
-        def served():
-            try:
-                with socket.socket(socket.AF_UNIX) as c:
-                    c.settimeout(2)
-                    c.connect(path)
-                    c.sendall(b"GET /u HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-                    return c.recv(100).startswith(b"HTTP/1.1 200")
-            except OSError:
-                return False
-        assert wait_for(served, timeout=15), p.stderr.read() if p.poll() is not None else "not serving"
+        assert wait_for(lambda: serves_on_unix(path, 2), timeout=15), \
+            p.stderr.read() if p.poll() is not None else "not serving"
         listening = open(f"/proc/{p.pid}/net/tcp").read().splitlines()[1:]
         mine = {line.split()[9] for line in listening if line.split()[3] == "0A"}    # LISTEN, by inode
         fds = {os.readlink(f"/proc/{p.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{p.pid}/fd")}

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import HERE
-from httpraw import free_port, request, wait_for
+from httpraw import free_port, request, serves_on_unix, wait_for
 
 APP_MODES = ("inline",)
 
@@ -119,14 +119,7 @@ def test_a_passed_unix_sockets_file_outlives_a_reload_and_the_stop(tmp_path):
                             cwd=HERE, env=env(), stdout=log, stderr=log, start_new_session=True)
 
     def served():
-        try:
-            with socket.socket(socket.AF_UNIX) as c:
-                c.settimeout(5)
-                c.connect(path)
-                c.sendall(b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-                return c.recv(12) == b"HTTP/1.1 200"
-        except OSError:
-            return False
+        return serves_on_unix(path)
     try:
         assert wait_for(served, timeout=15), open(log.name).read()
         assert wait_for(lambda: "Booted worker 1" in open(log.name).read(), timeout=10)
