@@ -7,9 +7,10 @@
  *
  * Behind a proxy: when the connection's peer is in --forwarded-allow-ips
  * (decided once per connection, fw_conn.fwd_allowed), the headers of
- * secure_scheme_headers and the proto= of the last element of Forwarded
- * (RFC 7239: the one the nearest proxy added) set wsgi.url_scheme; when
- * they disagree the request is answered 400, as gunicorn refuses it.
+ * secure_scheme_headers and, with --forwarded-proto (glue.forwarded_proto),
+ * the proto= of the last element of Forwarded (RFC 7239: the one the
+ * nearest proxy added) set wsgi.url_scheme; when they disagree the request
+ * is answered 400, as gunicorn refuses it.
  * REMOTE_ADDR stays the client the connection knows (the socket's peer,
  * or the one a PROXY protocol header named): X-Forwarded-For and
  * Forwarded's for= are left to the app, as gunicorn does.
