@@ -352,6 +352,25 @@ def test_a_stuck_request_ends_with_its_worker_after_the_graceful_timeout(make_se
     assert wait_for(lambda: stuck not in s.worker_pids())
 
 
+def stuck_call(make_server, timeout, graceful, target, then=None):
+    """One worker with one app thread and --timeout; a call to `target` that
+    outlasts it (and the signal `then` to the master half a second in):
+    (the server, the stuck worker's pid, seconds until its connection
+    closed)."""
+    s = make_server("apps:sleep", "--workers", "1", "--threads", "1", "--timeout", timeout,
+                    "--graceful-timeout", graceful)
+    assert wait_for(lambda: len(s.worker_pids()) == 1)
+    stuck = s.worker_pids()[0]
+    t0 = time.monotonic()
+    with Conn(s.port, timeout=40) as c:
+        c.send(f"GET {target} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+        if then is not None:
+            time.sleep(0.5)
+            s.signal(then)
+        assert c.is_closed(35)
+    return s, stuck, time.monotonic() - t0
+
+
 def test_with_one_app_thread_a_timed_out_call_is_cut_at_once(make_server, app_mode):
     """Hostile review (uWSGI migration): with harakiri = 2 (--timeout 2) a
     5 s request got its 200 after 5 s, and one of 40 s after 40 s: the
@@ -362,14 +381,7 @@ def test_with_one_app_thread_a_timed_out_call_is_cut_at_once(make_server, app_mo
     stack is logged."""
     if app_mode == "threads":
         pytest.skip("sets its own --threads")
-    s = make_server("apps:sleep", "--workers", "1", "--threads", "1", "--timeout", "1", "--graceful-timeout", "30")
-    assert wait_for(lambda: len(s.worker_pids()) == 1)
-    stuck = s.worker_pids()[0]
-    t0 = time.monotonic()
-    with Conn(s.port, timeout=40) as c:
-        c.send(b"GET /?t=20 HTTP/1.1\r\nHost: a\r\n\r\n")
-        assert c.is_closed(35)
-    ended = time.monotonic() - t0
+    s, stuck, ended = stuck_call(make_server, "1", "30", "/?t=20")
     assert ended < 6.0, f"the stuck call ran on for {ended:.1f} s past --timeout 1"
     log = s.log()
     assert "its one app thread is stuck" in log and "in sleep" in log, log[-2000:]   # the stack came first
@@ -385,16 +397,7 @@ def test_with_one_app_thread_the_timeout_holds_while_a_reload_retires_the_worker
     workers). gunicorn's timeout still covers the old workers of a reload."""
     if app_mode == "threads":
         pytest.skip("sets its own --threads")
-    s = make_server("apps:sleep", "--workers", "1", "--threads", "1", "--timeout", "2", "--graceful-timeout", "6")
-    assert wait_for(lambda: len(s.worker_pids()) == 1)
-    stuck = s.worker_pids()[0]
-    t0 = time.monotonic()
-    with Conn(s.port, timeout=40) as c:
-        c.send(b"GET /?t=30 HTTP/1.1\r\nHost: a\r\n\r\n")
-        time.sleep(0.5)
-        s.signal(signal.SIGHUP)
-        assert c.is_closed(35)
-    ended = time.monotonic() - t0
+    s, stuck, ended = stuck_call(make_server, "2", "6", "/?t=30", then=signal.SIGHUP)
     assert ended < 6.0, f"the stuck call ran on for {ended:.1f} s past --timeout 2, its worker retiring"
     log = s.log()
     assert "retiring (reload), timed out" in log and "in sleep" in log, log[-3000:]

@@ -182,27 +182,6 @@ def describe(sock, protocol="http"):
     return host, str(port), f"{protocol}://{netloc}"
 
 
-def chown(path, owner):
-    """--chown-socket USER[:GROUP] (or :GROUP): the unix socket at `path` is
-    given to them (an abstract one, @name, has no file). BindError if it
-    cannot be (not root)."""
-    if path.startswith("@"):
-        return
-    import grp
-    import pwd
-    name, _, group_name = owner.partition(":")
-    uid = gid = -1
-    if name:
-        pw = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
-        uid, gid = pw.pw_uid, pw.pw_gid
-    if group_name:
-        gid = int(group_name) if group_name.isdigit() else grp.getgrnam(group_name).gr_gid
-    try:
-        os.chown(path, uid, gid)
-    except OSError as e:
-        raise BindError(f"--chown-socket {owner}: cannot give {path} to it: {e.strerror}") from None
-
-
 def loopback_only(addr):
     """Question: does a listening address reach this machine's peers only (a
     unix socket, a passed fd, 127.0.0.0/8, ::1, localhost)?"""

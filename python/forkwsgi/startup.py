@@ -106,8 +106,15 @@ class StartUp:
             if binding.parse(addr)[0] != "unix":
                 continue
             path = binding.describe(self.sockets[-1])[0]
-            if self.cfg["chown_socket"]:
-                binding.chown(path, self.cfg["chown_socket"])
+            if self.cfg["chown_socket"] and not path.startswith("@"):      # an abstract one has no file
+                # USER[:GROUP] or :GROUP (uWSGI's chown-socket), resolved as --user/--group are.
+                name, _, group = self.cfg["chown_socket"].partition(":")
+                owner = process.Owner(name or None, group or None)
+                try:
+                    os.chown(path, owner.uid, owner.gid)
+                except OSError as e:
+                    raise binding.BindError(f"--chown-socket {self.cfg['chown_socket']}: cannot give {path} to "
+                                            f"it: {e.strerror}") from None
             elif self.owner:
                 # gunicorn's: a socket it made is the user's, whose clients
                 # may be the user's too (the mode: binding.unix_umask); one
